@@ -1,0 +1,74 @@
+--
+-- pg_outbox regress suite: setup.
+--
+-- Conventions of every file: errors show their message, DETAIL and HINT, and then
+-- "\echo :SQLSTATE" shows the SQLSTATE (00000 after a statement that succeeded).
+-- CONTEXT lines are hidden (they carry PL/pgSQL line numbers).  Files that print ids
+-- start from empty tables with their identities restarted.
+--
+\set SHOW_CONTEXT never
+CREATE EXTENSION pg_outbox;
+\echo :SQLSTATE
+SELECT extname, extversion, extrelocatable FROM pg_extension WHERE extname = 'pg_outbox';
+
+-- Schemas, tables and views, column by column: the worker's SQL is written against these.
+SELECT table_schema, table_name, column_name, data_type, is_nullable, column_default, is_identity,
+       identity_generation
+  FROM information_schema.columns
+ WHERE table_schema IN ('outbox', 'dlq')
+ ORDER BY table_schema, table_name, ordinal_position;
+
+-- Check constraints and foreign keys.  outbox.messages deliberately has no foreign key
+-- to outbox.endpoints.
+SELECT conrelid::regclass AS "table", contype, pg_get_constraintdef(oid) AS definition
+  FROM pg_constraint
+ WHERE connamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace) AND contype IN ('c', 'f')
+ ORDER BY 1::text, 3;
+
+-- Indexes.
+SELECT indexrelid::regclass AS index, pg_get_indexdef(indexrelid) AS definition
+  FROM pg_index
+ WHERE indrelid IN ('outbox.endpoints'::regclass, 'outbox.endpoint_secrets'::regclass,
+                    'outbox.messages'::regclass, 'dlq.dead_letters'::regclass)
+ ORDER BY 1::text;
+
+-- The commit-time wake-up: one AFTER INSERT statement trigger.
+SELECT tgname, pg_get_triggerdef(oid) AS definition
+  FROM pg_trigger WHERE tgrelid = 'outbox.messages'::regclass AND NOT tgisinternal;
+
+-- Functions: every one a producer or operator calls is SECURITY DEFINER with a fixed
+-- search_path.
+SELECT p.oid::regprocedure AS function, l.lanname AS language, p.prosecdef AS security_definer,
+       p.proconfig AS settings
+  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+ WHERE p.pronamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace)
+ ORDER BY 1::text;
+
+-- The user-data tables are dumped by pg_dump.
+SELECT unnest(extconfig)::regclass AS dumped_table FROM pg_extension WHERE extname = 'pg_outbox'
+ ORDER BY 1::text;
+
+-- Nothing is granted to PUBLIC.
+SELECT n.nspname, has_schema_privilege('public', n.oid, 'USAGE') AS usage,
+       has_schema_privilege('public', n.oid, 'CREATE') AS "create"
+  FROM pg_namespace n WHERE n.nspname IN ('outbox', 'dlq') ORDER BY 1;
+SELECT count(*) AS relations_public_can_touch
+  FROM pg_class c
+ WHERE c.relnamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace)
+   AND c.relkind IN ('r', 'v', 'S')
+   AND has_table_privilege('public', c.oid, 'SELECT,INSERT,UPDATE,DELETE,TRUNCATE,REFERENCES,TRIGGER');
+SELECT count(*) AS sequences_public_can_use
+  FROM pg_class c
+ WHERE c.relnamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace) AND c.relkind = 'S'
+   AND has_sequence_privilege('public', c.oid, 'USAGE,SELECT,UPDATE');
+SELECT count(*) AS functions_public_can_execute
+  FROM pg_proc p
+ WHERE p.pronamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace)
+   AND has_function_privilege('public', p.oid, 'EXECUTE');
+
+-- The secret lives apart: no column of a table or view that others can be granted
+-- (outbox.endpoints, the views) is called anything like "secret".
+SELECT table_schema, table_name, column_name
+  FROM information_schema.columns
+ WHERE table_schema IN ('outbox', 'dlq') AND column_name LIKE '%secret%'
+ ORDER BY 1, 2, 3;

@@ -1,0 +1,97 @@
+#include "core/request_headers.hpp"
+
+#include <stdexcept>
+
+#include "core/validation.hpp"
+#include "core/webhook_signature.hpp"
+#include "core/cpp_only.hpp"
+
+namespace pg_outbox::core {
+
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i], y = b[i];
+    if (x >= 'A' && x <= 'Z') x = char(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = char(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+// Names a user header may not set (compared case-insensitively); see the header.
+constexpr std::string_view kReserved[] = {
+    // ours
+    "content-type", "user-agent", "webhook-id", "webhook-timestamp", "webhook-signature",
+    "outbox-event-type", "outbox-attempt",
+    // framing and connection management
+    "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade",
+    "proxy-connection", "expect"};
+
+bool is_reserved(std::string_view name) {
+  for (auto r : kReserved)
+    if (iequals(name, r)) return true;
+  return false;
+}
+
+std::string line(std::string_view name, std::string_view value) {
+  std::string out(name);
+  if (value.empty()) {
+    out += ';';
+  } else {
+    out += ": ";
+    out += value;
+  }
+  return out;
+}
+
+void require_valid(std::string_view name, std::string_view value) {
+  if (auto err = check_header(name, value)) throw std::invalid_argument(*err);
+}
+
+}  // namespace
+
+std::vector<std::string> build_request_headers(const DeliveryHeaders& h, std::string_view body) {
+  // Endpoint headers then message headers, as one list in precedence order.
+  std::vector<const std::pair<std::string, std::string>*> user;
+  user.reserve(h.endpoint_headers.size() + h.message_headers.size());
+  for (const auto& kv : h.endpoint_headers) user.push_back(&kv);
+  for (const auto& kv : h.message_headers) user.push_back(&kv);
+
+  // Validate all of them, even those dropped below: a bad header is a bad message.
+  for (const auto* kv : user) require_valid(kv->first, kv->second);
+  require_valid("webhook-id", h.webhook_id);
+  if (h.webhook_id.empty()) throw std::invalid_argument("webhook-id must not be empty");
+  require_valid("outbox-event-type", h.event_type);
+  require_valid("User-Agent", h.user_agent);
+
+  std::vector<std::string> lines;
+  lines.reserve(user.size() + 8);
+  for (size_t i = 0; i < user.size(); ++i) {
+    const auto& name = user[i]->first;
+    if (is_reserved(name)) continue;
+    bool overridden = false;
+    for (size_t j = i + 1; j < user.size() && !overridden; ++j) overridden = iequals(name, user[j]->first);
+    if (!overridden) lines.push_back(line(name, user[i]->second));
+  }
+
+  lines.push_back("Content-Type: application/json");
+  if (!h.user_agent.empty()) lines.push_back(line("User-Agent", h.user_agent));
+  lines.push_back(line("webhook-id", h.webhook_id));
+  lines.push_back(line("webhook-timestamp", std::to_string(h.timestamp_unix_s)));
+  if (!h.event_type.empty()) lines.push_back(line("outbox-event-type", h.event_type));
+  lines.push_back(line("outbox-attempt", std::to_string(h.attempt)));
+  if (!h.secret.empty())
+    lines.push_back(line("webhook-signature", webhook_signature(h.secret, h.webhook_id, h.timestamp_unix_s, body)));
+  lines.push_back("Expect:");
+  return lines;
+}
+
+std::string webhook_id_for(std::string_view idempotency_key, int64_t message_id) {
+  if (!idempotency_key.empty()) return std::string(idempotency_key);
+  return "msg_" + std::to_string(message_id);
+}
+
+}  // namespace pg_outbox::core

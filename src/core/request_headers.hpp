@@ -1,0 +1,50 @@
+// The header lines of one HTTP delivery, in the "Name: value" form libcurl's
+// CURLOPT_HTTPHEADER takes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace pg_outbox::core {
+
+struct DeliveryHeaders {
+  std::vector<std::pair<std::string, std::string>> endpoint_headers;  // outbox.endpoints.headers
+  std::vector<std::pair<std::string, std::string>> message_headers;   // outbox.messages.headers
+  std::string webhook_id;        // see webhook_id_for
+  int64_t timestamp_unix_s = 0;  // time of this attempt
+  std::string event_type;        // empty = omit outbox-event-type
+  int attempt = 1;               // 1 for the first attempt
+  std::string secret;            // whsec_...; empty = unsigned
+  std::string user_agent;        // e.g. "pg_outbox/1.0"; empty = omit
+};
+
+// Builds the header lines, in this order:
+//   1. endpoint headers, then message headers. A header replaces any earlier one of
+//      the same name (case-insensitive), so a message header overrides an endpoint
+//      header, and within one list the later one wins.
+//   2. ours: Content-Type: application/json, User-Agent, webhook-id,
+//      webhook-timestamp, outbox-event-type, outbox-attempt, webhook-signature
+//      (only with a secret; signed over body), and finally "Expect:" (empty, which
+//      stops libcurl from sending "Expect: 100-continue" and waiting for it).
+// User headers whose name is one of ours are dropped, so producers cannot forge
+// the identity or the signature of a delivery; so are the headers that control
+// message framing or the connection (content-length, transfer-encoding,
+// connection, keep-alive, te, trailer, upgrade, proxy-connection, expect), which a
+// user value would turn into a request-smuggling or connection-reuse hazard.
+// A user header with an empty value is emitted as "Name;", libcurl's spelling for
+// "send this header empty" ("Name:" would delete it instead).
+//
+// Every user header, and the webhook-id and event type, must pass check_header;
+// otherwise std::invalid_argument is thrown with a message that names the header
+// but never quotes its value (the worker dead-letters such a message as
+// INVALID_MESSAGE). An invalid secret also throws std::invalid_argument.
+std::vector<std::string> build_request_headers(const DeliveryHeaders& headers, std::string_view body);
+
+// The webhook-id of a message: its idempotency key when it has one (so a receiver
+// can deduplicate across retries and requeues), else "msg_<id>".
+std::string webhook_id_for(std::string_view idempotency_key, int64_t message_id);
+
+}  // namespace pg_outbox::core

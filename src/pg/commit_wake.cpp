@@ -1,0 +1,54 @@
+// Wake the worker when a transaction that wrote messages commits, never on rollback:
+// the AFTER INSERT statement trigger on outbox.messages (and the endpoint functions)
+// only note the wish; the transaction callback acts on it at commit, when the rows
+// are already visible to the worker's next snapshot.
+#include "pg/boundary.hpp"
+#include "pg/commit_wake.hpp"
+#include "pg/shared_state.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "commands/trigger.h"
+}
+
+namespace pg_outbox::pg {
+
+namespace {
+
+bool wake_at_commit = false;  // this backend's current transaction wants the worker woken
+
+void on_transaction_event(XactEvent event, void*) {
+  switch (event) {
+    case XACT_EVENT_COMMIT:
+      if (wake_at_commit) wake_worker();
+      wake_at_commit = false;
+      break;
+    case XACT_EVENT_ABORT:
+    case XACT_EVENT_PREPARE:  // COMMIT PREPARED runs elsewhere; the next poll finds the rows
+    case XACT_EVENT_PARALLEL_ABORT:
+      wake_at_commit = false;
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void register_commit_wake() { RegisterXactCallback(on_transaction_event, nullptr); }
+
+}  // namespace pg_outbox::pg
+
+PG_OUTBOX_FUNCTION(pg_outbox_wake_at_commit) {
+  if (!CALLED_AS_TRIGGER(fcinfo))
+    throw pg_outbox::pg::SqlError(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
+                                  "outbox._wake_at_commit() must be called as a trigger");
+  pg_outbox::pg::wake_at_commit = true;
+  return PointerGetDatum(nullptr);
+}
+
+PG_OUTBOX_FUNCTION(pg_outbox_request_wake) {
+  (void)fcinfo;
+  pg_outbox::pg::wake_at_commit = true;
+  PG_RETURN_VOID();
+}

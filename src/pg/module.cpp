@@ -1,0 +1,50 @@
+// _PG_init: the GUCs, the commit-time wake (every backend), and — only when loaded
+// through shared_preload_libraries — shared memory and the background worker.
+#include "pg/boundary.hpp"
+#include "pg/commit_wake.hpp"
+#include "pg/settings.hpp"
+#include "pg/shared_state.hpp"
+
+extern "C" {
+#include "postmaster/bgworker.h"
+}
+
+#include <cstring>
+
+extern "C" {
+PG_MODULE_MAGIC;
+PGDLLEXPORT void _PG_init(void);
+}
+
+namespace {
+
+void register_worker(const char* database) {
+  BackgroundWorker worker;
+  memset(&worker, 0, sizeof worker);
+  worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+  worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+  worker.bgw_restart_time = 1;  // seconds: a crashed worker is back at once
+  strlcpy(worker.bgw_library_name, "pg_outbox", BGW_MAXLEN);
+  strlcpy(worker.bgw_function_name, "pg_outbox_worker_main", BGW_MAXLEN);
+  snprintf(worker.bgw_name, BGW_MAXLEN, "pg_outbox worker for database %s", database);
+  strlcpy(worker.bgw_type, "pg_outbox worker", BGW_MAXLEN);
+  // The worker's entry takes its database as its argument, so that a launcher can
+  // start one per database later without changing the worker.
+  strlcpy(worker.bgw_extra, database, BGW_EXTRALEN);
+  RegisterBackgroundWorker(&worker);
+}
+
+}  // namespace
+
+void _PG_init(void) {
+  pg_outbox::pg::define_settings();
+  pg_outbox::pg::register_commit_wake();
+  if (!process_shared_preload_libraries_in_progress) {
+    // SQL functions work; delivery needs the worker, which only the postmaster can start.
+    ereport(NOTICE, (errmsg("pg_outbox is not in shared_preload_libraries: messages will not be delivered"),
+                     errhint("Add pg_outbox to shared_preload_libraries and restart the server.")));
+    return;
+  }
+  pg_outbox::pg::request_shared_state();
+  register_worker(pg_outbox::pg::settings.database);
+}

@@ -1,0 +1,87 @@
+// outbox.worker_status() and outbox._delivery_counters(): the worker's shared-memory
+// state as SQL rows. Copied under the spinlock, turned into tuples after releasing it.
+#include "pg/boundary.hpp"
+#include "pg/shared_state.hpp"
+
+extern "C" {
+#include "access/htup_details.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+}
+
+#include <cstring>
+
+namespace {
+
+using pg_outbox::pg::SharedState;
+using pg_outbox::pg::shared_state;
+
+// A snapshot of the shared state, taken without holding the spinlock for long.
+// Heap-allocated with palloc: SharedState is large and plain data.
+SharedState* copy_shared_state() {
+  auto* copy = static_cast<SharedState*>(palloc(sizeof(SharedState)));
+  SpinLockAcquire(&shared_state->mutex);
+  memcpy(copy, shared_state, sizeof(SharedState));
+  SpinLockRelease(&shared_state->mutex);
+  return copy;
+}
+
+void require_shared_state() {
+  if (shared_state == nullptr)
+    throw pg_outbox::pg::SqlError(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                                  "pg_outbox is not loaded through shared_preload_libraries",
+                                  "Add pg_outbox to shared_preload_libraries and restart the server.");
+}
+
+}  // namespace
+
+PG_OUTBOX_FUNCTION(pg_outbox_worker_status) {
+  require_shared_state();
+  return pg_outbox::pg::pg_call([&] {
+    TupleDesc desc;
+    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+      elog(ERROR, "worker_status must return a record");
+    desc = BlessTupleDesc(desc);
+    SharedState* s = copy_shared_state();
+    Datum values[9];
+    bool nulls[9] = {false};
+    bool running = s->worker_pid != 0;
+    values[0] = Int32GetDatum(s->worker_pid);
+    nulls[0] = !running;
+    values[1] = CStringGetTextDatum(s->database);
+    nulls[1] = s->database[0] == '\0';
+    values[2] = CStringGetTextDatum(s->state);
+    values[3] = TimestampTzGetDatum(s->started_at);
+    nulls[3] = s->started_at == 0;
+    values[4] = TimestampTzGetDatum(s->last_loop_at);
+    nulls[4] = s->last_loop_at == 0;
+    values[5] = Int32GetDatum(s->in_flight);
+    values[6] = Int64GetDatum(static_cast<int64>(s->sent));
+    values[7] = Int64GetDatum(static_cast<int64>(s->retried));
+    values[8] = Int64GetDatum(static_cast<int64>(s->dead_lettered));
+    return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
+  });
+}
+
+PG_OUTBOX_FUNCTION(pg_outbox_delivery_counters) {
+  require_shared_state();
+  pg_outbox::pg::pg_call([&] {
+    InitMaterializedSRF(fcinfo, 0);
+    auto* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    SharedState* s = copy_shared_state();
+    static const char* const kResults[] = {"sent", "retry", "dead"};
+    for (int i = 0; i < s->counted_endpoints && i < pg_outbox::pg::kCountedEndpoints; ++i) {
+      const auto& ep = s->endpoints[i];
+      const uint64 counts[] = {ep.sent, ep.retried, ep.dead};
+      for (int r = 0; r < 3; ++r) {
+        Datum values[3] = {CStringGetTextDatum(ep.name), CStringGetTextDatum(kResults[r]),
+                           Int64GetDatum(static_cast<int64>(counts[r]))};
+        bool nulls[3] = {false, false, false};
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+      }
+    }
+  });
+  return (Datum)0;
+}

@@ -1,0 +1,478 @@
+#include "pg/worker.hpp"
+
+#include "core/request_headers.hpp"
+#include "pg/boundary.hpp"
+#include "pg/settings.hpp"
+#include "pg/shared_state.hpp"
+
+extern "C" {
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/latch.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+}
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+namespace pg_outbox::pg {
+
+namespace {
+
+constexpr const char* kUserAgent = "pg_outbox/0.1.0";
+constexpr size_t kResponseBodyLimit = 1024;     // dlq.dead_letters.response_body keeps the first 1 KiB
+constexpr int kSettleBatch = 1000;              // results written back per transaction, at most
+constexpr int kHttpSliceMs = 20;                // longest the worker is deaf to its latch
+constexpr int kHousekeepingEveryMs = 1000;
+constexpr int kOrphanCheckEveryMs = 10000;
+constexpr int kPurgeBatch = 1000;
+
+int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+core::BreakerConfig breaker_config() {
+  return {settings.breaker_threshold, settings.backoff_base_ms, settings.backoff_max_ms};
+}
+
+}  // namespace
+
+Worker::Worker() : client_(settings.max_concurrency), random_(std::random_device{}()) {}
+
+void Worker::run() {
+  pg_call([] {
+    SpinLockAcquire(&shared_state->mutex);
+    shared_state->worker_pid = MyProcPid;
+    strlcpy(shared_state->database, MyBgworkerEntry->bgw_extra, sizeof shared_state->database);
+    shared_state->started_at = GetCurrentTimestamp();
+    SpinLockRelease(&shared_state->mutex);
+    shared_state->worker_latch = MyLatch;
+  });
+  pg_call([] { ereport(LOG, (errmsg("pg_outbox worker started for database \"%s\"", MyBgworkerEntry->bgw_extra))); });
+
+  for (;;) {
+    int timeout = wait_timeout_ms();
+    pg_call([&] {
+      (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout, PG_WAIT_EXTENSION);
+      ResetLatch(MyLatch);
+      CHECK_FOR_INTERRUPTS();
+    });
+    if (ConfigReloadPending) {
+      ConfigReloadPending = false;
+      pg_call([] { ProcessConfigFile(PGC_SIGHUP); });
+      client_.set_max_concurrency(settings.max_concurrency);
+      more_due_ = true;  // batch size or enablement may have changed
+    }
+    bool woken = pg_atomic_exchange_u32(&shared_state->wake_requested, 0) != 0;
+    if (now_ms() < error_backoff_until_ms_) {
+      collect_http_results(0);  // keep libcurl moving; settle once the database is back
+      continue;
+    }
+    try {
+      iterate(woken);
+      error_streak_ = 0;
+    } catch (const PgError& e) {
+      // Disk full, statement_timeout, a dropped table...: log, roll back, back off, go on.
+      ErrorData* edata = e.data();
+      abort_transaction();
+      error_streak_ = std::min(error_streak_ + 1, 6);
+      error_backoff_until_ms_ = now_ms() + (100LL << error_streak_);
+      pg_call([&] {
+        ereport(LOG, (errcode(edata->sqlerrcode), errmsg("pg_outbox worker: %s", edata->message),
+                      errdetail("The worker rolled back and retries in %d ms.", 100 << error_streak_)));
+        FreeErrorData(edata);
+      });
+      ready_ = ready_ && edata != nullptr && edata->sqlerrcode != ERRCODE_UNDEFINED_TABLE;
+      publish_status("recovering from an error");
+    } catch (const std::exception& e) {
+      std::string message = e.what();
+      abort_transaction();
+      error_streak_ = std::min(error_streak_ + 1, 6);
+      error_backoff_until_ms_ = now_ms() + (100LL << error_streak_);
+      pg_call([&] { ereport(LOG, (errmsg("pg_outbox worker: %s", message.c_str()))); });
+      publish_status("recovering from an error");
+    }
+  }
+}
+
+int Worker::wait_timeout_ms() const {
+  if (client_.in_flight() + client_.queued() > 0) return 0;  // libcurl waits in collect_http_results
+  int64_t now = now_ms();
+  if (now < error_backoff_until_ms_) return static_cast<int>(error_backoff_until_ms_ - now);
+  if (!ready_ || !settings.enabled) return settings.poll_interval_ms;
+  if (more_due_ || !pending_.empty()) return 0;
+  int64_t until = std::min(next_claim_ms_, next_housekeeping_ms_);
+  return static_cast<int>(std::clamp<int64_t>(until - now, 0, settings.poll_interval_ms));
+}
+
+void Worker::iterate(bool woken) {
+  if (!prepare_database()) return;
+  collect_http_results(client_.in_flight() + client_.queued() > 0 ? kHttpSliceMs : 0);
+  settle_pending();
+  int64_t now = now_ms();
+  if (!settings.enabled) {
+    publish_status("disabled");
+    return;
+  }
+  if ((woken || more_due_ || now >= next_claim_ms_) && client_.in_flight() + client_.queued() < claim_target() / 2)
+    claim_and_deliver();
+  if (now >= next_housekeeping_ms_) housekeeping();
+  publish_status(deliveries_.empty() ? "idle" : "delivering");
+}
+
+// The worker waits harmlessly until CREATE EXTENSION has committed in its database,
+// and goes back to waiting when the extension is dropped.
+bool Worker::prepare_database() {
+  if (ready_) return true;
+  bool exists = false;
+  int64_t recovered = 0;
+  in_transaction("pg_outbox: checking for the extension", [&] {
+    exists = store_.extension_ready();
+    if (exists) recovered = store_.recover_in_flight();
+  });
+  if (!exists) {
+    endpoints_.clear();
+    publish_status("waiting for CREATE EXTENSION pg_outbox");
+    return false;
+  }
+  if (recovered > 0)
+    pg_call([&] {
+      ereport(LOG, (errmsg("pg_outbox worker: %lld claimed messages of a previous worker are pending again",
+                           static_cast<long long>(recovered))));
+    });
+  ready_ = true;
+  more_due_ = true;
+  endpoints_.clear();  // breakers are reloaded from the table
+  return true;
+}
+
+void Worker::refresh_endpoints() {
+  std::vector<EndpointRow> rows = store_.load_endpoints();
+  std::unordered_map<std::string, Endpoint> fresh;
+  int64_t now = now_ms();
+  for (EndpointRow& row : rows) {
+    Endpoint endpoint;
+    auto known = endpoints_.find(row.name);
+    if (known != endpoints_.end()) {
+      // The worker's breaker is the live one; the table is its copy for restarts.
+      row.breaker = known->second.row.breaker;
+      endpoint.breaker_dirty = known->second.breaker_dirty;
+    } else {
+      core::restore_after_restart(row.breaker, now);
+    }
+    auto parsed = core::parse_string_object(row.headers_json.empty() ? "{}" : row.headers_json);
+    endpoint.headers = std::move(parsed.pairs);
+    endpoint.headers_error = std::move(parsed.error);
+    endpoint.row = std::move(row);
+    std::string name = endpoint.row.name;
+    fresh.emplace(std::move(name), std::move(endpoint));
+  }
+  endpoints_ = std::move(fresh);
+}
+
+size_t Worker::claim_target() const {
+  // Enough claimed work to keep every connection busy between two claims.
+  return static_cast<size_t>(std::max(settings.batch_size, 2 * settings.max_concurrency));
+}
+
+int Worker::max_attempts_of(const Endpoint& endpoint) const {
+  return endpoint.row.max_attempts.value_or(settings.max_attempts);
+}
+
+void Worker::claim_and_deliver() {
+  in_transaction("pg_outbox: claiming messages", [&] {
+    refresh_endpoints();
+    int64_t now = now_ms();
+    std::vector<std::string> http, notify, ordered, probes, all_active;
+    int64_t next_breaker_ms = INT64_MAX;
+    for (auto& [name, endpoint] : endpoints_) {
+      if (endpoint.row.paused) continue;
+      if (endpoint.row.ordered) ordered.push_back(name);
+      if (!endpoint.row.channel.empty()) {
+        notify.push_back(name);
+        all_active.push_back(name);
+        continue;
+      }
+      switch (core::admission(endpoint.row.breaker, now)) {
+        case core::Admission::Normal:
+          http.push_back(name);
+          all_active.push_back(name);
+          break;
+        case core::Admission::ProbeOnly:
+          probes.push_back(name);
+          break;
+        case core::Admission::None:
+          if (endpoint.row.breaker.state == core::BreakerState::Open)
+            next_breaker_ms = std::min(next_breaker_ms, endpoint.row.breaker.open_until_ms);
+          break;
+      }
+    }
+    size_t room = claim_target() - std::min(claim_target(), client_.in_flight() + client_.queued());
+    int limit = static_cast<int>(std::min<size_t>(room, static_cast<size_t>(settings.batch_size)));
+    size_t claimed_count = 0;
+    if (!notify.empty()) {
+      auto claimed = store_.claim(notify, ordered, settings.batch_size, settings.lease_s, true);
+      claimed_count = std::max(claimed_count, claimed.size() * limit / std::max(1, settings.batch_size));
+      deliver_notify(claimed);
+      more_due_ = claimed.size() == static_cast<size_t>(settings.batch_size);
+    } else {
+      more_due_ = false;
+    }
+    if (!http.empty() && limit > 0) {
+      auto claimed = store_.claim(http, ordered, limit, settings.lease_s, false);
+      more_due_ = more_due_ || claimed.size() == static_cast<size_t>(limit);
+      start_http(claimed);
+    }
+    for (const std::string& name : probes) {
+      // One message goes out as the probe; its result closes or reopens the circuit.
+      auto claimed = store_.claim({name}, ordered, 1, settings.lease_s, false);
+      if (claimed.empty()) continue;
+      Endpoint& endpoint = endpoints_.at(name);
+      core::on_probe_claimed(endpoint.row.breaker);
+      endpoint.breaker_dirty = true;
+      start_http(claimed);
+    }
+    if (!more_due_) {
+      // Nothing more is due now: sleep until the next retry or deliver_at comes due.
+      // A past time means blocked rows (ordered keys whose head is out); a settle or
+      // a commit wakes us for those.
+      std::optional<int64_t> due = all_active.empty() ? std::nullopt : store_.next_due_ms(all_active);
+      int64_t poll = now + settings.poll_interval_ms;
+      next_claim_ms_ = std::min({poll, next_breaker_ms, due && *due > now ? *due : poll});
+    }
+    settle_pending();  // NOTIFY results and unsendable messages settle in this transaction
+  });
+}
+
+void Worker::start_http(const std::vector<ClaimedMessage>& claimed) {
+  int64_t now_s = now_ms() / 1000;
+  for (const ClaimedMessage& m : claimed) {
+    auto found = endpoints_.find(m.endpoint);
+    if (found == endpoints_.end()) continue;  // cannot happen: claimed by endpoint name
+    Endpoint& endpoint = found->second;
+    core::DeliveryHeaders headers;
+    std::string invalid;
+    if (!endpoint.headers) invalid = "endpoint headers: " + endpoint.headers_error;
+    if (invalid.empty() && !m.headers_json.empty()) {
+      auto parsed = core::parse_string_object(m.headers_json);
+      if (!parsed.pairs) invalid = "message headers: " + parsed.error;
+      else headers.message_headers = std::move(*parsed.pairs);
+    }
+    std::vector<std::string> lines;
+    if (invalid.empty()) {
+      headers.endpoint_headers = *endpoint.headers;
+      headers.webhook_id = core::webhook_id_for(m.idempotency_key, m.id);
+      headers.timestamp_unix_s = now_s;
+      headers.event_type = m.event_type;
+      headers.attempt = m.attempts;
+      headers.secret = endpoint.row.secret;
+      headers.user_agent = kUserAgent;
+      try {
+        lines = core::build_request_headers(headers, m.payload);
+      } catch (const std::invalid_argument& e) {
+        invalid = e.what();
+      }
+    }
+    if (!invalid.empty()) {
+      // Never sendable as it stands: to the DLQ at once, the worker goes on.
+      pending_.dead.push_back({m.id, core::DeadReason::InvalidMessage, invalid, 0, {}});
+      count(m.endpoint, core::Verdict::Dead);
+      continue;
+    }
+    long timeout = endpoint.row.timeout_ms.value_or(settings.http_timeout_ms);
+    client_.submit({static_cast<uint64_t>(m.id), endpoint.row.url, std::move(lines), m.payload, timeout});
+    deliveries_[static_cast<uint64_t>(m.id)] = {m.endpoint, m.attempts, max_attempts_of(endpoint)};
+  }
+}
+
+void Worker::deliver_notify(const std::vector<ClaimedMessage>& claimed) {
+  // PostgreSQL refuses NOTIFY payloads of 8000 bytes or more.
+  constexpr size_t kNotifyPayloadLimit = 8000;
+  std::vector<const ClaimedMessage*> in_order;
+  for (const ClaimedMessage& m : claimed) in_order.push_back(&m);
+  std::sort(in_order.begin(), in_order.end(), [](auto* a, auto* b) { return a->id < b->id; });
+  for (const ClaimedMessage* m : in_order) {
+    const Endpoint& endpoint = endpoints_.at(m->endpoint);
+    if (m->payload.size() >= kNotifyPayloadLimit) {
+      pending_.dead.push_back({m->id, core::DeadReason::PayloadTooLarge,
+                               "NOTIFY envelope of " + std::to_string(m->payload.size()) +
+                                   " bytes exceeds PostgreSQL's limit of 7999",
+                               0, {}});
+      count(m->endpoint, core::Verdict::Dead);
+      continue;
+    }
+    store_.notify(endpoint.row.channel, m->payload);
+    pending_.sent.push_back({m->id, 0});
+    count(m->endpoint, core::Verdict::Sent);
+  }
+}
+
+void Worker::collect_http_results(int wait_ms) {
+  if (client_.in_flight() + client_.queued() == 0) return;
+  std::vector<http::Response> responses = client_.run(wait_ms);
+  // Gather what else is already finished, so that one transaction settles many.
+  while (!responses.empty() && responses.size() < static_cast<size_t>(kSettleBatch) && client_.in_flight() > 0) {
+    std::vector<http::Response> more = client_.run(0);
+    if (more.empty()) break;
+    std::move(more.begin(), more.end(), std::back_inserter(responses));
+  }
+  for (const http::Response& response : responses) record_outcome(response);
+}
+
+void Worker::record_outcome(const http::Response& response) {
+  auto found = deliveries_.find(response.tag);
+  if (found == deliveries_.end()) return;
+  Delivery delivery = std::move(found->second);
+  deliveries_.erase(found);
+  int64_t id = static_cast<int64_t>(response.tag);
+  int64_t now = now_ms();
+
+  core::Outcome outcome = response.transport_error ? core::classify_transport_error()
+                                                   : core::classify_http_status(response.status);
+  std::optional<int64_t> retry_after;
+  if (!response.transport_error && core::honours_retry_after(response.status) && !response.retry_after.empty())
+    retry_after = core::parse_retry_after_ms(response.retry_after, now);
+  core::BackoffPolicy backoff(settings.backoff_base_ms, settings.backoff_max_ms);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  core::Settlement settlement =
+      core::settle_attempt(outcome, delivery.attempts, delivery.max_attempts, backoff, retry_after, unit(random_));
+
+  auto endpoint = endpoints_.find(delivery.endpoint);
+  if (endpoint != endpoints_.end()) {
+    core::Transition transition =
+        outcome.verdict == core::Verdict::Retry
+            ? core::record_retryable_failure(endpoint->second.row.breaker, breaker_config(), now)
+            : core::record_success(endpoint->second.row.breaker, breaker_config());
+    on_breaker_transition(endpoint->second, transition);
+  }
+
+  int32_t status = response.transport_error ? 0 : static_cast<int32_t>(response.status);
+  std::string error = response.transport_error ? response.error : "HTTP " + std::to_string(response.status);
+  switch (settlement.verdict) {
+    case core::Verdict::Sent:
+      pending_.sent.push_back({id, status});
+      break;
+    case core::Verdict::Retry:
+      pending_.retry.push_back({id, settlement.retry_delay_ms, error, status});
+      break;
+    case core::Verdict::Dead:
+      pending_.dead.push_back({id, settlement.reason, error, status,
+                               core::sanitize_utf8(response.body_head, kResponseBodyLimit)});
+      break;
+  }
+  count(delivery.endpoint, settlement.verdict);
+}
+
+void Worker::on_breaker_transition(Endpoint& endpoint, core::Transition transition) {
+  if (transition == core::Transition::None) {
+    endpoint.breaker_dirty = true;  // the failure count changed
+    return;
+  }
+  endpoint.breaker_dirty = true;
+  const core::Breaker& b = endpoint.row.breaker;
+  const char* what = transition == core::Transition::Closed ? "closed" : "opened";
+  pg_call([&] {
+    ereport(LOG, (errmsg("pg_outbox: circuit for endpoint \"%s\" %s", endpoint.row.name.c_str(), what),
+                  transition == core::Transition::Closed
+                      ? 0
+                      : errdetail("%d consecutive retryable failures; next probe in %lld ms.",
+                                  b.consecutive_failures, static_cast<long long>(b.cooldown_ms))));
+  });
+  if (transition == core::Transition::Closed) {
+    more_due_ = true;  // the endpoint's waiting messages flow again at once
+    return;
+  }
+  // Requests of this endpoint not yet started would only fail: give their attempt back.
+  const std::string& name = endpoint.row.name;
+  auto cancelled = client_.cancel_queued([&](uint64_t tag) {
+    auto d = deliveries_.find(tag);
+    return d != deliveries_.end() && d->second.endpoint == name;
+  });
+  for (uint64_t tag : cancelled) {
+    deliveries_.erase(tag);
+    pending_.released.push_back(static_cast<int64_t>(tag));
+  }
+}
+
+void Worker::settle_pending() {
+  bool dirty_breakers = std::any_of(endpoints_.begin(), endpoints_.end(),
+                                    [](const auto& e) { return e.second.breaker_dirty; });
+  if (pending_.empty() && !dirty_breakers) return;
+  auto settle = [&] {
+    store_.settle(pending_, settings.sent_retention_s == 0);
+    for (auto& [name, endpoint] : endpoints_) {
+      if (!endpoint.breaker_dirty) continue;
+      store_.save_breaker(name, endpoint.row.breaker);
+      endpoint.breaker_dirty = false;
+    }
+  };
+  if (IsTransactionState()) settle();
+  else in_transaction("pg_outbox: settling deliveries", settle);
+  // Published only once the transaction that wrote them has committed (or, inside
+  // the claim transaction, will commit: an error there re-counts nothing twice
+  // because pending_ is cleared only here).
+  SpinLockAcquire(&shared_state->mutex);
+  for (const auto& [name, counts] : counted_) {
+    int slot = 0;
+    while (slot < shared_state->counted_endpoints && strcmp(shared_state->endpoints[slot].name, name.c_str()) != 0)
+      ++slot;
+    if (slot == shared_state->counted_endpoints && slot < kCountedEndpoints) {
+      strlcpy(shared_state->endpoints[slot].name, name.c_str(), sizeof shared_state->endpoints[slot].name);
+      shared_state->counted_endpoints++;
+    }
+    if (slot < kCountedEndpoints) {
+      shared_state->endpoints[slot].sent += counts[0];
+      shared_state->endpoints[slot].retried += counts[1];
+      shared_state->endpoints[slot].dead += counts[2];
+    }
+    shared_state->sent += counts[0];
+    shared_state->retried += counts[1];
+    shared_state->dead_lettered += counts[2];
+  }
+  SpinLockRelease(&shared_state->mutex);
+  counted_.clear();
+  bool unblocks = !pending_.sent.empty() || !pending_.dead.empty() || !pending_.released.empty();
+  pending_ = Settlements{};
+  if (unblocks) more_due_ = true;  // an ordered key's next message, or room for more
+}
+
+void Worker::count(const std::string& endpoint, core::Verdict verdict) {
+  auto& counts = counted_[endpoint];
+  counts[verdict == core::Verdict::Sent ? 0 : verdict == core::Verdict::Retry ? 1 : 2]++;
+}
+
+void Worker::housekeeping() {
+  int64_t now = now_ms();
+  next_housekeeping_ms_ = now + kHousekeepingEveryMs;
+  bool orphans_due = now >= next_orphan_check_ms_;
+  if (orphans_due) next_orphan_check_ms_ = now + kOrphanCheckEveryMs;
+  int64_t expired = 0;
+  in_transaction("pg_outbox: housekeeping", [&] {
+    expired = store_.expire_leases();
+    if (settings.sent_retention_s > 0) store_.purge_sent(settings.sent_retention_s, kPurgeBatch);
+    if (settings.dlq_retention_s >= 0) store_.purge_dead_letters(settings.dlq_retention_s, kPurgeBatch);
+    if (orphans_due) {
+      for (int64_t id : store_.claim_orphans(kPurgeBatch)) {
+        pending_.dead.push_back({id, core::DeadReason::InvalidMessage, "endpoint does not exist", 0, {}});
+      }
+      settle_pending();
+    }
+  });
+  if (expired > 0) more_due_ = true;
+}
+
+void Worker::publish_status(const char* state) {
+  SpinLockAcquire(&shared_state->mutex);
+  strlcpy(shared_state->state, state, sizeof shared_state->state);
+  shared_state->last_loop_at = GetCurrentTimestamp();
+  shared_state->in_flight = static_cast<int>(deliveries_.size());
+  SpinLockRelease(&shared_state->mutex);
+}
+
+}  // namespace pg_outbox::pg

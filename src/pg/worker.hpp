@@ -1,0 +1,73 @@
+// The background worker: claims due messages, delivers them over HTTP (libcurl multi)
+// or NOTIFY, and settles the results in short batched transactions.
+#pragma once
+
+#include "core/circuit_breaker.hpp"
+#include "core/delivery_policy.hpp"
+#include "core/string_object.hpp"
+#include "http/http_client.hpp"
+#include "pg/outbox_store.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pg_outbox::pg {
+
+class Worker {
+ public:
+  Worker();
+  // The loop; returns only by process exit (SIGTERM, postmaster death).
+  void run();
+
+ private:
+  struct Endpoint {
+    EndpointRow row;
+    std::optional<core::StringPairs> headers;  // nullopt: the stored headers are unusable
+    std::string headers_error;
+    bool breaker_dirty = false;
+  };
+  struct Delivery {  // a message handed to the HTTP client
+    std::string endpoint;
+    int attempts = 0;
+    int max_attempts = 0;
+  };
+
+  void iterate(bool woken);
+  bool prepare_database();
+  void refresh_endpoints();
+  void claim_and_deliver();
+  void start_http(const std::vector<ClaimedMessage>& claimed);
+  void deliver_notify(const std::vector<ClaimedMessage>& claimed);
+  void collect_http_results(int wait_ms);
+  void record_outcome(const http::Response& response);
+  void on_breaker_transition(Endpoint& endpoint, core::Transition transition);
+  void settle_pending();
+  void housekeeping();
+  void count(const std::string& endpoint, core::Verdict verdict);
+  void publish_status(const char* state);
+  int wait_timeout_ms() const;
+  int max_attempts_of(const Endpoint& endpoint) const;
+  size_t claim_target() const;
+
+  http::Client client_;
+  OutboxStore store_;
+  std::mt19937_64 random_;
+  std::unordered_map<std::string, Endpoint> endpoints_;
+  std::unordered_map<uint64_t, Delivery> deliveries_;
+  Settlements pending_;  // results not yet written back (kept across a failed settle)
+  std::unordered_map<std::string, std::array<uint64_t, 3>> counted_;  // to publish: sent, retried, dead
+
+  bool ready_ = false;         // the extension exists and in-flight claims were recovered
+  bool more_due_ = true;       // the last claim was full: claim again as soon as there is room
+  int64_t next_claim_ms_ = 0;  // otherwise: when something becomes due (or the poll interval)
+  int64_t next_housekeeping_ms_ = 0;
+  int64_t next_orphan_check_ms_ = 0;
+  int error_streak_ = 0;
+  int64_t error_backoff_until_ms_ = 0;
+};
+
+}  // namespace pg_outbox::pg

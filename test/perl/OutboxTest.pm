@@ -1,0 +1,400 @@
+
+=pod
+
+=head1 NAME
+
+OutboxTest - helpers for the pg_outbox TAP tests
+
+=head1 SYNOPSIS
+
+  use lib "$FindBin::RealBin/../perl";      # or prove -I test/perl
+  use OutboxTest;                           # exports the functions below
+
+  my $node = new_outbox_node('main', 'pg_outbox.max_concurrency' => 8);
+  my $recv = start_receiver();
+  $recv->add_rule(path => '/hooks/a', status => 503, times => 2);
+  ... insert messages pointing at $recv->url('/hooks/a') ...
+  ok(wait_until(sub { @{ $recv->requests(path => '/hooks/a') } >= 3 }, 30),
+     'three attempts');
+  ok(verify_webhook_signature($secret, $r->{headers}, $r->{body}), 'signed');
+
+=head1 FUNCTIONS (exported)
+
+=over
+
+=item start_receiver(%opts)
+
+Starts test/webhook_receiver.py (found relative to this file) in the
+background with IPC::Run, with its ready-file and request log
+(C<requests.jsonl>) in a fresh PostgreSQL::Test::Utils::tempdir, waits up to
+10 s for it to listen and returns an C<OutboxTest::Receiver> object.
+Options: C<port> (default 0 = ephemeral), C<log> (path of the jsonl log),
+C<max_seconds> (default 3600), C<idle_timeout> (seconds; default never),
+C<python> (default C<$ENV{PYTHON}> or C<python3>).
+Every receiver still running is stopped in an END block.
+
+=item wait_until($code, $timeout_s = 10, $what = '')
+
+Calls C<$code> every 50 ms until it returns true (then returns 1) or
+C<$timeout_s> seconds have passed (then returns 0; if Test::More is loaded
+it emits a C<note>, never a failure or a diag - that is left to the caller).
+Exceptions thrown by C<$code> count as false.
+
+=item verify_webhook_signature($secret_whsec, $headers_hashref, $body)
+
+Independent Standard Webhooks check: base64-decodes the secret after its
+C<whsec_> prefix, computes base64(HMAC-SHA256(key,
+"<webhook-id>.<webhook-timestamp>.<body>")) (standard alphabet, padded) and
+returns 1 if any space-separated C<v1,E<lt>sigE<gt>> entry of the
+C<webhook-signature> header matches, else 0.  Header names are matched
+case-insensitively.  C<$body> may be raw bytes or a character string (such as
+the C<body> of a record from C<requests()>), which is UTF-8 encoded first.
+The timestamp is not checked against the current time.
+
+=item new_outbox_node($name, %gucs)
+
+Returns a PostgreSQL::Test::Cluster node, init'ed, with
+C<shared_preload_libraries = 'pg_outbox'>, C<pg_outbox.database = 'postgres'>,
+C<pg_outbox.poll_interval = '200ms'>, C<log_min_messages = 'log'> and then each
+given GUC (in the given order, as C<key = 'value'>, later lines win) appended
+to postgresql.conf, and started.  Does not create the extension.
+
+=back
+
+=head1 RECEIVER METHODS (OutboxTest::Receiver)
+
+=over
+
+=item $recv->port, $recv->url($path)
+
+The listening port; C<http://127.0.0.1:PORT$path> (C<$path> defaults to "/").
+C<< $recv->{port} >> works too.
+
+=item $recv->add_rule(%rule)
+
+POST /_control/rules, e.g. C<< (path => '/a', status => 503, times => 2,
+retry_after => '2', body => 'x', delay_ms => 100, action => 'respond'|'close'|'hang',
+hang_ms => 5000, fail_ratio => 0.2, seed => 1, headers => {...}) >>.
+Path C<'*'> matches any path without rules of its own.  Dies on an error.
+
+=item $recv->clear_rules / $recv->reset
+
+Clear the rules only / rules, records, counters and the log file.
+
+=item $recv->requests(path => '/a', since => $seq)
+
+Arrayref of recorded requests (hashrefs: seq, time, method, path, query,
+conn, headers (lower-cased names, repeated values joined with ", "), body,
+response), optionally only one path and only C<seq E<gt> since>.
+
+=item $recv->stats
+
+Hashref: requests, connections (distinct TCP connections that carried
+recorded requests since the last reset), by_path, accepted (all TCP
+connections, including the control ones), open, max_open.
+
+=item $recv->stop / $recv->stop_listening
+
+Stop the process (TERM, then KILL after 5 s).  C<stop_listening> is the same;
+the object can be C<restart>ed afterwards.
+
+=item $recv->restart
+
+Stops the process if it is running and starts a new one on the SAME port
+(SO_REUSEADDR).  The new process is started with C<--resume> on the same
+jsonl log, so recorded requests (and seq numbering, C<requests> and
+C<by_path> in stats) survive the restart; rules and connection counters do
+not (they start empty).
+
+=item $recv->running, $recv->log_file, $recv->dir
+
+Whether the process is running; path of the jsonl log; its temp dir.
+
+=back
+
+=cut
+
+package OutboxTest;
+
+use strict;
+use warnings;
+
+use Carp;
+use Cwd qw(abs_path);
+use Digest::SHA qw(hmac_sha256);
+use Exporter 'import';
+use File::Basename qw(dirname);
+use File::Spec;
+use HTTP::Tiny;
+use IPC::Run;
+use JSON::PP;
+use MIME::Base64 qw(encode_base64 decode_base64);
+use Time::HiRes ();
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils ();
+
+our @EXPORT = qw(start_receiver wait_until verify_webhook_signature
+  new_outbox_node);
+
+# test/perl/OutboxTest.pm -> test/webhook_receiver.py
+our $RECEIVER_SCRIPT =
+  File::Spec->catfile(dirname(abs_path(__FILE__)), File::Spec->updir,
+	'webhook_receiver.py');
+
+my %LIVE;              # refaddr => receiver, for the END block
+my $OWNER_PID = $$;
+
+sub start_receiver
+{
+	my %opts = @_;
+	croak "webhook receiver not found at $RECEIVER_SCRIPT"
+	  unless -f $RECEIVER_SCRIPT;
+	my $dir = PostgreSQL::Test::Utils::tempdir('receiver');
+	my $self = bless {
+		dir         => $dir,
+		port        => $opts{port} // 0,
+		log         => $opts{log} // "$dir/requests.jsonl",
+		ready_file  => "$dir/receiver.port",
+		out_file    => "$dir/receiver.out",
+		max_seconds => $opts{max_seconds} // 3600,
+		idle_timeout => $opts{idle_timeout},
+		python      => $opts{python} // $ENV{PYTHON} // 'python3',
+		json        => JSON::PP->new->utf8->canonical,
+	}, 'OutboxTest::Receiver';
+	$self->_spawn(0);
+	$LIVE{"$self"} = $self;
+	return $self;
+}
+
+sub wait_until
+{
+	my ($code, $timeout, $what) = @_;
+	$timeout //= 10;
+	my $deadline = Time::HiRes::time() + $timeout;
+	while (1)
+	{
+		my $ok = eval { $code->() };
+		return 1 if $ok;
+		last if Time::HiRes::time() >= $deadline;
+		Time::HiRes::sleep(0.05);
+	}
+	Test::More::note("wait_until: timed out after ${timeout}s"
+		  . (defined $what ? ": $what" : ''))
+	  if defined &Test::More::note;
+	return 0;
+}
+
+sub verify_webhook_signature
+{
+	my ($secret, $headers, $body) = @_;
+	return 0 unless defined $secret && ref $headers eq 'HASH';
+
+	my %h;
+	for my $k (keys %$headers)
+	{
+		my $v = $headers->{$k};
+		$v = join(' ', @$v) if ref $v eq 'ARRAY';
+		$h{ lc $k } = $v;
+	}
+	my ($id, $ts, $sigs) =
+	  @h{qw(webhook-id webhook-timestamp webhook-signature)};
+	return 0 unless defined $id && defined $ts && defined $sigs;
+
+	(my $b64 = $secret) =~ s/^whsec_//;
+	my $key = decode_base64($b64);
+	return 0 unless length $key;
+
+	my @parts = ($id, $ts, $body // '');
+	for (@parts) { utf8::encode($_) if utf8::is_utf8($_) }
+	my $expected =
+	  encode_base64(hmac_sha256(join('.', @parts), $key), '');
+
+	for my $entry (split /[\s,]*\s+/, $sigs)    # "v1,a v1,b" (also "v1,a, v1,b")
+	{
+		my ($version, $sig) = split /,/, $entry, 2;
+		next unless defined $sig && $version eq 'v1';
+		return 1 if _const_eq($sig, $expected);
+	}
+	return 0;
+}
+
+sub _const_eq
+{
+	my ($x, $y) = @_;
+	return 0 unless length($x) == length($y);
+	my $diff = 0;
+	$diff |= ord(substr($x, $_, 1)) ^ ord(substr($y, $_, 1))
+	  for 0 .. length($x) - 1;
+	return $diff == 0 ? 1 : 0;
+}
+
+sub new_outbox_node
+{
+	my ($name, @gucs) = @_;
+	croak "new_outbox_node: odd number of GUC arguments" if @gucs % 2;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	my $conf = join '',
+	  "shared_preload_libraries = 'pg_outbox'\n",
+	  "pg_outbox.database = 'postgres'\n",
+	  "pg_outbox.poll_interval = '200ms'\n",
+	  "log_min_messages = 'log'\n";
+	while (my ($k, $v) = splice(@gucs, 0, 2))
+	{
+		$v //= '';
+		$v =~ s/'/''/g;
+		$conf .= "$k = '$v'\n";
+	}
+	$node->append_conf('postgresql.conf', $conf);
+	$node->start;
+	return $node;
+}
+
+END
+{
+	local $?;
+	if ($$ == $OWNER_PID)
+	{
+		for my $r (values %LIVE)
+		{
+			eval { $r->stop };
+		}
+	}
+	%LIVE = ();
+}
+
+package OutboxTest::Receiver;
+
+use strict;
+use warnings;
+use Carp;
+
+sub port    { $_[0]{port} }
+sub dir     { $_[0]{dir} }
+sub log_file { $_[0]{log} }
+sub running { defined $_[0]{h} ? 1 : 0 }
+
+sub url
+{
+	my ($self, $path) = @_;
+	$path //= '/';
+	$path = "/$path" unless $path =~ m{^/};
+	return "http://127.0.0.1:$self->{port}$path";
+}
+
+# Start the process; with $resume, reload records from the log.
+sub _spawn
+{
+	my ($self, $resume) = @_;
+	unlink $self->{ready_file};
+	my @cmd = (
+		$self->{python}, $OutboxTest::RECEIVER_SCRIPT,
+		'--port'        => $self->{port},
+		'--ready-file'  => $self->{ready_file},
+		'--log'         => $self->{log},
+		'--max-seconds' => $self->{max_seconds});
+	push @cmd, '--resume' if $resume;
+	push @cmd, '--idle-timeout' => $self->{idle_timeout}
+	  if $self->{idle_timeout};
+	$self->{h} =
+	  IPC::Run::start(\@cmd, '<', \undef, '>>', $self->{out_file}, '2>&1');
+
+	my $port;
+	my $deadline = Time::HiRes::time() + 10;
+	while (Time::HiRes::time() < $deadline)
+	{
+		if (open my $fh, '<', $self->{ready_file})
+		{
+			my $line = <$fh>;
+			close $fh;
+			if (defined $line && $line =~ /^(\d+)/)
+			{
+				$port = $1;
+				last;
+			}
+		}
+		Time::HiRes::sleep(0.05);
+	}
+	if (!defined $port)
+	{
+		$self->stop;
+		my $out = '';
+		if (open my $fh, '<', $self->{out_file}) { local $/; $out = <$fh> // '' }
+		croak "webhook receiver did not start within 10 s: @cmd\n$out";
+	}
+	croak "webhook receiver listens on $port, expected $self->{port}"
+	  if $self->{port} && $port != $self->{port};
+	$self->{port} = $port;
+	$self->{http} = HTTP::Tiny->new(keep_alive => 1, timeout => 30);
+	return $self;
+}
+
+sub stop
+{
+	my $self = shift;
+	local $?;
+	if (my $h = delete $self->{h})
+	{
+		eval { $h->kill_kill(grace => 5); 1 }
+		  or warn "stopping webhook receiver: $@";
+	}
+	delete $self->{http};
+	return 1;
+}
+
+sub stop_listening { $_[0]->stop }
+
+sub restart
+{
+	my $self = shift;
+	$self->stop;
+	return $self->_spawn(1);
+}
+
+sub _call
+{
+	my ($self, $method, $path, $data) = @_;
+	croak "webhook receiver is not running" unless $self->{h};
+	my %req;
+	if (defined $data)
+	{
+		$req{content} = $self->{json}->encode($data);
+		$req{headers} = { 'Content-Type' => 'application/json' };
+	}
+	my $res = $self->{http}->request($method, $self->url($path), \%req);
+	croak "receiver $method $path: $res->{status} $res->{reason}: "
+	  . ($res->{content} // '')
+	  unless $res->{success};
+	return $self->{json}->decode($res->{content});
+}
+
+sub add_rule
+{
+	my ($self, %rule) = @_;
+	croak "add_rule: path is required" unless defined $rule{path};
+	return $self->_call('POST', '/_control/rules', \%rule);
+}
+
+sub clear_rules { $_[0]->_call('DELETE', '/_control/rules') }
+sub reset       { $_[0]->_call('POST',   '/_control/reset') }
+sub stats       { $_[0]->_call('GET',    '/_control/stats') }
+
+sub requests
+{
+	my ($self, %opts) = @_;
+	my %q;
+	$q{path}  = $opts{path}  if defined $opts{path};
+	$q{since} = $opts{since} if defined $opts{since};
+	my $qs = %q ? '?' . $self->{http}->www_form_urlencode(\%q) : '';
+	return $self->_call('GET', "/_control/requests$qs");
+}
+
+sub DESTROY
+{
+	my $self = shift;
+	local ($@, $?);
+	$self->stop if $self->{h};
+}
+
+1;

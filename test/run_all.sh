@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Every test, from a fresh Debian 12 machine (as root): installs the packages it
+# needs, builds and installs pg_outbox, then runs the unit tests (ctest), the SQL
+# contract (pg_regress) and the process-level suite (TAP, prove). Exits non-zero
+# if any of them fails; each runner prints its own summary.
+set -uo pipefail
+here=$(dirname "$0")
+source "$here/lib.sh"
+
+ensure_packages
+build_and_install WERROR=1 || exit 1
+
+failed=()
+SKIP_SETUP=1 bash "$here/run_unit.sh" || failed+=(unit)
+SKIP_SETUP=1 bash "$here/run_regress.sh" || failed+=(regress)
+SKIP_SETUP=1 bash "$here/run_tap.sh" || failed+=(tap)
+
+if ((${#failed[@]})); then
+  echo "FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "all test suites passed (unit, regress, tap)"

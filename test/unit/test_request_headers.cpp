@@ -1,0 +1,155 @@
+#include "core/request_headers.hpp"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/webhook_signature.hpp"
+
+using namespace pg_outbox::core;
+using Lines = std::vector<std::string>;
+
+namespace {
+
+DeliveryHeaders basic() {
+  DeliveryHeaders h;
+  h.webhook_id = "msg_42";
+  h.timestamp_unix_s = 1700000000;
+  h.event_type = "order.created";
+  h.attempt = 3;
+  h.user_agent = "pg_outbox/1.0";
+  return h;
+}
+
+const char* kSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+}  // namespace
+
+TEST(WebhookIdFor, KeyOrMessageId) {
+  EXPECT_EQ(webhook_id_for("order-42", 7), "order-42");
+  EXPECT_EQ(webhook_id_for("", 7), "msg_7");
+  EXPECT_EQ(webhook_id_for("", 9223372036854775807LL), "msg_9223372036854775807");
+}
+
+TEST(RequestHeaders, OwnHeadersInOrderWithoutSecret) {
+  EXPECT_EQ(build_request_headers(basic(), "{}"),
+            (Lines{"Content-Type: application/json", "User-Agent: pg_outbox/1.0", "webhook-id: msg_42",
+                   "webhook-timestamp: 1700000000", "outbox-event-type: order.created",
+                   "outbox-attempt: 3", "Expect:"}));
+}
+
+TEST(RequestHeaders, SignatureOnlyWithSecretAndOverTheBody) {
+  DeliveryHeaders h = basic();
+  h.secret = kSecret;
+  Lines lines = build_request_headers(h, R"({"a":1})");
+  ASSERT_EQ(lines.size(), 8u);
+  EXPECT_EQ(lines[6], "webhook-signature: " + webhook_signature(kSecret, "msg_42", 1700000000, R"({"a":1})"));
+  EXPECT_EQ(lines[7], "Expect:");
+}
+
+TEST(RequestHeaders, StandardWebhooksVectorEndToEnd) {
+  DeliveryHeaders h;
+  h.webhook_id = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+  h.timestamp_unix_s = 1614265330;
+  h.secret = kSecret;
+  Lines lines = build_request_headers(h, R"({"test": 2432232314})");
+  EXPECT_EQ(lines, (Lines{"Content-Type: application/json", "webhook-id: msg_p5jXN8AQM9LWM0D4loKWxJek",
+                          "webhook-timestamp: 1614265330", "outbox-attempt: 1",
+                          "webhook-signature: v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+                          "Expect:"}));
+}
+
+TEST(RequestHeaders, EmptyEventTypeAndUserAgentAreOmitted) {
+  DeliveryHeaders h = basic();
+  h.event_type.clear();
+  h.user_agent.clear();
+  for (const auto& l : build_request_headers(h, "{}")) {
+    EXPECT_NE(l.rfind("outbox-event-type", 0), 0u) << l;
+    EXPECT_NE(l.rfind("User-Agent", 0), 0u) << l;
+  }
+}
+
+TEST(RequestHeaders, EndpointThenMessageHeadersWithOverride) {
+  DeliveryHeaders h = basic();
+  h.endpoint_headers = {{"Authorization", "Bearer endpoint"}, {"X-Team", "billing"}, {"X-Env", "prod"}};
+  h.message_headers = {{"x-team", "payments"}, {"X-Trace", "abc"}};
+  Lines lines = build_request_headers(h, "{}");
+  Lines user(lines.begin(), lines.begin() + 4);
+  EXPECT_EQ(user, (Lines{"Authorization: Bearer endpoint", "X-Env: prod", "x-team: payments", "X-Trace: abc"}));
+  EXPECT_EQ(lines[4], "Content-Type: application/json");
+}
+
+TEST(RequestHeaders, LaterDuplicateWithinOneListWins) {
+  DeliveryHeaders h = basic();
+  h.endpoint_headers = {{"X-A", "1"}, {"x-a", "2"}};
+  Lines lines = build_request_headers(h, "{}");
+  EXPECT_EQ(lines[0], "x-a: 2");
+  EXPECT_EQ(lines[1], "Content-Type: application/json");
+}
+
+TEST(RequestHeaders, ReservedUserHeadersAreDropped) {
+  DeliveryHeaders h = basic();
+  h.secret = kSecret;
+  h.endpoint_headers = {{"Content-Type", "text/plain"}, {"X-Keep", "1"}, {"Content-Length", "0"}};
+  h.message_headers = {{"WEBHOOK-ID", "forged"},          {"webhook-timestamp", "1"},
+                       {"Webhook-Signature", "v1,forged"}, {"outbox-event-type", "forged"},
+                       {"Outbox-Attempt", "99"},          {"user-agent", "evil"},
+                       {"Transfer-Encoding", "chunked"},  {"Expect", "100-continue"},
+                       {"Connection", "close"},           {"X-Keep-Too", "2"}};
+  Lines lines = build_request_headers(h, "{}");
+  ASSERT_EQ(lines.size(), 10u);
+  EXPECT_EQ(lines[0], "X-Keep: 1");
+  EXPECT_EQ(lines[1], "X-Keep-Too: 2");
+  for (const auto& l : lines) EXPECT_EQ(l.find("forged"), std::string::npos) << l;
+  for (const auto& l : lines) EXPECT_EQ(l.find("evil"), std::string::npos) << l;
+  EXPECT_EQ(lines.back(), "Expect:");
+}
+
+TEST(RequestHeaders, EmptyUserValueUsesCurlsSemicolonForm) {
+  DeliveryHeaders h = basic();
+  h.message_headers = {{"X-Empty", ""}};
+  EXPECT_EQ(build_request_headers(h, "{}")[0], "X-Empty;");
+}
+
+TEST(RequestHeaders, InvalidHeaderThrowsNamingItButNotItsValue) {
+  DeliveryHeaders h = basic();
+  h.message_headers = {{"X-Token", "SECRETVALUE\r\nX-Evil: 1"}};
+  try {
+    build_request_headers(h, "{}");
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("X-Token"), std::string::npos) << what;
+    EXPECT_EQ(what.find("SECRETVALUE"), std::string::npos) << what;
+  }
+}
+
+TEST(RequestHeaders, InvalidInputsThrow) {
+  auto throws = [](DeliveryHeaders h) { EXPECT_THROW(build_request_headers(h, "{}"), std::invalid_argument); };
+  DeliveryHeaders h = basic();
+  h.endpoint_headers = {{"Bad Name", "v"}};
+  throws(h);
+  h = basic();
+  h.message_headers = {{"", "v"}};
+  throws(h);
+  h = basic();
+  h.message_headers = {{"Webhook-Id", "x\ny"}};  // dropped, but still a bad message
+  throws(h);
+  h = basic();
+  h.event_type = "order\r\ncreated";
+  throws(h);
+  h = basic();
+  h.webhook_id = "id\n";
+  throws(h);
+  h = basic();
+  h.webhook_id.clear();
+  throws(h);
+  h = basic();
+  h.secret = "whsec_short";
+  throws(h);
+  h = basic();
+  h.message_headers = {{"X-Big", std::string(8193, 'v')}};
+  throws(h);
+}
