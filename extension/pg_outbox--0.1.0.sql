@@ -126,7 +126,8 @@ CREATE TABLE outbox.endpoints (
     breaker_failures    int NOT NULL DEFAULT 0,          -- consecutive retryable failures
     breaker_open_until  timestamptz,
     breaker_cooldown_ms bigint NOT NULL DEFAULT 0,
-    CHECK ((url IS NULL) <> (channel IS NULL))           -- HTTP or NOTIFY, never both
+    CONSTRAINT endpoints_url_xor_channel
+        CHECK ((url IS NULL) <> (channel IS NULL))       -- HTTP or NOTIFY, never both
 );
 COMMENT ON TABLE outbox.endpoints IS
     'pg_outbox destinations: an http(s) url or a NOTIFY channel; manage with outbox.create_endpoint() and friends';
@@ -247,6 +248,9 @@ SELECT pg_catalog.pg_extension_config_dump('outbox.endpoints', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.endpoint_secrets', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.messages', '');
 SELECT pg_catalog.pg_extension_config_dump('dlq.dead_letters', '');
+-- ... and the identity sequences' positions, so restored ids are never handed out again.
+SELECT pg_catalog.pg_extension_config_dump(pg_catalog.pg_get_serial_sequence('outbox.messages', 'id'), '');
+SELECT pg_catalog.pg_extension_config_dump(pg_catalog.pg_get_serial_sequence('dlq.dead_letters', 'id'), '');
 
 ------------------------------------------------------------------------------------------
 -- Endpoints
@@ -658,7 +662,7 @@ BEGIN
     IF v_keep < interval '0' THEN
         RAISE EXCEPTION 'older_than must not be negative'
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = format('older_than is %s.', v_keep);
+                  HINT = 'Pass how long sent messages are kept, e.g. interval ''1 day''; NULL uses pg_outbox.sent_retention.';
     END IF;
     v_cutoff := now() - v_keep;
 
@@ -681,8 +685,9 @@ COMMENT ON FUNCTION outbox.purge(interval) IS
 -- message's idempotency_key is the original key, or msg_<original id> when it had none,
 -- so a receiver that saw an earlier attempt can recognise it.  A requeue bypasses the
 -- endpoint's max_pending (it is an operator's decision).
--- Errors: unknown id 42704; requeued or discarded already 55000; endpoint gone 42704;
--- a message with the same idempotency key still in the outbox 23505.
+-- Errors: NULL id 22004; unknown id 42704 (undefined_object, as for unknown endpoints);
+-- requeued or discarded already 55000; endpoint gone 42704; a message with the same
+-- idempotency key still in the outbox 23505.
 CREATE FUNCTION dlq.requeue(id bigint, payload jsonb DEFAULT NULL)
     RETURNS bigint
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER

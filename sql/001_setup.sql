@@ -23,14 +23,14 @@ SELECT table_schema, table_name, column_name, data_type, is_nullable, column_def
 SELECT conrelid::regclass AS "table", contype, pg_get_constraintdef(oid) AS definition
   FROM pg_constraint
  WHERE connamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace) AND contype IN ('c', 'f')
- ORDER BY 1::text, 3;
+ ORDER BY conrelid::regclass::text, 3;
 
 -- Indexes.
 SELECT indexrelid::regclass AS index, pg_get_indexdef(indexrelid) AS definition
   FROM pg_index
  WHERE indrelid IN ('outbox.endpoints'::regclass, 'outbox.endpoint_secrets'::regclass,
                     'outbox.messages'::regclass, 'dlq.dead_letters'::regclass)
- ORDER BY 1::text;
+ ORDER BY indexrelid::regclass::text;
 
 -- The commit-time wake-up: one AFTER INSERT statement trigger.
 SELECT tgname, pg_get_triggerdef(oid) AS definition
@@ -42,11 +42,13 @@ SELECT p.oid::regprocedure AS function, l.lanname AS language, p.prosecdef AS se
        p.proconfig AS settings
   FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
  WHERE p.pronamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace)
- ORDER BY 1::text;
+ ORDER BY p.oid::regprocedure::text;
 
 -- The user-data tables are dumped by pg_dump.
-SELECT unnest(extconfig)::regclass AS dumped_table FROM pg_extension WHERE extname = 'pg_outbox'
- ORDER BY 1::text;
+SELECT c::regclass AS dumped_relation
+  FROM pg_extension, unnest(extconfig) AS c
+ WHERE extname = 'pg_outbox'
+ ORDER BY c::regclass::text;
 
 -- Nothing is granted to PUBLIC.
 SELECT n.nspname, has_schema_privilege('public', n.oid, 'USAGE') AS usage,
@@ -59,8 +61,8 @@ SELECT count(*) AS relations_public_can_touch
    AND has_table_privilege('public', c.oid, 'SELECT,INSERT,UPDATE,DELETE,TRUNCATE,REFERENCES,TRIGGER');
 SELECT count(*) AS sequences_public_can_use
   FROM pg_class c
- WHERE c.relnamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace) AND c.relkind = 'S'
-   AND has_sequence_privilege('public', c.oid, 'USAGE,SELECT,UPDATE');
+ WHERE c.relnamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace)
+   AND CASE WHEN c.relkind = 'S' THEN has_sequence_privilege('public', c.oid, 'USAGE,SELECT,UPDATE') END;
 SELECT count(*) AS functions_public_can_execute
   FROM pg_proc p
  WHERE p.pronamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace)

@@ -57,6 +57,7 @@ free_port() {
 start_cluster() {
   local dir=$1
   shift
+  mkdir -p "$dir"
   chown postgres: "$dir"
   CLUSTER_DIR=$dir
   CLUSTER_PORT=$(free_port)

@@ -3,20 +3,30 @@
 // Shape: requests wait in a FIFO queue until a slot is free (in flight < max_concurrency); a
 // started request lives in a Transfer, which owns an easy handle, its header list, its error
 // buffer and the Response being filled. Finished Transfers go back to an idle pool and their
-// easy handles are reused; connections live in the multi handle's connection cache, so they are
-// kept alive and reused across requests no matter which easy handle runs the next transfer.
+// easy handles are reused (options that never change are set once, when the handle is
+// created); connections live in the multi handle's connection cache, so they are kept alive and
+// reused across requests no matter which easy handle runs the next transfer.
+//
+// Event loop: libcurl is driven with curl_multi_socket_action. It tells us which sockets to
+// watch (CURLMOPT_SOCKETFUNCTION), and we keep them in an epoll instance owned by the client;
+// it tells us when it next needs to run for timeouts (CURLMOPT_TIMERFUNCTION), and we keep that
+// deadline. A wait is then one epoll_wait that returns only the ready sockets, instead of a
+// poll() over every socket in flight; finished transfers are read with curl_multi_info_read.
 #include "http/http_client.hpp"
 
 #include <curl/curl.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <stdexcept>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 
 #include "core/cpp_only.hpp"

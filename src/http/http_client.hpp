@@ -66,10 +66,11 @@ public:
     size_t in_flight() const;  // started, not finished
     size_t queued() const;     // submitted, not started
 
-    // Starts queued requests and drives transfers for at most timeout_ms, in curl_multi_poll
-    // slices; returns as soon as at least one response is ready (possibly empty on timeout).
-    // timeout_ms <= 0: just perform, never wait. Returns at once when nothing is in flight.
-    // Throws std::runtime_error only if the multi handle itself fails (out of memory).
+    // Starts queued requests and drives transfers for at most timeout_ms, waiting in epoll_wait
+    // (bounded by libcurl's next timer); returns as soon as at least one response is ready
+    // (possibly empty on timeout, or early when a signal interrupts the wait).
+    // timeout_ms <= 0: just process what is ready, never wait. Returns at once when nothing is
+    // in flight. Throws std::runtime_error only if the multi handle itself fails (out of memory).
     std::vector<Response> run(int timeout_ms);
 
     // Drops everything (used at shutdown): queued requests, transfers in flight (their handles

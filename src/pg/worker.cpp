@@ -54,7 +54,14 @@ void Worker::run() {
     SpinLockRelease(&shared_state->mutex);
     shared_state->worker_latch = MyLatch;
   });
-  pg_call([] { ereport(LOG, (errmsg("pg_outbox worker started for database \"%s\"", MyBgworkerEntry->bgw_extra))); });
+  // The worker's own commits need not wait for the WAL flush: a crash can only undo
+  // a claim (the row is pending again), a settle (the row is in_flight again, which
+  // the next worker puts back to pending) or a dead-lettering (likewise): each leads
+  // to one more delivery, never to a lost message. Producers' commits are untouched.
+  pg_call([] {
+    SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    ereport(LOG, (errmsg("pg_outbox worker started for database \"%s\"", MyBgworkerEntry->bgw_extra)));
+  });
 
   for (;;) {
     int timeout = wait_timeout_ms();

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# pg_outbox benchmarks (issue 5): one command, its own cluster (release build, the
+# extension preloaded), nginx as the fast receiver, the raw references measured in
+# the same run, and one table at the end. Not a pass/fail test: run by hand or with
+# `make bench`. RUNS=n sets the repetitions per figure (median reported).
+set -euo pipefail
+source "$(dirname "$0")/../test/lib.sh"
+BENCH=$REPO/bench
+RUNS=${RUNS:-3}
+BACKLOG=${BACKLOG:-100000}
+
+ensure_packages nginx-light wrk
+build_and_install
+
+work=$(mktemp -d /tmp/pg_outbox_bench.XXXXXX)
+chmod 755 "$work"
+cleanup() {
+  [ -f "$work/nginx.pid" ] && nginx -c "$work/nginx.conf" -s stop 2>/dev/null || true
+  [ -n "${RECEIVER_PID:-}" ] && kill "$RECEIVER_PID" 2>/dev/null || true
+  [ -n "${LISTENER_PID:-}" ] && kill "$LISTENER_PID" 2>/dev/null || true
+  stop_cluster
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# --- the receivers --------------------------------------------------------------
+NGINX_PORT=$(free_port)
+cat >"$work/nginx.conf" <<NGINX
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/nginx.error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx_body;
+  keepalive_requests 10000000;
+  server { listen 127.0.0.1:$NGINX_PORT; location / { return 200 "ok"; } }
+}
+NGINX
+nginx -c "$work/nginx.conf"
+
+start_cluster "$work/pg" "pg_outbox.database = 'bench'" "shared_buffers = '1GB'" "max_wal_size = '8GB'" \
+  "checkpoint_timeout = '30min'" "pg_outbox.breaker_threshold = 1000000"
+psql_cluster -c "CREATE DATABASE bench"
+bench_sql() { psql_cluster -d bench -At "$@"; }
+bench_sql -c "CREATE EXTENSION pg_outbox" \
+  -c "CREATE TABLE orders (id bigserial PRIMARY KEY, customer int NOT NULL, amount numeric NOT NULL, created_at timestamptz NOT NULL DEFAULT now())" \
+  -c "SELECT outbox.create_endpoint('http', url => 'http://127.0.0.1:$NGINX_PORT/hook')" \
+  -c "SELECT outbox.create_endpoint('ordered', url => 'http://127.0.0.1:$NGINX_PORT/ordered', ordered => true)" \
+  -c "SELECT outbox.create_endpoint('notify', channel => 'bench_notify')" \
+  -c "SELECT outbox.create_endpoint('parked', url => 'http://127.0.0.1:$NGINX_PORT/parked')" \
+  -c "SELECT outbox.pause_endpoint('parked')" >/dev/null
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+worker_pid() { bench_sql -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+now() { date +%s.%N; }
+
+# fill ENDPOINT N [KEYS]: a paused backlog of N ~200-byte JSON messages.
+fill() {
+  local keys=${3:-0}
+  bench_sql -c "SELECT outbox.pause_endpoint('$1')" \
+    -c "INSERT INTO outbox.messages (endpoint, event_type, payload, ordering_key)
+        SELECT '$1', 'order.created',
+               jsonb_build_object('order_id', g, 'customer', 'c' || g, 'note', repeat('x', 120)),
+               CASE WHEN $keys > 0 THEN 'k' || (g % $keys) END
+          FROM generate_series(1, $2) g" >/dev/null
+}
+# drain ENDPOINT N: resume, wait until nothing of it is unsent; prints msgs/s and
+# worker CPU ms per 1,000 messages.
+drain() {
+  local pid t0 t1 c0 c1
+  pid=$(worker_pid)
+  c0=$(cpu_ticks "$pid")
+  t0=$(now)
+  bench_sql -c "SELECT outbox.resume_endpoint('$1')" >/dev/null
+  while [ "$(bench_sql -c "SELECT count(*) FROM outbox.messages WHERE endpoint = '$1' AND status <> 'sent'")" != 0 ]; do
+    sleep 0.05
+  done
+  t1=$(now)
+  c1=$(cpu_ticks "$pid")
+  awk -v n="$2" -v t="$(echo "$t1 - $t0" | bc -l)" -v c="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN {printf "%.0f %.1f\n", n / t, c * 1000.0 / hz / (n / 1000.0)}'
+}
+drain_case() {  # ENDPOINT KEYS -> "msgs/s cpu_ms_per_1000" medians over RUNS
+  local rates=() cpus=() r
+  for _ in $(seq "$RUNS"); do
+    fill "$1" "$BACKLOG" "$2"
+    r=$(drain "$1" "$BACKLOG")
+    rates+=("${r% *}")
+    cpus+=("${r#* }")
+    bench_sql -c "DELETE FROM outbox.messages WHERE endpoint = '$1'" -c "VACUUM outbox.messages" >/dev/null
+  done
+  echo "$(printf '%s\n' "${rates[@]}" | median) $(printf '%s\n' "${cpus[@]}" | median)"
+}
+
+declare -A R
+log "1. enqueue overhead (pgbench, synchronous_commit = on, 4 clients, 10 s, endpoint paused)"
+printf '\\set c random(1, 100000)\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\n' >"$work/plain.sql"
+printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nSELECT outbox.enqueue('"'parked'"', jsonb_build_object('"'customer'"', :c, '"'amount'"', 10), event_type => '"'order.created'"');\nCOMMIT;\n' >"$work/one.sql"
+{
+  printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\n'
+  for i in $(seq 10); do printf "SELECT outbox.enqueue('parked', jsonb_build_object('customer', :c, 'line', $i), event_type => 'order.line');\n"; done
+  printf 'COMMIT;\n'
+} >"$work/ten.sql"
+chmod 644 "$work"/*.sql
+tps() { as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -T 10 -f "$work/$1.sql" bench 2>/dev/null | awk '/^tps/ {printf "%.0f\n", $3}'; }
+plain=() one=() ten=()
+for _ in $(seq "$RUNS"); do plain+=("$(tps plain)"); one+=("$(tps one)"); ten+=("$(tps ten)"); done
+R[tps_plain]=$(printf '%s\n' "${plain[@]}" | median)
+R[tps_one]=$(printf '%s\n' "${one[@]}" | median)
+R[tps_ten]=$(printf '%s\n' "${ten[@]}" | median)
+bench_sql -c "DELETE FROM outbox.messages" -c "TRUNCATE orders" -c "VACUUM outbox.messages" >/dev/null
+
+log "2. HTTP drain of a $BACKLOG-message backlog to nginx, and wrk against the same nginx"
+R[http]=$(drain_case http 0)
+R[wrk]=$(wrk -t1 -c64 -d5s -s "$BENCH/post.lua" "http://127.0.0.1:$NGINX_PORT/hook" | awk '/Requests\/sec/ {printf "%.0f", $2}')
+
+log "3. NOTIFY drain with a listener connected"
+as_postgres "$PG_BIN/psql" -X -q -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -d bench \
+  -c "LISTEN bench_notify" -c "SELECT pg_sleep(3600)" >/dev/null 2>&1 &
+LISTENER_PID=$!
+sleep 0.5
+R[notify]=$(drain_case notify 0)
+kill "$LISTENER_PID" 2>/dev/null || true
+LISTENER_PID=
+
+log "4. steady state: 1,000 messages/s for 30 s, COMMIT->receipt latency at the receiver"
+python3 "$REPO/test/webhook_receiver.py" --port 0 --ready-file "$work/receiver.port" --log "$work/receiver.jsonl" \
+  --max-seconds 600 >/dev/null 2>&1 &
+RECEIVER_PID=$!
+for _ in $(seq 100); do [ -s "$work/receiver.port" ] && break; sleep 0.1; done
+bench_sql -c "SELECT outbox.create_endpoint('latency', url => 'http://127.0.0.1:$(cat "$work/receiver.port")/latency')" >/dev/null
+printf "SELECT outbox.enqueue('latency', jsonb_build_object('t', extract(epoch FROM clock_timestamp())));\n" >"$work/latency.sql"
+chmod 644 "$work/latency.sql"
+as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -R 1000 -T 30 \
+  -f "$work/latency.sql" bench >/dev/null 2>&1
+sleep 2
+R[latency]=$(python3 "$BENCH/latency.py" "$work/receiver.jsonl")
+kill "$RECEIVER_PID" 2>/dev/null || true
+RECEIVER_PID=
+
+log "5. backlog scaling: case 2 with 1,000,000 retained sent rows and 100,000 dead letters"
+bench_sql -c "INSERT INTO outbox.messages (endpoint, payload, status, attempts, sent_at)
+              SELECT 'http', jsonb_build_object('order_id', g, 'note', repeat('x', 120)), 'sent', 1, now()
+                FROM generate_series(1, 1000000) g" \
+  -c "INSERT INTO dlq.dead_letters (message_id, endpoint, payload, reason_code, attempts, message_created_at)
+      SELECT g, 'http', jsonb_build_object('order_id', g), 'RETRY_EXHAUSTED', 10, now()
+        FROM generate_series(1, 100000) g" -c "VACUUM ANALYZE outbox.messages" -c "VACUUM ANALYZE dlq.dead_letters" >/dev/null
+retained_max=$(bench_sql -c "SELECT max(id) FROM outbox.messages")
+fill_backlog_case() {  # like drain_case, but keeps the retained rows
+  local rates=() r
+  for _ in $(seq "$RUNS"); do
+    fill http "$BACKLOG"
+    r=$(drain http "$BACKLOG")
+    rates+=("${r% *}")
+    bench_sql -c "DELETE FROM outbox.messages WHERE id > $retained_max" \
+      -c "VACUUM outbox.messages" >/dev/null
+  done
+  printf '%s\n' "${rates[@]}" | median
+}
+R[backlog]=$(fill_backlog_case)
+bench_sql -c "TRUNCATE outbox.messages, dlq.dead_letters" >/dev/null
+
+log "6. ordered endpoint, 1,000 keys"
+R[ordered]=$(drain_case ordered 1000)
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+http_rate=${R[http]% *}
+read -r lat_n lat_p50 lat_p95 lat_p99 lat_max <<<"${R[latency]}"
+cat <<TABLE
+
+pg_outbox benchmark — $(nproc) cores, $(awk -F: '/model name/ {print $2; exit}' /proc/cpuinfo | sed 's/^ *//'), PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}'), median of $RUNS runs
+| case                                   | result                         | reference / ratio                  |
+|----------------------------------------|--------------------------------|------------------------------------|
+| 1. enqueue overhead, 1 per transaction | ${R[tps_one]} TPS                      | plain ${R[tps_plain]} TPS, ratio $(ratio "${R[tps_one]}" "${R[tps_plain]}") |
+| 1. enqueue overhead, 10 per transaction| ${R[tps_ten]} TPS                      | ratio $(ratio "${R[tps_ten]}" "${R[tps_plain]}") to plain |
+| 2. HTTP drain ($BACKLOG msgs)            | $http_rate msg/s, ${R[http]#* } ms CPU/1k  | wrk on the same nginx ${R[wrk]} req/s |
+| 3. NOTIFY drain ($BACKLOG msgs)          | ${R[notify]% *} msg/s, ${R[notify]#* } ms CPU/1k |                                    |
+| 4. latency at 1,000 msg/s, 30 s        | p50 $lat_p50 ms, p95 $lat_p95 ms, p99 $lat_p99 ms | max $lat_max ms, $lat_n samples |
+| 5. HTTP drain with 1M sent + 100k DLQ  | ${R[backlog]} msg/s                     | ratio $(ratio "${R[backlog]}" "$http_rate") to case 2 |
+| 6. ordered endpoint, 1,000 keys        | ${R[ordered]% *} msg/s                     | ratio $(ratio "${R[ordered]% *}" "$http_rate") to case 2 |
+TABLE

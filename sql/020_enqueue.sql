@@ -1,0 +1,192 @@
+--
+-- enqueue: normal use, idempotency, deliver_at, backpressure (max_pending), the
+-- transaction it runs in, and bad input.
+--
+\set SHOW_CONTEXT never
+TRUNCATE outbox.messages, dlq.dead_letters RESTART IDENTITY;
+DELETE FROM outbox.endpoints;
+
+SELECT outbox.create_endpoint('billing', url => 'http://127.0.0.1:8080/hooks/billing',
+                              secret => 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw');
+SELECT outbox.create_endpoint('orders_feed', channel => 'orders');
+SELECT outbox.create_endpoint('limited', url => 'http://127.0.0.1:8080/hooks/limited', max_pending => 3);
+
+-- The messages without the timestamps that change from run to run.
+CREATE TEMP VIEW msgs AS
+SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key, status,
+       attempts, next_attempt_at <= now() AS due, lease_until, last_error, last_http_status,
+       first_failed_at, sent_at
+  FROM outbox.messages;
+
+------------------------------------------------------------------------------------------
+-- Normal use
+------------------------------------------------------------------------------------------
+SELECT outbox.enqueue('billing', '{"order_id": 42}'::jsonb, event_type => 'order.created');
+SELECT outbox.enqueue('billing', '{"order_id": 43, "lines": [1, 2]}'::jsonb,
+                      event_type => 'order.created',
+                      headers => '{"X-Request-Id": "r-1"}',
+                      ordering_key => 'customer-7',
+                      idempotency_key => 'order-43-created');
+SELECT outbox.enqueue('orders_feed', '{"order_id": 42}'::jsonb);
+-- Any JSON value is a payload, JSON null included.
+SELECT outbox.enqueue('orders_feed', '"just a string"'::jsonb);
+SELECT outbox.enqueue('orders_feed', 'null'::jsonb);
+SELECT outbox.enqueue('orders_feed', '[]'::jsonb, headers => '{}');
+SELECT * FROM msgs ORDER BY id;
+-- created_at and next_attempt_at are the enqueuing transaction's time.
+SELECT bool_and(next_attempt_at = created_at) AS due_at_creation FROM outbox.messages;
+
+-- Only the caller's transaction decides: a rolled-back enqueue leaves nothing.
+BEGIN;
+SELECT outbox.enqueue('billing', '{"order_id": 44}'::jsonb) AS rolled_back_id \gset
+SELECT count(*) AS visible_inside FROM outbox.messages WHERE id = :rolled_back_id;
+ROLLBACK;
+SELECT count(*) AS left_after_rollback FROM outbox.messages WHERE id = :rolled_back_id;
+-- Several in one transaction: all or none.
+BEGIN;
+SELECT outbox.enqueue('billing', jsonb_build_object('n', n)) IS NOT NULL AS enqueued
+  FROM generate_series(1, 3) AS n;
+COMMIT;
+SELECT count(*) AS committed_batch FROM outbox.messages WHERE payload ? 'n';
+
+-- A paused endpoint still accepts messages.
+SELECT outbox.pause_endpoint('orders_feed');
+SELECT outbox.enqueue('orders_feed', '{"while": "paused"}'::jsonb) > 0 AS accepted;
+SELECT outbox.resume_endpoint('orders_feed');
+
+-- A privileged role may also INSERT directly; the defaults fill the rest.
+INSERT INTO outbox.messages (endpoint, payload) VALUES ('billing', '{"direct": true}');
+SELECT endpoint, payload, status, attempts, next_attempt_at = created_at AS due_at_creation
+  FROM outbox.messages WHERE payload ? 'direct';
+
+------------------------------------------------------------------------------------------
+-- Idempotency
+------------------------------------------------------------------------------------------
+SELECT outbox.enqueue('billing', '{"v": 1}'::jsonb, idempotency_key => 'evt_1') AS first_id \gset
+-- Same endpoint and key: the same id, nothing inserted, the first payload kept.
+SELECT outbox.enqueue('billing', '{"v": 2}'::jsonb, idempotency_key => 'evt_1') = :first_id AS same_id;
+SELECT outbox.enqueue('billing', '{"v": 3}'::jsonb, event_type => 'other',
+                      idempotency_key => 'evt_1') = :first_id AS same_id;
+SELECT id = :first_id AS is_first, payload, event_type
+  FROM outbox.messages WHERE idempotency_key = 'evt_1';
+-- Twice in one transaction too.
+BEGIN;
+SELECT outbox.enqueue('billing', '{"v": 1}'::jsonb, idempotency_key => 'evt_2') AS tx_id \gset
+SELECT outbox.enqueue('billing', '{"v": 1}'::jsonb, idempotency_key => 'evt_2') = :tx_id AS same_id;
+COMMIT;
+SELECT count(*) AS rows_with_evt_2 FROM outbox.messages WHERE idempotency_key = 'evt_2';
+-- The key is per endpoint: another endpoint gets its own message.
+SELECT outbox.enqueue('orders_feed', '{"v": 1}'::jsonb, idempotency_key => 'evt_1') <> :first_id AS new_id;
+SELECT endpoint, count(*) FROM outbox.messages WHERE idempotency_key = 'evt_1'
+ GROUP BY endpoint ORDER BY endpoint;
+-- A retained sent message still holds its key ...
+UPDATE outbox.messages SET status = 'sent', sent_at = now() WHERE id = :first_id;
+SELECT outbox.enqueue('billing', '{"v": 4}'::jsonb, idempotency_key => 'evt_1') = :first_id AS same_id;
+-- ... until it is purged; then the key is free again.
+DELETE FROM outbox.messages WHERE id = :first_id;
+SELECT outbox.enqueue('billing', '{"v": 5}'::jsonb, idempotency_key => 'evt_1') > :first_id AS new_id;
+SELECT payload FROM outbox.messages WHERE endpoint = 'billing' AND idempotency_key = 'evt_1';
+-- 200 characters, and the characters a key may use.
+SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => repeat('k', 200)) > 0 AS accepted;
+SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => 'msg_2Rz-9:x/y_Z~ü') > 0 AS accepted;
+
+------------------------------------------------------------------------------------------
+-- deliver_at
+------------------------------------------------------------------------------------------
+SELECT outbox.enqueue('billing', '{"later": true}'::jsonb,
+                      deliver_at => now() + interval '1 hour') AS later_id \gset
+SELECT next_attempt_at > now() AS in_the_future,
+       next_attempt_at = created_at + interval '1 hour' AS exactly_then, status
+  FROM outbox.messages WHERE id = :later_id;
+-- A time in the past means at once.
+SELECT outbox.enqueue('billing', '{"past": true}'::jsonb,
+                      deliver_at => now() - interval '1 day') AS past_id \gset
+SELECT next_attempt_at = created_at AS due_at_creation FROM outbox.messages WHERE id = :past_id;
+SELECT outbox.enqueue('billing', '{"infinity": true}'::jsonb,
+                      deliver_at => '-infinity') AS past_id \gset
+SELECT next_attempt_at = created_at AS due_at_creation FROM outbox.messages WHERE id = :past_id;
+
+------------------------------------------------------------------------------------------
+-- Backpressure: max_pending counts undelivered (pending or in-flight) messages.
+------------------------------------------------------------------------------------------
+SELECT outbox.enqueue('limited', '{"n": 1}'::jsonb, idempotency_key => 'lim-1') AS lim_1 \gset
+SELECT outbox.enqueue('limited', '{"n": 2}'::jsonb) > 0 AS accepted;
+SELECT outbox.enqueue('limited', '{"n": 3}'::jsonb) > 0 AS accepted;
+SELECT outbox.enqueue('limited', '{"n": 4}'::jsonb);
+\echo :SQLSTATE
+SELECT outbox.enqueue('limited', '{"n": 4}'::jsonb, idempotency_key => 'lim-4');
+\echo :SQLSTATE
+-- A retried enqueue of a message already in is not new work: it gets its id.
+SELECT outbox.enqueue('limited', '{"n": 1}'::jsonb, idempotency_key => 'lim-1') = :lim_1 AS same_id;
+SELECT count(*) AS limited_rows FROM outbox.messages WHERE endpoint = 'limited';
+-- In-flight messages count; sent ones do not.
+UPDATE outbox.messages SET status = 'in_flight', attempts = 1, lease_until = now() + interval '5 min'
+ WHERE id = :lim_1;
+SELECT outbox.enqueue('limited', '{"n": 4}'::jsonb);
+\echo :SQLSTATE
+UPDATE outbox.messages SET status = 'sent', sent_at = now(), lease_until = NULL WHERE id = :lim_1;
+SELECT outbox.enqueue('limited', '{"n": 4}'::jsonb) > 0 AS accepted;
+SELECT outbox.enqueue('limited', '{"n": 5}'::jsonb);
+\echo :SQLSTATE
+-- Raising the limit lets more in.
+SELECT outbox.alter_endpoint('limited', max_pending => 4);
+SELECT outbox.enqueue('limited', '{"n": 5}'::jsonb) > 0 AS accepted;
+SELECT outbox.enqueue('limited', '{"n": 6}'::jsonb);
+\echo :SQLSTATE
+SELECT status, count(*) FROM outbox.messages WHERE endpoint = 'limited' GROUP BY status ORDER BY status;
+
+------------------------------------------------------------------------------------------
+-- Bad input: each refused, nothing inserted.
+------------------------------------------------------------------------------------------
+SELECT count(*) AS messages_before FROM outbox.messages \gset
+-- NULL payload, NULL endpoint, unknown endpoint.
+SELECT outbox.enqueue('billing', NULL);
+\echo :SQLSTATE
+SELECT outbox.enqueue(NULL, '{}'::jsonb);
+\echo :SQLSTATE
+SELECT outbox.enqueue('nope', '{}'::jsonb);
+\echo :SQLSTATE
+SELECT outbox.enqueue('Billing', '{}'::jsonb);
+\echo :SQLSTATE
+-- Headers: not an object, a value that is not a string, CR/LF in a name or value.
+SELECT outbox.enqueue('billing', '{}'::jsonb, headers => '[]');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, headers => '"X-A: 1"');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, headers => '{"X-A": 1}');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, headers => '{"X-A": null}');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, headers => '{"X-A\r\nX-Injected": "1"}');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, headers => '{"X-A": "1\r\nX-Injected: 1"}');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, headers => '{"X-A": "1\n"}');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, headers => '{"X A": "1"}');
+\echo :SQLSTATE
+-- Idempotency keys: ".", whitespace, control characters, empty, 201 characters.
+SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => 'order.42');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => 'order 42');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => E'order\t42');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => E'order-42\n');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => E'order\u00a042');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => E'order\x0142');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => '');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => repeat('k', 201));
+\echo :SQLSTATE
+-- event_type travels in a header: no CR/LF.
+SELECT outbox.enqueue('billing', '{}'::jsonb, event_type => E'order.created\r\nX-Injected: 1');
+\echo :SQLSTATE
+SELECT count(*) - :messages_before AS inserted_by_bad_calls FROM outbox.messages;
+
+-- Clean up for the next file.
+TRUNCATE outbox.messages;
+SELECT outbox.drop_endpoint(name) FROM outbox.endpoints ORDER BY name;

@@ -1,0 +1,134 @@
+--
+-- Observability: outbox.endpoint_stats, outbox.metrics() (Prometheus text format),
+-- outbox.worker_status(), and outbox.purge().
+--
+\set SHOW_CONTEXT never
+TRUNCATE outbox.messages, dlq.dead_letters RESTART IDENTITY;
+DELETE FROM outbox.endpoints;
+
+SELECT outbox.create_endpoint('alpha', url => 'http://127.0.0.1:8080/hooks/alpha',
+                              secret => 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw');
+SELECT outbox.create_endpoint('beta', channel => 'beta');
+SELECT outbox.create_endpoint('gamma', url => 'http://127.0.0.1:8080/hooks/gamma');
+SELECT outbox.create_endpoint('idle', url => 'http://127.0.0.1:8080/hooks/idle');
+
+-- alpha: 3 pending (the oldest waiting 10 minutes), 1 in flight, 2 sent.
+SELECT count(outbox.enqueue('alpha', jsonb_build_object('n', n))) FROM generate_series(1, 6) AS n;
+UPDATE outbox.messages SET created_at = created_at - interval '10 minutes',
+                           next_attempt_at = next_attempt_at - interval '10 minutes'
+ WHERE id = 1;
+UPDATE outbox.messages SET status = 'in_flight', attempts = 1, lease_until = now() + interval '5 min'
+ WHERE id = 4;
+UPDATE outbox.messages SET status = 'sent', attempts = 1, sent_at = now() WHERE id IN (5, 6);
+-- beta: only a message scheduled for tomorrow: it is pending but not waiting yet.
+SELECT outbox.enqueue('beta', '{}'::jsonb, deliver_at => now() + interval '1 day') > 0 AS scheduled;
+-- gamma: paused, circuit open, a message retried once already (waiting since creation
+-- although its next attempt is later), and open and closed dead letters.
+SELECT outbox.pause_endpoint('gamma');
+UPDATE outbox.endpoints SET breaker_state = 'open', breaker_failures = 10,
+                            breaker_open_until = now() + interval '30 seconds',
+                            breaker_cooldown_ms = 30000
+ WHERE name = 'gamma';
+SELECT outbox.enqueue('gamma', '{"retried": true}'::jsonb) AS gamma_id \gset
+UPDATE outbox.messages SET attempts = 1, created_at = created_at - interval '1 hour',
+                           next_attempt_at = now() + interval '1 minute',
+                           last_error = 'HTTP 500', last_http_status = 500
+ WHERE id = :gamma_id;
+INSERT INTO dlq.dead_letters (message_id, endpoint, event_type, payload, reason_code,
+                              message_created_at, dead_at, requeued_at, discarded_at)
+VALUES (901, 'gamma', 'a', '{}', 'RETRY_EXHAUSTED', now() - interval '2 hours', now() - interval '2 hours', NULL, NULL),
+       (902, 'gamma', 'a', '{}', 'RETRY_EXHAUSTED', now() - interval '1 hour', now() - interval '1 hour', NULL, NULL),
+       (903, 'gamma', 'b', '{}', 'HTTP_CLIENT_ERROR', now(), now(), NULL, NULL),
+       (904, 'gamma', 'b', '{}', 'HTTP_CLIENT_ERROR', now(), now(), now(), NULL),
+       (905, 'gamma', 'b', '{}', 'HTTP_CLIENT_ERROR', now(), now(), NULL, now()),
+       -- an endpoint that no longer exists, with a name that needs escaping in a label
+       (906, E'old"one\\x\ny', NULL, '{}', 'ENDPOINT_DROPPED', now(), now(), NULL, NULL);
+
+------------------------------------------------------------------------------------------
+-- outbox.endpoint_stats
+------------------------------------------------------------------------------------------
+SELECT endpoint, pending, in_flight, sent, dead,
+       oldest_pending_age IS NULL AS nothing_waiting,
+       oldest_pending_age >= interval '10 minutes' AS waiting_10min,
+       oldest_pending_age >= interval '1 hour' AS waiting_1h,
+       paused, breaker_state, breaker_failures, breaker_open_until > now() AS open_until_later
+  FROM outbox.endpoint_stats ORDER BY endpoint;
+
+------------------------------------------------------------------------------------------
+-- outbox.metrics()
+------------------------------------------------------------------------------------------
+-- One line per row; ages that are not zero are shown as <age> (they depend on the clock).
+SELECT regexp_replace(line, '(_age_seconds\{.*\}) (?!0$)[0-9.]+$', '\1 <age>') AS line
+  FROM regexp_split_to_table(outbox.metrics(), E'\n') WITH ORDINALITY AS t(line, n)
+ ORDER BY n;
+-- The exposition ends with a line feed; every sample line is "name{labels} value".
+SELECT right(outbox.metrics(), 1) = E'\n' AS ends_with_newline;
+SELECT count(*) AS malformed_lines
+  FROM regexp_split_to_table(rtrim(outbox.metrics(), E'\n'), E'\n') AS line
+ WHERE line !~ '^# (HELP|TYPE) pg_outbox_[a-z_]+ .+$'
+   AND line !~ '^pg_outbox_[a-z_]+\{([a-z_]+="([^"\\\n]|\\[\\"n])*",?)+\} [0-9]+(\.[0-9]+)?$';
+-- Ages: the oldest waiting message of alpha is 10 minutes old, gamma's one hour; gamma's
+-- oldest open dead letter two hours.
+SELECT substring(outbox.metrics() FROM 'pg_outbox_oldest_pending_age_seconds\{endpoint="alpha"\} ([0-9.]+)')::numeric
+       BETWEEN 600 AND 3600 AS alpha_age_ok,
+       substring(outbox.metrics() FROM 'pg_outbox_oldest_pending_age_seconds\{endpoint="gamma"\} ([0-9.]+)')::numeric
+       BETWEEN 3600 AND 7200 AS gamma_age_ok,
+       substring(outbox.metrics() FROM 'pg_outbox_dead_letter_oldest_age_seconds\{endpoint="gamma"\} ([0-9.]+)')::numeric
+       BETWEEN 7200 AND 10800 AS gamma_dead_age_ok;
+-- Never a secret.
+SELECT position('whsec_' IN outbox.metrics()) = 0 AS no_secret_in_metrics;
+SELECT position('MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' IN outbox.metrics()) = 0 AS no_secret_key_in_metrics;
+
+------------------------------------------------------------------------------------------
+-- outbox.worker_status(): one row; the worker serves another database here, so only its
+-- shape is checked.
+------------------------------------------------------------------------------------------
+SELECT count(*) AS rows FROM outbox.worker_status();
+SELECT pg_typeof(pid) AS pid, pg_typeof(database) AS database, pg_typeof(state) AS state,
+       pg_typeof(started_at) AS started_at, pg_typeof(last_loop_at) AS last_loop_at,
+       pg_typeof(in_flight) AS in_flight, pg_typeof(sent) AS sent,
+       pg_typeof(retried) AS retried, pg_typeof(dead_lettered) AS dead_lettered
+  FROM outbox.worker_status();
+SELECT database = 'postgres' AS serves_postgres, sent >= 0 AND retried >= 0 AND dead_lettered >= 0 AS counters_ok
+  FROM outbox.worker_status();
+SELECT count(*) AS counters_for_this_database
+  FROM outbox._delivery_counters() WHERE endpoint IN (SELECT name FROM outbox.endpoints);
+
+------------------------------------------------------------------------------------------
+-- outbox.purge()
+------------------------------------------------------------------------------------------
+-- alpha's sent messages: one sent two days ago, one an hour ago; and one sent now.
+UPDATE outbox.messages SET sent_at = now() - interval '2 days' WHERE id = 5;
+UPDATE outbox.messages SET sent_at = now() - interval '1 hour' WHERE id = 6;
+SELECT outbox.enqueue('alpha', '{"n": 7}'::jsonb) AS sent_now \gset
+UPDATE outbox.messages SET status = 'sent', attempts = 1, sent_at = now() WHERE id = :sent_now;
+SELECT id, status FROM outbox.messages WHERE status = 'sent' ORDER BY id;
+-- Bad input first: a negative interval, and nothing is deleted.
+SELECT outbox.purge(interval '-1 second');
+\echo :SQLSTATE
+SELECT outbox.purge(interval '-1 day');
+\echo :SQLSTATE
+SELECT count(*) AS sent_rows FROM outbox.messages WHERE status = 'sent';
+-- Explicit retention: nothing is three days old.
+SELECT outbox.purge(interval '3 days');
+-- The GUC's retention (the default here: one day): the one sent two days ago.
+SHOW pg_outbox.sent_retention;
+SELECT outbox.purge();
+SELECT id FROM outbox.messages WHERE status = 'sent' ORDER BY id;
+SELECT outbox.purge(NULL);
+-- Half an hour: the one sent an hour ago.
+SELECT outbox.purge(interval '30 minutes');
+SELECT id FROM outbox.messages WHERE status = 'sent' ORDER BY id;
+-- Zero: every sent message, the one sent in this very transaction included.
+BEGIN;
+SELECT outbox.enqueue('alpha', '{"n": 8}'::jsonb) AS sent_in_tx \gset
+UPDATE outbox.messages SET status = 'sent', attempts = 1, sent_at = now() WHERE id = :sent_in_tx;
+SELECT outbox.purge(interval '0');
+COMMIT;
+SELECT count(*) AS sent_rows FROM outbox.messages WHERE status = 'sent';
+-- Only sent messages are ever purged.
+SELECT status, count(*) FROM outbox.messages GROUP BY status ORDER BY status;
+
+-- Clean up for the next file.
+TRUNCATE outbox.messages, dlq.dead_letters;
+SELECT outbox.drop_endpoint(name) FROM outbox.endpoints ORDER BY name;

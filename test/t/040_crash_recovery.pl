@@ -1,0 +1,289 @@
+#!/usr/bin/perl
+# Crash recovery: the at-least-once guarantee under the worst the server can suffer.
+#
+#  (a) 2,000 committed messages (plus rolled-back ones) drain to a slow receiver and
+#      the worker is killed with SIGKILL mid-drain: the postmaster reinitializes,
+#      the worker comes back, every committed message arrives, nothing else does.
+#  (b) the same with an immediate server shutdown mid-drain and a restart.
+#  (c) SIGKILL while a request hangs: the claimed message is delivered after the
+#      restart, once with a 200.
+#
+# Each scenario has its own endpoint and receiver path.  Duplicates are allowed
+# (at-least-once) and only reported; a lost message, a rolled-back one that
+# arrives, or a row not ending as 'sent' fails the test.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $COMMITTED_TX = 20;     # committed transactions of ...
+my $PER_TX       = 100;    # ... this many messages each = 2,000
+my $ROLLED_TX    = 3;      # rolled-back transactions interleaved with them
+my $DRAIN_S      = 60;     # bound on the wait for a full drain
+
+my $node = new_outbox_node(
+	'crash',
+	'pg_outbox.breaker_threshold' => 100000,
+	'restart_after_crash'         => 'on');
+my $recv = start_receiver();
+
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+for my $s (qw(a b c))
+{
+	my $url = $recv->url("/hooks/$s");
+	$node->safe_psql('postgres',
+		"SELECT outbox.create_endpoint('crash_$s', url => '$url')");
+}
+
+# ---------------------------------------------------------------------------
+# helpers
+
+sub worker_pid
+{
+	my $pid = $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'");
+	return $pid =~ /^(\d+)$/ ? $1 : undef;
+}
+
+# Waits (bounded) until the server accepts connections and a worker other than
+# $old_pid runs.
+sub wait_for_new_worker
+{
+	my ($old_pid, $timeout) = @_;
+	my $pid;
+	wait_until(
+		sub {
+			my ($rc, $out) = (0, '');
+			$rc = $node->psql('postgres',
+				"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'",
+				stdout => \$out, on_error_stop => 0);
+			return 0 unless $rc == 0 && $out =~ /^(\d+)$/;
+			return 0 if defined $old_pid && $1 == $old_pid;
+			$pid = $1;
+			return 1;
+		},
+		$timeout // 30,
+		'a new pg_outbox worker');
+	return $pid;
+}
+
+# Enqueues $COMMITTED_TX committed transactions of $PER_TX messages to endpoint
+# crash_$s, with $ROLLED_TX rolled-back transactions of $PER_TX interleaved.
+# Returns (\%committed_ids, \%rolled_back_ids).
+sub enqueue_all
+{
+	my ($s) = @_;
+	my (%committed, %rolled);
+	my $every = int($COMMITTED_TX / ($ROLLED_TX + 1)) || 1;
+	my $rolled_done = 0;
+	for my $tx (1 .. $COMMITTED_TX)
+	{
+		my $ids = $node->safe_psql('postgres', qq{
+			BEGIN;
+			SELECT string_agg(outbox.enqueue('crash_$s',
+			           jsonb_build_object('scenario', '$s', 'tx', $tx, 'n', g, 'fate', 'committed'),
+			           event_type => 'crash.test')::text, ',')
+			  FROM generate_series(1, $PER_TX) g;
+			COMMIT;});
+		$committed{$_} = 1 for split /,/, $ids;
+		if ($tx % $every == 0 && $rolled_done < $ROLLED_TX)
+		{
+			$rolled_done++;
+			$ids = $node->safe_psql('postgres', qq{
+				BEGIN;
+				SELECT string_agg(outbox.enqueue('crash_$s',
+				           jsonb_build_object('scenario', '$s', 'tx', -$tx, 'n', g, 'fate', 'rolled_back'),
+				           event_type => 'crash.test')::text, ',')
+				  FROM generate_series(1, $PER_TX) g;
+				ROLLBACK;});
+			$rolled{$_} = 1 for split /,/, $ids;
+		}
+	}
+	return (\%committed, \%rolled);
+}
+
+sub received_on
+{
+	my ($path) = @_;
+	return $recv->stats->{by_path}{$path} // 0;
+}
+
+sub all_sent
+{
+	my ($s, $n) = @_;
+	my $row = $node->safe_psql('postgres', qq{
+		SELECT count(*) FILTER (WHERE status = 'sent') = $n
+		   AND count(*) = $n
+		  FROM outbox.messages WHERE endpoint = 'crash_$s'});
+	return $row eq 't';
+}
+
+# The assertions shared by (a) and (b).
+sub check_delivery
+{
+	my ($s, $committed, $rolled, $label) = @_;
+	my $n = scalar keys %$committed;
+
+	my $t0 = time;
+	ok(wait_until(sub { all_sent($s, $n) }, $DRAIN_S, "$label: all rows sent"),
+		"$label: every committed message is marked sent");
+	note(sprintf '%s: drained %.1f s after recovery', $label, time - $t0);
+
+	my $rows = $node->safe_psql('postgres', qq{
+		SELECT status, count(*) FROM outbox.messages WHERE endpoint = 'crash_$s'
+		 GROUP BY status ORDER BY status});
+	is($rows, "sent|$n", "$label: outbox rows of the endpoint: all $n sent");
+	is($node->safe_psql('postgres',
+			"SELECT count(*) FROM dlq.dead_letters WHERE endpoint = 'crash_$s'"),
+		'0', "$label: nothing dead-lettered");
+
+	# The rows' ids are exactly the committed ones (the rolled-back never existed).
+	my %in_table = map { $_ => 1 } split /\n/,
+	  $node->safe_psql('postgres',
+		"SELECT id FROM outbox.messages WHERE endpoint = 'crash_$s' ORDER BY id");
+	is_deeply(\%in_table, $committed, "$label: outbox rows == committed enqueues");
+
+	my $reqs = $recv->requests(path => "/hooks/$s");
+	my (%seen, @foreign, $rolled_arrived, $rolled_bodies);
+	$rolled_arrived = $rolled_bodies = 0;
+	for my $r (@$reqs)
+	{
+		my $wid = $r->{headers}{'webhook-id'} // '';
+		$seen{$wid}++;
+		if ($wid =~ /^msg_(\d+)$/ && $rolled->{$1}) { $rolled_arrived++ }
+		$rolled_bodies++ if ($r->{body} // '') =~ /rolled_back/;
+	}
+	my %expected = map { ("msg_$_" => 1) } keys %$committed;
+	my @lost  = sort grep { !$seen{$_} } keys %expected;
+	my @extra = sort grep { !$expected{$_} } keys %seen;
+	my $distinct = scalar keys %seen;
+	my $dups = 0;
+	$dups += $_ - 1 for values %seen;
+	my @dup_ids = sort grep { $seen{$_} > 1 } keys %seen;
+
+	is(scalar @lost, 0, "$label: no committed message lost")
+	  or diag("lost: @lost[0 .. ($#lost < 19 ? $#lost : 19)]");
+	is(scalar @extra, 0, "$label: no webhook-id other than the committed messages'")
+	  or diag("unexpected: @extra[0 .. ($#extra < 19 ? $#extra : 19)]");
+	is($rolled_arrived, 0, "$label: no rolled-back message id arrived");
+	is($rolled_bodies,  0, "$label: no rolled-back payload arrived");
+	is($distinct, $n, "$label: distinct webhook-ids received == committed");
+	note("$label: duplicates (at-least-once): $dups"
+		  . (@dup_ids ? " e.g. @dup_ids[0 .. ($#dup_ids < 9 ? $#dup_ids : 9)]" : ''));
+	note(sprintf '%s SUMMARY: committed=%d received_distinct=%d requests=%d duplicates=%d lost=%d rolled_back_arrived=%d',
+		$label, $n, $distinct, scalar(@$reqs), $dups, scalar(@lost), $rolled_arrived);
+	return;
+}
+
+# Enqueues to a paused endpoint, resumes it, waits until $kill_after requests
+# have arrived (the drain is under way), then runs $crash->().
+sub drain_with_crash
+{
+	my ($s, $crash, $label) = @_;
+	$recv->add_rule(path => "/hooks/$s", delay_ms => 15);
+	$node->safe_psql('postgres', "SELECT outbox.pause_endpoint('crash_$s')");
+	my ($committed, $rolled) = enqueue_all($s);
+	my $n = scalar keys %$committed;
+	is($n, $COMMITTED_TX * $PER_TX, "$label: $n messages committed");
+	is(scalar keys %$rolled, $ROLLED_TX * $PER_TX,
+		"$label: " . ($ROLLED_TX * $PER_TX) . " messages rolled back");
+
+	my $t0 = time;
+	$node->safe_psql('postgres', "SELECT outbox.resume_endpoint('crash_$s')");
+	ok(wait_until(sub { received_on("/hooks/$s") >= 200 }, 30, "$label: drain under way"),
+		"$label: the drain is under way");
+	my $before = received_on("/hooks/$s");
+	my $sent_before = $node->safe_psql('postgres',
+		"SELECT count(*) FROM outbox.messages WHERE endpoint = 'crash_$s' AND status = 'sent'");
+	$crash->();
+	note(sprintf '%s: crashed %.2f s into the drain, %d requests received, %d rows sent before',
+		$label, time - $t0, $before, $sent_before);
+	cmp_ok($sent_before, '<', $n, "$label: the crash interrupted the drain");
+	return ($committed, $rolled);
+}
+
+# ---------------------------------------------------------------------------
+# (a) SIGKILL of the worker mid-drain
+
+{
+	my $label = '(a) kill -9 worker';
+	my $old_pid = worker_pid();
+	ok(defined $old_pid, "$label: the worker runs (pid " . ($old_pid // '?') . ')');
+	my $log_offset = -s $node->logfile;
+	my ($committed, $rolled) = drain_with_crash(
+		'a',
+		sub {
+			my $pid = worker_pid();
+			is(kill('KILL', $pid), 1, "$label: SIGKILL sent to worker $pid");
+		},
+		$label);
+	my $new_pid = wait_for_new_worker($old_pid, 30);
+	ok(defined $new_pid, "$label: a new worker runs (pid " . ($new_pid // '?') . ')');
+	ok($node->log_contains(
+			qr/all server processes terminated; reinitializing/, $log_offset),
+		"$label: the postmaster went through crash recovery");
+	check_delivery('a', $committed, $rolled, $label);
+	ok($node->log_contains(qr/claimed messages of a previous worker are pending again/,
+			$log_offset),
+		"$label: the new worker put the dead worker's claims back");
+}
+
+# ---------------------------------------------------------------------------
+# (b) immediate shutdown mid-drain, then start
+
+{
+	my $label = '(b) immediate stop';
+	my ($committed, $rolled) = drain_with_crash(
+		'b',
+		sub {
+			$node->stop('immediate');
+			$node->start;
+		},
+		$label);
+	ok(defined wait_for_new_worker(undef, 30), "$label: the worker runs again");
+	check_delivery('b', $committed, $rolled, $label);
+}
+
+# ---------------------------------------------------------------------------
+# (c) SIGKILL while a request hangs
+
+{
+	my $label = '(c) kill -9 during a hung request';
+	$recv->add_rule(path => '/hooks/c', action => 'hang', times => 1, hang_ms => 60000);
+	my $id = $node->safe_psql('postgres',
+		q{SELECT outbox.enqueue('crash_c', '{"hang": true}', event_type => 'crash.hang')});
+	ok(wait_until(sub { received_on('/hooks/c') >= 1 }, 15, "$label: first request"),
+		"$label: the first request arrived and hangs");
+	is($node->safe_psql('postgres', "SELECT status FROM outbox.messages WHERE id = $id"),
+		'in_flight', "$label: the message is in flight");
+	my $old_pid = worker_pid();
+	my $log_offset = -s $node->logfile;
+	is(kill('KILL', $old_pid), 1, "$label: SIGKILL sent to worker $old_pid");
+	ok(defined wait_for_new_worker($old_pid, 30), "$label: a new worker runs");
+	ok(wait_until(sub { all_sent('c', 1) }, 30, "$label: message sent"),
+		"$label: the message is delivered after the restart");
+
+	my $reqs = $recv->requests(path => '/hooks/c');
+	my @ok = grep { ($_->{response} // '') eq '200' } @$reqs;
+	is(scalar @ok, 1, "$label: delivered with a 200 exactly once");
+	is($reqs->[0]{response}, 'hang', "$label: the first request was the hung one");
+	my %ids = map { ($_->{headers}{'webhook-id'} // '') => 1 } @$reqs;
+	is_deeply([ keys %ids ], ["msg_$id"], "$label: every attempt carried webhook-id msg_$id");
+	my ($attempts, $sent_at) = split /\|/, $node->safe_psql('postgres',
+		"SELECT attempts, sent_at IS NOT NULL FROM outbox.messages WHERE id = $id");
+	is($sent_at, 't', "$label: sent_at is set");
+	note("$label: attempts counted $attempts; requests received " . scalar(@$reqs)
+		  . '; outbox-attempt headers: '
+		  . join(',', map { $_->{headers}{'outbox-attempt'} // '?' } @$reqs));
+	note(sprintf '%s SUMMARY: committed=1 received_distinct=%d requests=%d delivered_200=%d lost=%d',
+		$label, scalar(keys %ids), scalar(@$reqs), scalar(@ok), @ok ? 0 : 1);
+}
+
+$node->stop;
+$recv->stop;
+done_testing();

@@ -1,0 +1,349 @@
+# Ordered delivery (SPEC §3 "Ordering"): on an endpoint created with
+# ordered => true, messages of one ordering_key reach the receiver strictly in id
+# order, one at a time; the next waits while the head retries and goes on once the
+# head is sent or dead; other keys (and messages without a key) flow in parallel.
+# An unordered endpoint ignores ordering keys.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use OutboxTest;
+use Encode ();
+use JSON::PP;
+use List::Util qw(max min sum);
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes ();
+
+my $KEYS        = 50;    # ordering keys of the big run
+my $PER_KEY     = 40;    # messages per key
+my $FAST_KEYS   = 50;    # keys of the throughput runs
+my $FAST_PER    = 20;    # messages per key in the throughput runs
+my $DELAY_MS    = 20;    # the receiver's answer time in the throughput runs
+my $KEYLESS     = 40;    # messages without a key on the ordered throughput endpoint
+
+my $node = new_outbox_node(
+	'ordering',
+	'pg_outbox.backoff_base'      => '50ms',
+	'pg_outbox.backoff_max'       => '300ms',
+	'pg_outbox.breaker_threshold' => '100000',    # keep the breaker out of the way
+	'pg_outbox.max_concurrency'   => '64');
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+
+my $recv = start_receiver();
+my $json = JSON::PP->new->utf8;
+
+# Ordered endpoint, 20 % of first attempts answered 503.
+$recv->add_rule(path => '/hooks/ord', status => 503, fail_ratio => 0.2, seed => 7);
+# Ordered endpoint whose head retries twice and then dies (400).
+$recv->add_rule(path => '/hooks/dead', status => 503, times => 2);
+$recv->add_rule(path => '/hooks/dead', status => 400, times => 1);
+# Throughput runs: every request takes DELAY_MS to answer.
+$recv->add_rule(path => '/hooks/ofast', status => 200, delay_ms => $DELAY_MS);
+$recv->add_rule(path => '/hooks/ufast', status => 200, delay_ms => $DELAY_MS);
+
+$node->safe_psql(
+	'postgres', sprintf(
+		q{SELECT outbox.create_endpoint('ord', url => '%s', ordered => true, max_attempts => 20);
+		  SELECT outbox.create_endpoint('odead', url => '%s', ordered => true, max_attempts => 20);
+		  SELECT outbox.create_endpoint('ofast', url => '%s', ordered => true);
+		  SELECT outbox.create_endpoint('ufast', url => '%s', ordered => false);},
+		$recv->url('/hooks/ord'), $recv->url('/hooks/dead'),
+		$recv->url('/hooks/ofast'), $recv->url('/hooks/ufast')));
+
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(name || '=' || ordered, ',' ORDER BY name) FROM outbox.endpoints}),
+	'odead=true,ofast=true,ord=true,ufast=false',
+	'endpoints created with the intended ordered flags');
+
+sub count_sent
+{
+	my ($endpoint) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT count(*) FROM outbox.messages WHERE endpoint = '$endpoint' AND status = 'sent'");
+}
+
+# Seconds from the first enqueue to the last sent, measured by the database.
+sub drain_seconds
+{
+	my ($endpoint) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT round(extract(epoch FROM max(sent_at) - min(created_at))::numeric, 3)
+		   FROM outbox.messages WHERE endpoint = '$endpoint'");
+}
+
+# Enqueue interleaved across keys: seq 0 of every key, then seq 1 of every key, ...
+# (one transaction, so ids follow that order).
+sub enqueue_interleaved
+{
+	my ($endpoint, $keys, $per_key, $keyless) = @_;
+	$keyless //= 0;
+	$node->safe_psql(
+		'postgres', qq{
+		DO \$\$
+		BEGIN
+		  FOR s IN 0 .. $per_key - 1 LOOP
+		    FOR k IN 0 .. $keys - 1 LOOP
+		      PERFORM outbox.enqueue('$endpoint',
+		                jsonb_build_object('key', 'k' || k, 'seq', s),
+		                event_type => 'test.ordered', ordering_key => 'k' || k);
+		    END LOOP;
+		  END LOOP;
+		  FOR s IN 0 .. $keyless - 1 LOOP
+		    PERFORM outbox.enqueue('$endpoint', jsonb_build_object('key', NULL, 'seq', s),
+		                           event_type => 'test.keyless');
+		  END LOOP;
+		END
+		\$\$});
+}
+
+# Requests of one path, with the payload decoded: [ {key, seq, time, response, attempt} ].
+sub receipts
+{
+	my ($path) = @_;
+	my @out;
+	for my $r (@{ $recv->requests(path => $path) })
+	{
+		my $p = $json->decode(Encode::encode('UTF-8', $r->{body}));
+		push @out,
+		  {
+			key      => $p->{key},
+			seq      => $p->{seq},
+			time     => $r->{time},
+			rseq     => $r->{seq},
+			response => $r->{response},
+			attempt  => $r->{headers}{'outbox-attempt'},
+		  };
+	}
+	return [ sort { $a->{rseq} <=> $b->{rseq} } @out ];
+}
+
+# Largest number of distinct keys with a request open at the same moment, a
+# request being open from its receipt until DELAY_MS later (the receiver's delay).
+sub max_keys_in_flight
+{
+	my ($rs, $delay_s) = @_;
+	my @sorted = sort { $a->{time} <=> $b->{time} } grep { defined $_->{key} } @$rs;
+	my $best = 0;
+	my $lo = 0;
+	for my $i (0 .. $#sorted)
+	{
+		my $t = $sorted[$i]{time};
+		$lo++ while $sorted[$lo]{time} + $delay_s <= $t;
+		my %keys = map { $sorted[$_]{key} => 1 } $lo .. $i;
+		$best = keys %keys if keys %keys > $best;
+	}
+	return $best;
+}
+
+# Per key: receipt times in receipt order -> smallest gap between two consecutive
+# requests of the same key, and how many consecutive pairs overlapped (gap < delay).
+sub same_key_gaps
+{
+	my ($rs, $delay_s) = @_;
+	my %by_key;
+	push @{ $by_key{ $_->{key} // '<none>' } }, $_->{time} for @$rs;
+	my ($min_gap, $overlaps, %overlapping_keys) = (1e9, 0);
+	for my $k (keys %by_key)
+	{
+		my @t = sort { $a <=> $b } @{ $by_key{$k} };
+		for my $i (1 .. $#t)
+		{
+			my $gap = $t[$i] - $t[ $i - 1 ];
+			$min_gap = $gap if $gap < $min_gap;
+			if ($gap < $delay_s * 0.9)
+			{
+				$overlaps++;
+				$overlapping_keys{$k} = 1;
+			}
+		}
+	}
+	return ($min_gap, $overlaps, scalar keys %overlapping_keys);
+}
+
+###############################################################################
+# 1. 50 keys x 40 messages with 20 % transient failures, plus a key whose head dies.
+###############################################################################
+my $total = $KEYS * $PER_KEY;
+my $t0 = Time::HiRes::time();
+enqueue_interleaved('ord', $KEYS, $PER_KEY);
+$node->safe_psql(
+	'postgres', q{
+	SELECT outbox.enqueue('odead', jsonb_build_object('key', 'dead', 'seq', s),
+	                      event_type => 'test.dead', ordering_key => 'dead')
+	  FROM generate_series(0, 9) s ORDER BY s});
+# The ids of one key follow seq (the order the tests below compare against).
+is( $node->safe_psql('postgres', q{
+		SELECT count(*) FROM (
+		  SELECT (payload->>'seq')::int AS seq,
+		         lag((payload->>'seq')::int) OVER (PARTITION BY endpoint, ordering_key ORDER BY id) AS prev
+		    FROM outbox.messages WHERE endpoint IN ('ord', 'odead')) x
+		 WHERE prev IS NOT NULL AND seq <> prev + 1}),
+	'0', 'within each key, ids follow seq');
+
+ok(wait_until(sub { count_sent('ord') == $total }, 60, 'all ordered messages sent'),
+	"all $total messages of the ordered endpoint are sent")
+  or diag $node->safe_psql('postgres',
+	q{SELECT status, attempts, count(*) FROM outbox.messages WHERE endpoint = 'ord' GROUP BY 1, 2 ORDER BY 1, 2});
+my $wall_ord = Time::HiRes::time() - $t0;
+ok(wait_until(sub { count_sent('odead') == 9 }, 20, 'dead key drained'),
+	'the 9 messages behind the dead head are sent');
+
+my $rs = receipts('/hooks/ord');
+my %by_key;
+push @{ $by_key{ $_->{key} } }, $_ for @$rs;
+is(scalar(keys %by_key), $KEYS, "receipts for all $KEYS keys");
+
+# (a) successful receipts per key: seq 0..39, strictly increasing, no gaps.
+my @bad_success;
+for my $k (sort keys %by_key)
+{
+	my @ok = map { $_->{seq} } grep { $_->{response} eq '200' } @{ $by_key{$k} };
+	my $want = join ',', 0 .. $PER_KEY - 1;
+	push @bad_success, "$k: " . join(',', @ok) if join(',', @ok) ne $want;
+}
+is(scalar @bad_success, 0,
+	'per key, successful receipts are exactly seq 0..39 in receipt order')
+  or diag join "\n", @bad_success[ 0 .. min(4, $#bad_success) ];
+
+# (b) every receipt (failed ones included): only the current head of the key is
+# ever sent; seq N+1 never arrives before seq N succeeded, and nothing comes back.
+my @bad_order;
+for my $k (sort keys %by_key)
+{
+	my $head = 0;
+	for my $r (@{ $by_key{$k} })
+	{
+		if ($r->{seq} != $head)
+		{
+			push @bad_order,
+			  "$k: receipt #$r->{rseq} seq $r->{seq} (response $r->{response}) while the head was $head";
+			last;
+		}
+		$head++ if $r->{response} eq '200';
+	}
+}
+is(scalar @bad_order, 0, 'per key, no message is sent before its predecessor succeeded')
+  or diag join "\n", @bad_order[ 0 .. min(4, $#bad_order) ];
+
+# The failure path was really exercised, and each failure was retried.
+my $failed = grep { $_->{response} eq '503' } @$rs;
+cmp_ok($failed, '>', $total * 0.1, "transient 503s were injected ($failed of $total first attempts)");
+is(scalar(@$rs), $total + $failed, 'one extra attempt per 503, nothing delivered twice');
+is( $node->safe_psql('postgres',
+		"SELECT count(*) FILTER (WHERE attempts = 2) || '/' || count(*) FILTER (WHERE attempts > 2)
+		   FROM outbox.messages WHERE endpoint = 'ord'"),
+	"$failed/0", 'the database counted the same attempts');
+
+# The database agrees: sent_at strictly increases along each key's ids (one
+# settle transaction never sent two messages of a key).
+is( $node->safe_psql('postgres', q{
+		SELECT count(*) FROM (
+		  SELECT sent_at, lag(sent_at) OVER (PARTITION BY ordering_key ORDER BY id) AS prev
+		    FROM outbox.messages WHERE endpoint = 'ord') x
+		 WHERE prev IS NOT NULL AND sent_at <= prev}),
+	'0', 'per key, sent_at strictly increases with id');
+
+my $drain_ord = drain_seconds('ord');
+note sprintf('ordered, %d keys x %d msgs, 20%% first-attempt 503s (backoff 50..300 ms): '
+	  . 'drain %.2f s in the database (%.0f msgs/s), %.2f s wall, %d requests',
+	$KEYS, $PER_KEY, $drain_ord, $total / ($drain_ord || 1e-9), $wall_ord, scalar @$rs);
+
+# The dead head: two 503s, then a 400 -> DLQ; the rest of its key goes on in order.
+my @dead = @{ receipts('/hooks/dead') };
+is( join(' ', map { "$_->{seq}:$_->{response}" } @dead),
+	'0:503 0:503 0:400 ' . join(' ', map { "$_:200" } 1 .. 9),
+	'dead key: the head is retried alone, dies, then seq 1..9 follow in order');
+is( $node->safe_psql('postgres', q{
+		SELECT string_agg(concat_ws('|', endpoint, ordering_key, payload->>'seq', reason_code,
+		                            http_status, attempts), ',')
+		  FROM dlq.dead_letters}),
+	'odead|dead|0|HTTP_CLIENT_ERROR|400|3',
+	'the only dead letter is the head of key "dead" after 3 attempts');
+is( $node->safe_psql('postgres', q{
+		SELECT count(*) FROM outbox.messages WHERE endpoint = 'odead' AND payload->>'seq' = '0'}),
+	'0', 'the dead head left the outbox');
+
+###############################################################################
+# 2. Throughput and concurrency: ordered vs unordered, every answer takes 20 ms.
+###############################################################################
+my $fast_total = $FAST_KEYS * $FAST_PER;
+my $delay_s = $DELAY_MS / 1000;
+
+enqueue_interleaved('ofast', $FAST_KEYS, $FAST_PER, $KEYLESS);
+ok( wait_until(sub { count_sent('ofast') == $fast_total + $KEYLESS }, 30, 'ofast drained'),
+	'ordered throughput run drained');
+my $drain_ofast = drain_seconds('ofast');
+
+enqueue_interleaved('ufast', $FAST_KEYS, $FAST_PER);
+ok(wait_until(sub { count_sent('ufast') == $fast_total }, 30, 'ufast drained'),
+	'unordered throughput run drained');
+my $drain_ufast = drain_seconds('ufast');
+
+my $ofast = receipts('/hooks/ofast');
+my $ufast = receipts('/hooks/ufast');
+is(scalar(@$ofast), $fast_total + $KEYLESS, 'ordered run: one request per message');
+is(scalar(@$ufast), $fast_total, 'unordered run: one request per message');
+
+# Ordered: one at a time per key, so two requests of a key are at least the
+# receiver's answer time apart...
+my @ofast_keyed = grep { defined $_->{key} } @$ofast;
+my ($o_min_gap, $o_overlaps) = same_key_gaps(\@ofast_keyed, $delay_s);
+cmp_ok($o_min_gap, '>=', $delay_s * 0.95,
+	sprintf('ordered: requests of one key never overlap (smallest same-key gap %.1f ms)', $o_min_gap * 1000));
+# ... in order ...
+my @o_bad;
+my %o_by_key;
+push @{ $o_by_key{ $_->{key} } }, $_->{seq} for @ofast_keyed;
+for my $k (keys %o_by_key)
+{
+	push @o_bad, $k if join(',', @{ $o_by_key{$k} }) ne join(',', 0 .. $FAST_PER - 1);
+}
+is(scalar @o_bad, 0, 'ordered: every key received seq 0..19 in order');
+# ... while many keys are in flight together.
+my $o_keys_in_flight = max_keys_in_flight($ofast, $delay_s);
+cmp_ok($o_keys_in_flight, '>=', 10,
+	"ordered: up to $o_keys_in_flight different keys were in flight at the same moment");
+my $serial_s = ($fast_total + $KEYLESS) * $delay_s;
+cmp_ok($drain_ofast, '<', $serial_s / 4,
+	sprintf('ordered: drain %.2f s, far below the %.1f s a serial delivery would take',
+		$drain_ofast, $serial_s));
+# Messages without a key on an ordered endpoint flow in parallel.
+my @keyless = grep { !defined $_->{key} } @$ofast;
+my ($kl_min_gap, $kl_overlaps) = same_key_gaps(\@keyless, $delay_s);
+cmp_ok($kl_overlaps, '>', 0,
+	"ordered endpoint: messages without a key overlap ($kl_overlaps overlapping pairs)");
+
+# Unordered: ordering keys mean nothing, messages of one key overlap.
+my ($u_min_gap, $u_overlaps, $u_keys) = same_key_gaps($ufast, $delay_s);
+cmp_ok($u_keys, '>=', $FAST_KEYS / 2,
+	"unordered: requests of one key overlap ($u_overlaps pairs, $u_keys keys)");
+my $u_keys_in_flight = max_keys_in_flight($ufast, $delay_s);
+my $u_max_open = 0;
+{
+	# requests open at one moment, any key
+	my @t = sort { $a <=> $b } map { $_->{time} } @$ufast;
+	my $lo = 0;
+	for my $i (0 .. $#t)
+	{
+		$lo++ while $t[$lo] + $delay_s <= $t[$i];
+		$u_max_open = $i - $lo + 1 if $i - $lo + 1 > $u_max_open;
+	}
+}
+cmp_ok($u_max_open, '>', $FAST_KEYS,
+	"unordered: more requests in flight ($u_max_open) than there are keys");
+
+note sprintf('throughput with a %d ms receiver, %d keys x %d msgs: ordered %.2f s (%.0f msgs/s, '
+	  . 'up to %d keys in flight), unordered %.2f s (%.0f msgs/s, up to %d requests in flight); '
+	  . 'serial would be %.1f s',
+	$DELAY_MS, $FAST_KEYS, $FAST_PER, $drain_ofast, ($fast_total + $KEYLESS) / ($drain_ofast || 1e-9),
+	$o_keys_in_flight, $drain_ufast, $fast_total / ($drain_ufast || 1e-9), $u_max_open, $serial_s);
+
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dlq.dead_letters WHERE endpoint <> 'odead'}),
+	'0', 'no other dead letters');
+unlike(slurp_file($node->logfile), qr/circuit for endpoint/, 'the breaker never opened');
+
+$recv->stop;
+$node->stop;
+done_testing();
