@@ -16,7 +16,9 @@ PROVE_TESTS  = test/t/*.pl
 # PostgreSQL headers as system headers: their C idioms (register, unused parameters)
 # warn under C++17, and we want warnings about our code only.
 PG_CPPFLAGS = -Isrc -isystem $(shell $(PG_CONFIG) --includedir-server)
-PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wshadow -Wno-missing-field-initializers
+# -MMD -MP: each object records the headers it includes (src/*/*.d), so that changing
+# a header rebuilds every object that uses it; PGXS tracks no C++ dependencies itself.
+PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wshadow -Wno-missing-field-initializers -MMD -MP
 ifdef WERROR
 PG_CXXFLAGS += -Werror
 endif
@@ -28,6 +30,9 @@ override with_llvm = no
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+-include $(OBJS:.o=.d)
+EXTRA_CLEAN = $(OBJS:.o=.d) build
 
 .PHONY: format unit bench
 format:

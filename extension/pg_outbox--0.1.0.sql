@@ -174,9 +174,11 @@ CREATE TABLE outbox.messages (
 COMMENT ON TABLE outbox.messages IS
     'pg_outbox messages waiting for delivery (and, for pg_outbox.sent_retention, the sent ones)';
 
--- The worker's claim: due pending messages, oldest first
--- (status = 'pending' AND next_attempt_at <= now() ORDER BY next_attempt_at, id).
-CREATE INDEX messages_claim_idx ON outbox.messages (next_attempt_at, id)
+-- The worker's claim, one endpoint at a time: that endpoint's due pending messages,
+-- oldest first (endpoint = $1 AND status = 'pending' AND next_attempt_at <= now()
+-- ORDER BY next_attempt_at, id). Leading with the endpoint keeps the claim's cost
+-- proportional to what it takes, whatever backlog paused or circuit-open endpoints hold.
+CREATE INDEX messages_claim_idx ON outbox.messages (endpoint, next_attempt_at, id)
     WHERE status = 'pending';
 -- Lease expiry: in-flight messages whose claim ran out (a worker that died mid-delivery).
 CREATE INDEX messages_lease_idx ON outbox.messages (lease_until)

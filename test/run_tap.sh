@@ -9,7 +9,8 @@ src=$(readable_repo)
 work=$(mktemp -d /tmp/pg_outbox_tap.XXXXXX)
 chown postgres: "$work"
 pgxs=$("$PG_BIN/pg_config" --pkglibdir)/pgxs
-tests=("$@")
+tests=()
+for t in "$@"; do tests+=("$(realpath "$t")"); done  # prove runs from the work directory
 [ ${#tests[@]} -gt 0 ] || tests=("$src"/test/t/*.pl)
 log "prove ${#tests[@]} TAP files"
 cd "$work"

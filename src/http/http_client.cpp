@@ -12,6 +12,14 @@
 // it tells us when it next needs to run for timeouts (CURLMOPT_TIMERFUNCTION), and we keep that
 // deadline. A wait is then one epoll_wait that returns only the ready sockets, instead of a
 // poll() over every socket in flight; finished transfers are read with curl_multi_info_read.
+//
+// libcurl removes a connection's socket from the watch list when its transfer ends and adds it
+// back when the next transfer reuses the connection, usually within the same pass. The sockets
+// of connections are opened and closed by our own callbacks (CURLOPT_OPENSOCKETFUNCTION,
+// CURLOPT_CLOSESOCKETFUNCTION), so for those the client knows when a socket number stops
+// naming the same socket and can leave them in epoll while unwatched: no epoll_ctl per
+// request. Any other socket libcurl may hand us (e.g. the threaded resolver's) is added and
+// removed exactly as asked.
 #include "http/http_client.hpp"
 
 #include <curl/curl.h>
@@ -40,6 +48,9 @@ constexpr std::size_t kRetryAfterLimit = 128;
 // Connecting never gets more than this, even when the whole-transfer timeout is longer.
 constexpr long kMaxConnectTimeoutMs = 10'000;
 constexpr const char* kAllowedProtocols = "http,https";
+// Added when the caller's headers have no Expect line (see Transfer::configure). libcurl only
+// reads header lists, never writes to them.
+char kNoExpect[] = "Expect:";
 
 struct EasyDeleter {
     void operator()(CURL* easy) const noexcept { curl_easy_cleanup(easy); }
@@ -47,12 +58,8 @@ struct EasyDeleter {
 struct MultiDeleter {
     void operator()(CURLM* multi) const noexcept { curl_multi_cleanup(multi); }
 };
-struct SlistDeleter {
-    void operator()(curl_slist* list) const noexcept { curl_slist_free_all(list); }
-};
 using EasyPtr = std::unique_ptr<CURL, EasyDeleter>;
 using MultiPtr = std::unique_ptr<CURLM, MultiDeleter>;
-using SlistPtr = std::unique_ptr<curl_slist, SlistDeleter>;
 
 // curl_global_init is not thread-safe and must run once per process before any other call.
 // It is never undone: the worker process owns libcurl until it exits.
@@ -96,15 +103,27 @@ bool has_header(const std::vector<std::string>& headers, std::string_view name) 
 
 }  // namespace
 
+// What the client knows about a socket number (Client::Impl::sockets is indexed by it).
+struct SocketState {
+    bool ours = false;        // opened by on_open_socket, so on_close_socket sees it closed
+    bool wanted = false;      // libcurl currently waits on it
+    bool registered = false;  // in epoll's interest list, with the events below
+    uint32_t events = 0;
+};
+
 // One request from start to finish. Heap-allocated and never moved while in flight: libcurl
-// holds pointers to error_buffer, to request.body (POSTFIELDS) and to the Transfer itself
-// (callback user data).
+// holds pointers to error_buffer, to request.body (POSTFIELDS), to the header lines (the
+// header list points into request.headers) and to the Transfer itself (callback user data).
 struct Transfer {
     Request request;
     Response response;
-    SlistPtr header_list;
+    // CURLOPT_HTTPHEADER list, built in place: each node points at a line of request.headers,
+    // so starting a request allocates nothing for its headers (curl_slist_append would copy
+    // every line). Capacity is kept across requests.
+    std::vector<curl_slist> header_nodes;
     char error_buffer[CURL_ERROR_SIZE] = {};
-    EasyPtr easy;  // declared last: destroyed first, while what it points at still exists
+    size_t slot = 0;  // index in Client::Impl::active while in flight
+    EasyPtr easy;     // declared last: destroyed first, while what it points at still exists
 
     // CURLOPT_WRITEFUNCTION: keep the first kBodyHeadLimit bytes, accept (and drop) the rest.
     static size_t on_body(char* data, size_t size, size_t nmemb, void* user) {
@@ -135,43 +154,19 @@ struct Transfer {
         return n;
     }
 
-    // Sets every option from scratch: the handle may have run another request before.
-    CURLcode configure() {
+    // The options that are the same for every request, set once on a new handle. The handle is
+    // never curl_easy_reset: configure() sets every per-request option each time, so nothing
+    // of a previous request is left over.
+    CURLcode setup(curl_opensocket_callback open_socket, curl_closesocket_callback close_socket,
+                   void* sockets_user) {
         CURL* e = easy.get();
-        curl_easy_reset(e);
-        error_buffer[0] = '\0';
-
-        // Our own header lines, plus "Expect:" so that libcurl does not wait for a
-        // "100 Continue" before sending bodies over 1 KiB (a round trip, or a 1 s stall against
-        // receivers that ignore Expect).
-        header_list.reset();
-        curl_slist* list = nullptr;
-        auto append = [&list](const char* line) {
-            curl_slist* grown = curl_slist_append(list, line);
-            if (!grown) return false;
-            list = grown;
-            return true;
-        };
-        for (const auto& line : request.headers) {
-            if (!append(line.c_str())) {
-                curl_slist_free_all(list);
-                return CURLE_OUT_OF_MEMORY;
-            }
-        }
-        if (!has_header(request.headers, "Expect") && !append("Expect:")) {
-            curl_slist_free_all(list);
-            return CURLE_OUT_OF_MEMORY;
-        }
-        header_list.reset(list);
-
-        const long timeout_ms = std::max(1L, request.timeout_ms);
         CURLcode rc = CURLE_OK;
         auto check = [&rc](CURLcode c) {
             if (rc == CURLE_OK) rc = c;
         };
+        check(curl_easy_setopt(e, CURLOPT_PRIVATE, static_cast<void*>(this)));
         check(curl_easy_setopt(e, CURLOPT_ERRORBUFFER, error_buffer));
         check(curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L));
-        check(curl_easy_setopt(e, CURLOPT_URL, request.url.c_str()));
         check(curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, kAllowedProtocols));
         check(curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, kAllowedProtocols));
         check(curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L));
@@ -184,17 +179,45 @@ struct Transfer {
         check(curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L));
         check(curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L));
         check(curl_easy_setopt(e, CURLOPT_POST, 1L));
+        check(curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Transfer::on_body));
+        check(curl_easy_setopt(e, CURLOPT_WRITEDATA, static_cast<void*>(this)));
+        check(curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Transfer::on_header));
+        check(curl_easy_setopt(e, CURLOPT_HEADERDATA, static_cast<void*>(this)));
+        check(curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket));
+        check(curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, sockets_user));
+        check(curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, close_socket));
+        check(curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, sockets_user));
+        return rc;
+    }
+
+    // The options of this request (all of them: the handle may have run another one before).
+    CURLcode configure() {
+        CURL* e = easy.get();
+        error_buffer[0] = '\0';
+
+        // Our own header lines, plus "Expect:" so that libcurl does not wait for a
+        // "100 Continue" before sending bodies over 1 KiB (a round trip, or a 1 s stall against
+        // receivers that ignore Expect).
+        header_nodes.clear();
+        for (auto& line : request.headers) header_nodes.push_back({line.data(), nullptr});
+        if (!has_header(request.headers, "Expect")) header_nodes.push_back({kNoExpect, nullptr});
+        for (size_t i = 1; i < header_nodes.size(); ++i)
+            header_nodes[i - 1].next = &header_nodes[i];
+
+        const long timeout_ms = std::max(1L, request.timeout_ms);
+        CURLcode rc = CURLE_OK;
+        auto check = [&rc](CURLcode c) {
+            if (rc == CURLE_OK) rc = c;
+        };
+        check(curl_easy_setopt(e, CURLOPT_URL, request.url.c_str()));
         check(curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
                                static_cast<curl_off_t>(request.body.size())));
         check(curl_easy_setopt(e, CURLOPT_POSTFIELDS, request.body.data()));
-        check(curl_easy_setopt(e, CURLOPT_HTTPHEADER, header_list.get()));
+        check(curl_easy_setopt(e, CURLOPT_HTTPHEADER,
+                               header_nodes.empty() ? nullptr : header_nodes.data()));
         check(curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms));
         check(curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
                                std::min(timeout_ms, kMaxConnectTimeoutMs)));
-        check(curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &Transfer::on_body));
-        check(curl_easy_setopt(e, CURLOPT_WRITEDATA, this));
-        check(curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Transfer::on_header));
-        check(curl_easy_setopt(e, CURLOPT_HEADERDATA, this));
         return rc;
     }
 
@@ -215,21 +238,58 @@ struct Transfer {
             error_buffer[0] != '\0' ? std::string(error_buffer) : curl_easy_strerror(result);
     }
 
-    // Back to the idle pool: release what belonged to the request, keep the easy handle.
+    // Back to the idle pool: release what belonged to the request, keep the easy handle (and
+    // the header nodes' capacity). libcurl keeps pointers into the old request (URL excepted,
+    // it copies that) until configure() replaces them, but never uses them outside a transfer.
     void clear() {
         request = Request{};
         response = Response{};
-        header_list.reset();
+        header_nodes.clear();
     }
 };
 
 struct Client::Impl {
+    using Clock = std::chrono::steady_clock;
+
     MultiPtr multi;
+    int epoll_fd = -1;  // the sockets libcurl asked us to watch (and idle ones of ours)
+    std::vector<epoll_event> events;
+    std::vector<SocketState> sockets;  // indexed by socket number
+    bool timer_armed = false;  // libcurl wants curl_multi_socket_action(TIMEOUT) at timer_due
+    Clock::time_point timer_due;
+    // Transfers whose socket could not be added to epoll (ENOMEM, ENOSPC): they are failed
+    // rather than left to hang until their timeout.
+    std::vector<std::pair<CURL*, int>> unwatchable;
+
     size_t max_concurrency = 1;
-    std::deque<Request> waiting;                                  // submitted, not started
-    std::unordered_map<CURL*, std::unique_ptr<Transfer>> active;  // added to the multi handle
-    std::vector<std::unique_ptr<Transfer>> idle;                  // finished, handle reusable
+    std::deque<Request> waiting;                    // submitted, not started
+    std::vector<std::unique_ptr<Transfer>> active;  // added to the multi handle; see Transfer::slot
+    std::vector<std::unique_ptr<Transfer>> idle;    // finished, handle reusable
     std::vector<Response> ready;  // finished, not returned yet (run() threw after collecting)
+
+    Impl() {
+        epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+        if (epoll_fd < 0)
+            throw std::runtime_error(std::string("epoll_create1 failed: ") + std::strerror(errno));
+    }
+
+    ~Impl() {
+        remove_all_active();  // unregisters their sockets: epoll_fd must still be open
+        idle.clear();
+        multi.reset();  // closes the cached connections
+        if (epoll_fd >= 0) close(epoll_fd);
+    }
+
+    void init_multi() {
+        multi.reset(curl_multi_init());
+        if (!multi) throw std::runtime_error("curl_multi_init failed");
+        CURLM* m = multi.get();
+        if (curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, &Impl::on_socket) != CURLM_OK ||
+            curl_multi_setopt(m, CURLMOPT_SOCKETDATA, static_cast<void*>(this)) != CURLM_OK ||
+            curl_multi_setopt(m, CURLMOPT_TIMERFUNCTION, &Impl::on_timer) != CURLM_OK ||
+            curl_multi_setopt(m, CURLMOPT_TIMERDATA, static_cast<void*>(this)) != CURLM_OK)
+            throw std::runtime_error("curl_multi_setopt failed");
+    }
 
     void apply_limits() {
         const long n = static_cast<long>(max_concurrency);
@@ -243,6 +303,143 @@ struct Client::Impl {
             curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, n) != CURLM_OK ||
             curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, n) != CURLM_OK)
             throw std::runtime_error("curl_multi_setopt failed");
+        // Room for every socket of a full wait (one per transfer, two while a connection
+        // attempt races IPv6 against IPv4); more would simply be returned by the next wait.
+        events.resize(std::min<size_t>(2 * max_concurrency + 8, 4096));
+    }
+
+    SocketState& socket_state(curl_socket_t s) {
+        const auto i = static_cast<size_t>(s);
+        if (i >= sockets.size()) sockets.resize(std::max<size_t>(i + 1, 2 * sockets.size()));
+        return sockets[i];
+    }
+
+    // Adds the socket to epoll, or changes its events. Returns 0 or an errno.
+    int watch(curl_socket_t s, SocketState& st, uint32_t wanted_events) {
+        epoll_event ev{};
+        ev.events = wanted_events;
+        ev.data.fd = s;
+        int op = st.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+        int rc = epoll_ctl(epoll_fd, op, s, &ev);
+        if (rc != 0 && (errno == ENOENT || errno == EEXIST)) {
+            // Our bookkeeping and the kernel's disagree (a socket we did not see closed, its
+            // number reused): trust the kernel.
+            op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+            rc = epoll_ctl(epoll_fd, op, s, &ev);
+        }
+        if (rc != 0) {
+            const int err = errno;
+            st.registered = false;
+            return err;
+        }
+        st.registered = true;
+        st.events = wanted_events;
+        return 0;
+    }
+
+    void unwatch(curl_socket_t s, SocketState& st) {
+        // May fail harmlessly (already closed, hence already out of the interest list).
+        if (st.registered) epoll_ctl(epoll_fd, EPOLL_CTL_DEL, s, nullptr);
+        st.registered = false;
+    }
+
+    // CURLMOPT_SOCKETFUNCTION: what libcurl waits for on a socket.
+    static int on_socket(CURL* easy, curl_socket_t s, int what, void* user, void*) {
+        auto* self = static_cast<Impl*>(user);
+        if (s < 0) return 0;
+        SocketState& st = self->socket_state(s);
+        if (what == CURL_POLL_REMOVE) {
+            st.wanted = false;
+            // Ours stay in epoll until closed or reported ready while unwanted (see dispatch).
+            if (!st.ours) self->unwatch(s, st);
+            return 0;
+        }
+        st.wanted = true;
+        const uint32_t wanted_events =
+            ((what & CURL_POLL_IN) ? EPOLLIN : 0u) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0u);
+        // Only for our sockets is "registered" known to still be true (see on_close_socket).
+        if (st.ours && st.registered && st.events == wanted_events) return 0;
+        if (const int err = self->watch(s, st, wanted_events))
+            self->unwatchable.emplace_back(easy, err);
+        return 0;
+    }
+
+    // CURLOPT_OPENSOCKETFUNCTION: what libcurl would do itself, plus close-on-exec, and a note
+    // that the socket is ours.
+    static curl_socket_t on_open_socket(void* user, curlsocktype, curl_sockaddr* address) {
+        auto* self = static_cast<Impl*>(user);
+        const int s = socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
+        if (s < 0) return CURL_SOCKET_BAD;
+        SocketState& st = self->socket_state(s);
+        st = SocketState{};  // a new socket: nothing registered under this number
+        st.ours = true;
+        return s;
+    }
+
+    // CURLOPT_CLOSESOCKETFUNCTION: libcurl closes a connection's socket.
+    static int on_close_socket(void* user, curl_socket_t s) {
+        auto* self = static_cast<Impl*>(user);
+        if (s >= 0 && static_cast<size_t>(s) < self->sockets.size()) {
+            SocketState& st = self->sockets[static_cast<size_t>(s)];
+            self->unwatch(s, st);
+            st = SocketState{};
+        }
+        return close(s);
+    }
+
+    // CURLMOPT_TIMERFUNCTION: -1 removes the timer, 0 means "as soon as possible".
+    static int on_timer(CURLM*, long timeout_ms, void* user) {
+        auto* self = static_cast<Impl*>(user);
+        self->timer_armed = timeout_ms >= 0;
+        if (self->timer_armed)
+            self->timer_due = Clock::now() + std::chrono::milliseconds(timeout_ms);
+        return 0;
+    }
+
+    void socket_action(curl_socket_t s, int ev_bitmask) {
+        int running = 0;
+        const CURLMcode mrc = curl_multi_socket_action(multi.get(), s, ev_bitmask, &running);
+        if (mrc != CURLM_OK)
+            throw std::runtime_error(std::string("curl_multi_socket_action failed: ") +
+                                     curl_multi_strerror(mrc));
+    }
+
+    // Runs libcurl's timeouts if they are due (this also starts newly added transfers, which
+    // libcurl schedules with a zero timeout). The timer is re-armed by the callback; running it
+    // early is harmless (libcurl then calls the callback again with what is left).
+    void run_timer_if_due(Clock::time_point now) {
+        if (!timer_armed || timer_due > now) return;
+        timer_armed = false;
+        socket_action(CURL_SOCKET_TIMEOUT, 0);
+    }
+
+    // One epoll_wait of at most wait_ms, then libcurl runs the transfers of the ready sockets.
+    // Returns false if the wait was interrupted by a signal.
+    bool wait_and_dispatch(int wait_ms) {
+        const int n = epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), wait_ms);
+        if (n < 0) {
+            if (errno == EINTR) return false;
+            throw std::runtime_error(std::string("epoll_wait failed: ") + std::strerror(errno));
+        }
+        for (int i = 0; i < n; ++i) {
+            const curl_socket_t s = events[i].data.fd;
+            const uint32_t e = events[i].events;
+            SocketState& st = socket_state(s);
+            if (!st.wanted) {
+                // An idle connection of ours (e.g. the server closed it): stop watching it.
+                // libcurl finds out when it next tries to reuse it, or prunes it.
+                unwatch(s, st);
+                continue;
+            }
+            int mask = 0;
+            // Hang-up and error: let libcurl read (and write) to find out what happened;
+            // a zero mask would make it poll the socket itself.
+            if (e & (EPOLLIN | EPOLLHUP | EPOLLERR)) mask |= CURL_CSELECT_IN;
+            if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR)) mask |= CURL_CSELECT_OUT;
+            if (e & EPOLLERR) mask |= CURL_CSELECT_ERR;
+            socket_action(s, mask);
+        }
+        return true;
     }
 
     std::unique_ptr<Transfer> take_transfer() {
@@ -253,7 +450,10 @@ struct Client::Impl {
         }
         auto t = std::make_unique<Transfer>();
         t->easy.reset(curl_easy_init());
-        if (!t->easy) return nullptr;
+        if (!t->easy ||
+            t->setup(&Impl::on_open_socket, &Impl::on_close_socket, static_cast<void*>(this)) !=
+                CURLE_OK)
+            return nullptr;
         return t;
     }
 
@@ -270,6 +470,19 @@ struct Client::Impl {
         return r;
     }
 
+    // Takes a transfer out of the multi handle and out of active.
+    std::unique_ptr<Transfer> detach(Transfer* raw) {
+        const size_t slot = raw->slot;
+        std::unique_ptr<Transfer> t = std::move(active[slot]);
+        if (slot + 1 != active.size()) {
+            active[slot] = std::move(active.back());
+            active[slot]->slot = slot;
+        }
+        active.pop_back();
+        curl_multi_remove_handle(multi.get(), t->easy.get());
+        return t;
+    }
+
     // Starts queued requests while slots are free. A request that cannot even be started
     // (out of memory) completes at once as a transport error. Returns how many were started.
     size_t start_waiting(std::vector<Response>& out) {
@@ -279,7 +492,7 @@ struct Client::Impl {
             waiting.pop_front();
             auto t = take_transfer();
             if (!t) {
-                out.push_back(failed(request.tag, "curl_easy_init failed"));
+                out.push_back(failed(request.tag, "cannot create a curl handle"));
                 continue;
             }
             t->request = std::move(request);
@@ -297,19 +510,11 @@ struct Client::Impl {
                 recycle(std::move(t));
                 continue;
             }
-            CURL* key = t->easy.get();
-            active.emplace(key, std::move(t));
+            t->slot = active.size();
+            active.push_back(std::move(t));
             ++started;
         }
         return started;
-    }
-
-    void perform() {
-        int running = 0;
-        const CURLMcode mrc = curl_multi_perform(multi.get(), &running);
-        if (mrc != CURLM_OK)
-            throw std::runtime_error(std::string("curl_multi_perform failed: ") +
-                                     curl_multi_strerror(mrc));
     }
 
     // Moves every finished transfer's Response to out and its Transfer to the idle pool.
@@ -317,38 +522,56 @@ struct Client::Impl {
         int left = 0;
         while (CURLMsg* msg = curl_multi_info_read(multi.get(), &left)) {
             if (msg->msg != CURLMSG_DONE) continue;
+            // One allocation for the whole pass rather than a regrowth every few responses.
+            if (out.capacity() == 0) out.reserve(static_cast<size_t>(left) + 1 + active.size() / 2);
             CURL* easy = msg->easy_handle;
             const CURLcode result = msg->data.result;  // msg is invalid after remove_handle
-            auto it = active.find(easy);
-            if (it == active.end()) continue;  // not ours; cannot happen
-            std::unique_ptr<Transfer> t = std::move(it->second);
-            active.erase(it);
-            curl_multi_remove_handle(multi.get(), easy);
+            Transfer* raw = nullptr;
+            if (curl_easy_getinfo(easy, CURLINFO_PRIVATE, &raw) != CURLE_OK || !raw ||
+                raw->slot >= active.size() || active[raw->slot].get() != raw)
+                continue;  // not ours; cannot happen
+            std::unique_ptr<Transfer> t = detach(raw);
             t->finish(result);
             out.push_back(std::move(t->response));
             recycle(std::move(t));
         }
+        fail_unwatchable(out);
+    }
+
+    void fail_unwatchable(std::vector<Response>& out) {
+        if (unwatchable.empty()) return;
+        auto list = std::move(unwatchable);
+        unwatchable.clear();
+        for (const auto& [easy, err] : list) {
+            Transfer* raw = nullptr;
+            if (!easy || curl_easy_getinfo(easy, CURLINFO_PRIVATE, &raw) != CURLE_OK || !raw ||
+                raw->slot >= active.size() || active[raw->slot].get() != raw)
+                continue;  // already finished, or not a transfer of ours
+            std::unique_ptr<Transfer> t = detach(raw);
+            t->response.transport_error = true;
+            t->response.error = std::string("cannot watch the socket: ") + std::strerror(err);
+            out.push_back(std::move(t->response));
+            recycle(std::move(t));
+        }
+        unwatchable.clear();  // what removing those handles may have added
     }
 
     void remove_all_active() {
-        for (auto& entry : active) curl_multi_remove_handle(multi.get(), entry.first);
+        for (auto& t : active) curl_multi_remove_handle(multi.get(), t->easy.get());
         active.clear();  // frees the easy handles, closing their connections
+        unwatchable.clear();
     }
 };
 
-Client::Client(int max_concurrency) : impl_(std::make_unique<Impl>()) {
+Client::Client(int max_concurrency) {
     init_curl_once();
-    impl_->multi.reset(curl_multi_init());
-    if (!impl_->multi) throw std::runtime_error("curl_multi_init failed");
+    impl_ = std::make_unique<Impl>();
+    impl_->init_multi();
     impl_->max_concurrency = static_cast<size_t>(std::max(1, max_concurrency));
     impl_->apply_limits();
 }
 
-Client::~Client() {
-    impl_->remove_all_active();
-    impl_->idle.clear();
-    impl_->multi.reset();  // closes the cached connections
-}
+Client::~Client() = default;
 
 void Client::set_max_concurrency(int max_concurrency) {
     impl_->max_concurrency = static_cast<size_t>(std::max(1, max_concurrency));
@@ -375,41 +598,47 @@ size_t Client::in_flight() const { return impl_->active.size(); }
 size_t Client::queued() const { return impl_->waiting.size(); }
 
 std::vector<Response> Client::run(int timeout_ms) {
-    using Clock = std::chrono::steady_clock;
-    const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(0, timeout_ms));
+    using Clock = Impl::Clock;
+    using std::chrono::duration_cast;
+    using std::chrono::microseconds;
+    using std::chrono::milliseconds;
+    Impl& im = *impl_;
+    const auto deadline = Clock::now() + milliseconds(std::max(0, timeout_ms));
 
-    std::vector<Response> out = std::move(impl_->ready);
-    impl_->ready.clear();
-    impl_->start_waiting(out);
+    std::vector<Response> out = std::move(im.ready);
+    im.ready.clear();
+    im.start_waiting(out);
 
     try {
+        bool waited = false;  // timeout_ms <= 0 still takes one look at the ready sockets
         for (;;) {
-            impl_->perform();
-            impl_->collect(out);
-            if (!out.empty()) {
-                // Slots were freed: start the next requests now rather than on the next call.
-                if (impl_->start_waiting(out) > 0) {
-                    impl_->perform();
-                    impl_->collect(out);
-                }
+            auto now = Clock::now();
+            im.run_timer_if_due(now);
+            im.collect(out);
+            // Freed slots are refilled at the start of the next call, not here: the caller
+            // must see these results first (a circuit they open takes the endpoint's queued
+            // requests back before they are started).
+            if (!out.empty()) break;
+            if (im.active.empty()) break;  // nothing that could complete
+            now = Clock::now();
+            const long long remaining = duration_cast<milliseconds>(deadline - now).count();
+            if (remaining <= 0 && waited) break;
+            long long wait_ms = std::max(0LL, remaining);
+            if (im.timer_armed) {
+                // Rounded up, so that the timer is due when the wait ends.
+                const long long timer_us = duration_cast<microseconds>(im.timer_due - now).count();
+                const long long timer_ms = (timer_us + 999) / 1000;
+                wait_ms = std::min(wait_ms, std::max(0LL, timer_ms));
+            }
+            waited = true;
+            if (!im.wait_and_dispatch(static_cast<int>(std::min<long long>(wait_ms, INT_MAX)))) {
+                im.collect(out);  // interrupted by a signal: the caller has work to do
                 break;
             }
-            if (impl_->active.empty()) break;  // nothing that could complete
-            const auto remaining =
-                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())
-                    .count();
-            if (remaining <= 0) break;
-            int fds = 0;
-            const CURLMcode mrc =
-                curl_multi_poll(impl_->multi.get(), nullptr, 0,
-                                static_cast<int>(std::min<long long>(remaining, INT_MAX)), &fds);
-            if (mrc != CURLM_OK)
-                throw std::runtime_error(std::string("curl_multi_poll failed: ") +
-                                         curl_multi_strerror(mrc));
         }
     } catch (...) {
         // Responses already taken out of libcurl are returned by the next call, not lost.
-        impl_->ready = std::move(out);
+        im.ready = std::move(out);
         throw;
     }
     return out;

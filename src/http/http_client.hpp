@@ -66,7 +66,8 @@ public:
     size_t in_flight() const;  // started, not finished
     size_t queued() const;     // submitted, not started
 
-    // Starts queued requests and drives transfers for at most timeout_ms, waiting in epoll_wait
+    // Starts queued requests (slots freed during this call are refilled by the next one, after
+    // the caller has seen the results) and drives transfers for at most timeout_ms, waiting in epoll_wait
     // (bounded by libcurl's next timer); returns as soon as at least one response is ready
     // (possibly empty on timeout, or early when a signal interrupts the wait).
     // timeout_ms <= 0: just process what is ready, never wait. Returns at once when nothing is

@@ -15,18 +15,20 @@ namespace pg_outbox::pg {
 
 namespace {
 
-bool wake_at_commit = false;  // this backend's current transaction wants the worker woken
+bool wake_at_commit = false;       // this backend's current transaction wants the worker woken
+bool endpoints_at_commit = false;  // ... and changed an endpoint (create/alter/pause/resume/drop)
 
 void on_transaction_event(XactEvent event, void*) {
   switch (event) {
     case XACT_EVENT_COMMIT:
+      if (endpoints_at_commit) endpoints_changed();
       if (wake_at_commit) wake_worker();
-      wake_at_commit = false;
+      wake_at_commit = endpoints_at_commit = false;
       break;
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PREPARE:  // COMMIT PREPARED runs elsewhere; the next poll finds the rows
     case XACT_EVENT_PARALLEL_ABORT:
-      wake_at_commit = false;
+      wake_at_commit = endpoints_at_commit = false;
       break;
     default:
       break;
@@ -47,8 +49,11 @@ PG_OUTBOX_FUNCTION(pg_outbox_wake_at_commit) {
   return PointerGetDatum(nullptr);
 }
 
+// Called by the endpoint functions: at commit the worker re-reads outbox.endpoints
+// and claims what the change made deliverable (a resume, a new URL).
 PG_OUTBOX_FUNCTION(pg_outbox_request_wake) {
   (void)fcinfo;
   pg_outbox::pg::wake_at_commit = true;
+  pg_outbox::pg::endpoints_at_commit = true;
   PG_RETURN_VOID();
 }

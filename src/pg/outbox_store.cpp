@@ -76,21 +76,26 @@ int64_t OutboxStore::expire_leases() {
   return statement.run({}).int64(0, 0);
 }
 
-// The claim. The inner SELECT walks the partial index of due pending messages in
-// order, skipping rows another transaction holds; for ordered endpoints it keeps a
-// message only when no earlier undelivered message has its key (the key's head).
-// The attempt is counted here, at claim time, so a crash mid-delivery still counts.
+// The claim. For each endpoint in turn (the worker rotates their order, so no
+// endpoint starves another), the LATERAL subquery walks that endpoint's part of the
+// partial index of pending messages, oldest due first, skipping rows another
+// transaction holds; for ordered endpoints it keeps a message only when no earlier
+// undelivered message has its key (the key's head). The outer LIMIT stops as soon as
+// enough are found. The attempt is counted here, at claim time, so a crash
+// mid-delivery still counts.
 static const char* const kClaimSql =
     "WITH due AS ("
-    "  SELECT m.id FROM outbox.messages m"
-    "   WHERE m.status = 'pending' AND m.next_attempt_at <= now() AND m.endpoint = ANY($1)"
-    "     AND (m.ordering_key IS NULL OR NOT (m.endpoint = ANY($2)) OR NOT EXISTS ("
-    "          SELECT 1 FROM outbox.messages h"
-    "           WHERE h.endpoint = m.endpoint AND h.ordering_key = m.ordering_key"
-    "             AND h.status <> 'sent' AND h.id < m.id))"
-    "   ORDER BY m.next_attempt_at, m.id"
-    "   LIMIT $3"
-    "   FOR UPDATE SKIP LOCKED)"
+    "  SELECT d.id FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ("
+    "    SELECT m.id FROM outbox.messages m"
+    "     WHERE m.endpoint = e.name AND m.status = 'pending' AND m.next_attempt_at <= now()"
+    "       AND (m.ordering_key IS NULL OR NOT (e.name = ANY($2)) OR NOT EXISTS ("
+    "            SELECT 1 FROM outbox.messages h"
+    "             WHERE h.endpoint = m.endpoint AND h.ordering_key = m.ordering_key"
+    "               AND h.status <> 'sent' AND h.id < m.id))"
+    "     ORDER BY m.next_attempt_at, m.id"
+    "     LIMIT $3"
+    "     FOR UPDATE SKIP LOCKED) d"
+    "  LIMIT $3)"
     " UPDATE outbox.messages m"
     "    SET status = 'in_flight', attempts = m.attempts + 1,"
     "        lease_until = now() + make_interval(secs => $4)"
@@ -131,9 +136,13 @@ std::vector<ClaimedMessage> OutboxStore::claim(const std::vector<std::string>& e
 }
 
 std::optional<int64_t> OutboxStore::next_due_ms(const std::vector<std::string>& endpoints) {
+  // One index probe per endpoint: the oldest pending message of each.
   static Statement statement(
-      "SELECT (extract(epoch FROM min(next_attempt_at)) * 1000)::bigint FROM outbox.messages"
-      " WHERE status = 'pending' AND endpoint = ANY($1)",
+      "SELECT (extract(epoch FROM min(n.next_attempt_at)) * 1000)::bigint"
+      "  FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ("
+      "    SELECT m.next_attempt_at FROM outbox.messages m"
+      "     WHERE m.endpoint = e.name AND m.status = 'pending'"
+      "     ORDER BY m.next_attempt_at LIMIT 1) n",
       {kTextArray});
   Rows rows = statement.run({text_array(endpoints)});
   if (rows.size() == 0 || !rows.at(0, 0)) return std::nullopt;

@@ -28,6 +28,7 @@ void on_shmem_startup() {
   if (!found) {
     memset(state, 0, sizeof(SharedState));
     pg_atomic_init_u32(&state->wake_requested, 0);
+    pg_atomic_init_u64(&state->endpoints_version, 0);
     SpinLockInit(&state->mutex);
     strlcpy(state->state, "not started", sizeof state->state);
   }
@@ -42,6 +43,10 @@ void request_shared_state() {
   shmem_request_hook = on_shmem_request;
   previous_startup_hook = shmem_startup_hook;
   shmem_startup_hook = on_shmem_startup;
+}
+
+void endpoints_changed() {
+  if (shared_state != nullptr) pg_atomic_fetch_add_u64(&shared_state->endpoints_version, 1);
 }
 
 void wake_worker() {

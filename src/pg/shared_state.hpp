@@ -26,7 +26,8 @@ struct EndpointCounters {
 };
 
 struct SharedState {
-  pg_atomic_uint32 wake_requested;  // collapses many commits into one SetLatch
+  pg_atomic_uint32 wake_requested;     // collapses many commits into one SetLatch
+  pg_atomic_uint64 endpoints_version;  // bumped when a committed change touched outbox.endpoints
   Latch* worker_latch;              // nullptr while no worker runs
 
   slock_t mutex;  // guards everything below
@@ -48,5 +49,6 @@ extern SharedState* shared_state;
 
 void request_shared_state();  // from _PG_init, preload only
 void wake_worker();           // any backend: set the worker's latch (collapsed)
+void endpoints_changed();     // any backend, at commit: the worker must re-read outbox.endpoints
 
 }  // namespace pg_outbox::pg

@@ -87,6 +87,10 @@ void Worker::run() {
     } catch (const PgError& e) {
       // Disk full, statement_timeout, a dropped table...: log, roll back, back off, go on.
       ErrorData* edata = e.data();
+      // Gone tables or functions mean DROP EXTENSION: wait for it to come back.
+      int code = edata->sqlerrcode;
+      if (code == ERRCODE_UNDEFINED_TABLE || code == ERRCODE_INVALID_SCHEMA_NAME || code == ERRCODE_UNDEFINED_FUNCTION)
+        ready_ = false;
       abort_transaction();
       error_streak_ = std::min(error_streak_ + 1, 6);
       error_backoff_until_ms_ = now_ms() + (100LL << error_streak_);
@@ -95,7 +99,6 @@ void Worker::run() {
                       errdetail("The worker rolled back and retries in %d ms.", 100 << error_streak_)));
         FreeErrorData(edata);
       });
-      ready_ = ready_ && edata != nullptr && edata->sqlerrcode != ERRCODE_UNDEFINED_TABLE;
       publish_status("recovering from an error");
     } catch (const std::exception& e) {
       std::string message = e.what();
@@ -145,6 +148,7 @@ bool Worker::prepare_database() {
   });
   if (!exists) {
     endpoints_.clear();
+    endpoints_version_ = UINT64_MAX;
     publish_status("waiting for CREATE EXTENSION pg_outbox");
     return false;
   }
@@ -156,13 +160,20 @@ bool Worker::prepare_database() {
   ready_ = true;
   more_due_ = true;
   endpoints_.clear();  // breakers are reloaded from the table
+  endpoints_version_ = UINT64_MAX;
   return true;
 }
 
+// Endpoints are re-read when an endpoint function committed a change, and at least
+// once per poll interval for direct edits of the table; not on every commit's wake.
 void Worker::refresh_endpoints() {
+  uint64_t version = pg_atomic_read_u64(&shared_state->endpoints_version);
+  int64_t now = now_ms();
+  if (version == endpoints_version_ && now - endpoints_loaded_ms_ < settings.poll_interval_ms) return;
+  endpoints_version_ = version;
+  endpoints_loaded_ms_ = now;
   std::vector<EndpointRow> rows = store_.load_endpoints();
   std::unordered_map<std::string, Endpoint> fresh;
-  int64_t now = now_ms();
   for (EndpointRow& row : rows) {
     Endpoint endpoint;
     auto known = endpoints_.find(row.name);
@@ -220,6 +231,10 @@ void Worker::claim_and_deliver() {
           break;
       }
     }
+    // Endpoints come in hash order; rotating it each claim spreads a batch that cannot
+    // take everyone across endpoints over time.
+    if (!http.empty()) std::rotate(http.begin(), http.begin() + (claim_round_++ % http.size()), http.end());
+    if (!notify.empty()) std::rotate(notify.begin(), notify.begin() + (claim_round_ % notify.size()), notify.end());
     size_t room = claim_target() - std::min(claim_target(), client_.in_flight() + client_.queued());
     int limit = static_cast<int>(std::min<size_t>(room, static_cast<size_t>(settings.batch_size)));
     size_t claimed_count = 0;
@@ -322,14 +337,16 @@ void Worker::deliver_notify(const std::vector<ClaimedMessage>& claimed) {
 
 void Worker::collect_http_results(int wait_ms) {
   if (client_.in_flight() + client_.queued() == 0) return;
-  std::vector<http::Response> responses = client_.run(wait_ms);
-  // Gather what else is already finished, so that one transaction settles many.
-  while (!responses.empty() && responses.size() < static_cast<size_t>(kSettleBatch) && client_.in_flight() > 0) {
-    std::vector<http::Response> more = client_.run(0);
-    if (more.empty()) break;
-    std::move(more.begin(), more.end(), std::back_inserter(responses));
+  // Each batch is recorded before libcurl runs again: a circuit that the batch opens
+  // must take the endpoint's queued requests back before run() starts them.
+  size_t gathered = 0;
+  for (std::vector<http::Response> responses = client_.run(wait_ms); !responses.empty();
+       responses = client_.run(0)) {
+    for (const http::Response& response : responses) record_outcome(response);
+    gathered += responses.size();
+    // Gather what else is already finished, so that one transaction settles many.
+    if (gathered >= static_cast<size_t>(kSettleBatch) || client_.in_flight() == 0) break;
   }
-  for (const http::Response& response : responses) record_outcome(response);
 }
 
 void Worker::record_outcome(const http::Response& response) {

@@ -65,8 +65,11 @@ class Worker {
   bool more_due_ = true;       // the last claim was full: claim again as soon as there is room
   int64_t next_claim_ms_ = 0;  // otherwise: when something becomes due (or the poll interval)
   int64_t next_housekeeping_ms_ = 0;
+  uint64_t endpoints_version_ = UINT64_MAX;  // of the endpoints_ loaded
+  int64_t endpoints_loaded_ms_ = 0;
   int64_t next_orphan_check_ms_ = 0;
   int error_streak_ = 0;
+  size_t claim_round_ = 0;
   int64_t error_backoff_until_ms_ = 0;
 };
 

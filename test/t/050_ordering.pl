@@ -11,7 +11,7 @@ use lib "$FindBin::RealBin/../perl";
 use OutboxTest;
 use Encode ();
 use JSON::PP;
-use List::Util qw(max min sum);
+use List::Util qw(min);
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
@@ -73,18 +73,25 @@ sub drain_seconds
 		   FROM outbox.messages WHERE endpoint = '$endpoint'");
 }
 
-# Enqueue interleaved across keys: seq 0 of every key, then seq 1 of every key, ...
-# (one transaction, so ids follow that order).
-sub enqueue_interleaved
+# Enqueue $per_key messages for each of $keys keys in one transaction (so ids follow
+# the loop order): interleaved (seq 0 of every key, then seq 1 of every key, ...) or
+# grouped (all of k0, then all of k1, ...: consecutive ids share a key); then
+# $keyless messages without an ordering key.
+sub enqueue_keys
 {
-	my ($endpoint, $keys, $per_key, $keyless) = @_;
-	$keyless //= 0;
+	my ($endpoint, $keys, $per_key, %opt) = @_;
+	my $keyless = $opt{keyless} // 0;
+	my ($outer, $inner) =
+	  $opt{grouped}
+	  ? ("k IN 0 .. $keys - 1",    "s IN 0 .. $per_key - 1")
+	  : ("s IN 0 .. $per_key - 1", "k IN 0 .. $keys - 1");
 	$node->safe_psql(
 		'postgres', qq{
 		DO \$\$
+		DECLARE k int; s int;
 		BEGIN
-		  FOR s IN 0 .. $per_key - 1 LOOP
-		    FOR k IN 0 .. $keys - 1 LOOP
+		  FOR $outer LOOP
+		    FOR $inner LOOP
 		      PERFORM outbox.enqueue('$endpoint',
 		                jsonb_build_object('key', 'k' || k, 'seq', s),
 		                event_type => 'test.ordered', ordering_key => 'k' || k);
@@ -167,7 +174,7 @@ sub same_key_gaps
 ###############################################################################
 my $total = $KEYS * $PER_KEY;
 my $t0 = Time::HiRes::time();
-enqueue_interleaved('ord', $KEYS, $PER_KEY);
+enqueue_keys('ord', $KEYS, $PER_KEY);
 $node->safe_psql(
 	'postgres', q{
 	SELECT outbox.enqueue('odead', jsonb_build_object('key', 'dead', 'seq', s),
@@ -195,37 +202,40 @@ my %by_key;
 push @{ $by_key{ $_->{key} } }, $_ for @$rs;
 is(scalar(keys %by_key), $KEYS, "receipts for all $KEYS keys");
 
-# (a) successful receipts per key: seq 0..39, strictly increasing, no gaps.
-my @bad_success;
-for my $k (sort keys %by_key)
+# Violations of the ordering contract in the receipts of one endpoint, per key:
+# (a) the successful (200) receipts are not exactly seq 0..n-1 in receipt order;
+# (b) counting failed attempts too, a receipt is not the key's current head (seq N+1
+#     before seq N succeeded, or a message coming back after its success).
+sub order_violations
 {
-	my @ok = map { $_->{seq} } grep { $_->{response} eq '200' } @{ $by_key{$k} };
-	my $want = join ',', 0 .. $PER_KEY - 1;
-	push @bad_success, "$k: " . join(',', @ok) if join(',', @ok) ne $want;
-}
-is(scalar @bad_success, 0,
-	'per key, successful receipts are exactly seq 0..39 in receipt order')
-  or diag join "\n", @bad_success[ 0 .. min(4, $#bad_success) ];
-
-# (b) every receipt (failed ones included): only the current head of the key is
-# ever sent; seq N+1 never arrives before seq N succeeded, and nothing comes back.
-my @bad_order;
-for my $k (sort keys %by_key)
-{
-	my $head = 0;
-	for my $r (@{ $by_key{$k} })
+	my ($by_key, $per_key) = @_;
+	my (@bad_success, @bad_order);
+	for my $k (sort keys %$by_key)
 	{
-		if ($r->{seq} != $head)
+		my @ok = map { $_->{seq} } grep { $_->{response} eq '200' } @{ $by_key->{$k} };
+		push @bad_success, "$k: " . join(',', @ok)
+		  if join(',', @ok) ne join(',', 0 .. $per_key - 1);
+		my $head = 0;
+		for my $r (@{ $by_key->{$k} })
 		{
-			push @bad_order,
-			  "$k: receipt #$r->{rseq} seq $r->{seq} (response $r->{response}) while the head was $head";
-			last;
+			if ($r->{seq} != $head)
+			{
+				push @bad_order,
+				  "$k: receipt #$r->{rseq} seq $r->{seq} (response $r->{response}) while the head was $head";
+				last;
+			}
+			$head++ if $r->{response} eq '200';
 		}
-		$head++ if $r->{response} eq '200';
 	}
+	return (\@bad_success, \@bad_order);
 }
-is(scalar @bad_order, 0, 'per key, no message is sent before its predecessor succeeded')
-  or diag join "\n", @bad_order[ 0 .. min(4, $#bad_order) ];
+
+my ($bad_success, $bad_order) = order_violations(\%by_key, $PER_KEY);
+is(scalar @$bad_success, 0,
+	'per key, successful receipts are exactly seq 0..39 in receipt order')
+  or diag join "\n", @$bad_success[ 0 .. min(4, $#$bad_success) ];
+is(scalar @$bad_order, 0, 'per key, no message is sent before its predecessor succeeded')
+  or diag join "\n", @$bad_order[ 0 .. min(4, $#$bad_order) ];
 
 # The failure path was really exercised, and each failure was retried.
 my $failed = grep { $_->{response} eq '503' } @$rs;
@@ -250,6 +260,28 @@ note sprintf('ordered, %d keys x %d msgs, 20%% first-attempt 503s (backoff 50..3
 	  . 'drain %.2f s in the database (%.0f msgs/s), %.2f s wall, %d requests',
 	$KEYS, $PER_KEY, $drain_ord, $total / ($drain_ord || 1e-9), $wall_ord, scalar @$rs);
 
+# The same load on an UNORDERED endpoint: the same checks do find violations there
+# (a retried message arrives after its successors), so the checks above have teeth,
+# and the unordered endpoint is the throughput reference under the same failures.
+$recv->add_rule(path => '/hooks/uord', status => 503, fail_ratio => 0.2, seed => 7);
+$node->safe_psql('postgres',
+	sprintf(q{SELECT outbox.create_endpoint('uord', url => '%s', max_attempts => 20)},
+		$recv->url('/hooks/uord')));
+enqueue_keys('uord', $KEYS, $PER_KEY);
+ok(wait_until(sub { count_sent('uord') == $total }, 60, 'uord drained'),
+	"all $total messages of the unordered endpoint are sent");
+my $drain_uord = drain_seconds('uord');
+my %u_by_key;
+push @{ $u_by_key{ $_->{key} } }, $_ for @{ receipts('/hooks/uord') };
+my ($u_bad_success, $u_bad_order) = order_violations(\%u_by_key, $PER_KEY);
+cmp_ok(scalar @$u_bad_order, '>', 0,
+	'unordered endpoint with ordering keys: keys are NOT held in order ('
+	  . scalar(@$u_bad_order) . " of $KEYS keys out of order)");
+note sprintf('same load (%d keys x %d msgs, 20%% first-attempt 503s): ordered %.2f s = %.0f msgs/s, '
+	  . 'unordered %.2f s = %.0f msgs/s',
+	$KEYS, $PER_KEY, $drain_ord, $total / ($drain_ord || 1e-9), $drain_uord,
+	$total / ($drain_uord || 1e-9));
+
 # The dead head: two 503s, then a 400 -> DLQ; the rest of its key goes on in order.
 my @dead = @{ receipts('/hooks/dead') };
 is( join(' ', map { "$_->{seq}:$_->{response}" } @dead),
@@ -267,16 +299,18 @@ is( $node->safe_psql('postgres', q{
 
 ###############################################################################
 # 2. Throughput and concurrency: ordered vs unordered, every answer takes 20 ms.
+#    Enqueued grouped by key, so consecutive ids share a key: an ordered endpoint
+#    must still send them one at a time, an unordered one sends them together.
 ###############################################################################
 my $fast_total = $FAST_KEYS * $FAST_PER;
 my $delay_s = $DELAY_MS / 1000;
 
-enqueue_interleaved('ofast', $FAST_KEYS, $FAST_PER, $KEYLESS);
+enqueue_keys('ofast', $FAST_KEYS, $FAST_PER, grouped => 1, keyless => $KEYLESS);
 ok( wait_until(sub { count_sent('ofast') == $fast_total + $KEYLESS }, 30, 'ofast drained'),
 	'ordered throughput run drained');
 my $drain_ofast = drain_seconds('ofast');
 
-enqueue_interleaved('ufast', $FAST_KEYS, $FAST_PER);
+enqueue_keys('ufast', $FAST_KEYS, $FAST_PER, grouped => 1);
 ok(wait_until(sub { count_sent('ufast') == $fast_total }, 30, 'ufast drained'),
 	'unordered throughput run drained');
 my $drain_ufast = drain_seconds('ufast');
@@ -289,7 +323,7 @@ is(scalar(@$ufast), $fast_total, 'unordered run: one request per message');
 # Ordered: one at a time per key, so two requests of a key are at least the
 # receiver's answer time apart...
 my @ofast_keyed = grep { defined $_->{key} } @$ofast;
-my ($o_min_gap, $o_overlaps) = same_key_gaps(\@ofast_keyed, $delay_s);
+my ($o_min_gap) = same_key_gaps(\@ofast_keyed, $delay_s);
 cmp_ok($o_min_gap, '>=', $delay_s * 0.95,
 	sprintf('ordered: requests of one key never overlap (smallest same-key gap %.1f ms)', $o_min_gap * 1000));
 # ... in order ...
@@ -311,15 +345,14 @@ cmp_ok($drain_ofast, '<', $serial_s / 4,
 		$drain_ofast, $serial_s));
 # Messages without a key on an ordered endpoint flow in parallel.
 my @keyless = grep { !defined $_->{key} } @$ofast;
-my ($kl_min_gap, $kl_overlaps) = same_key_gaps(\@keyless, $delay_s);
+my (undef, $kl_overlaps) = same_key_gaps(\@keyless, $delay_s);
 cmp_ok($kl_overlaps, '>', 0,
 	"ordered endpoint: messages without a key overlap ($kl_overlaps overlapping pairs)");
 
 # Unordered: ordering keys mean nothing, messages of one key overlap.
-my ($u_min_gap, $u_overlaps, $u_keys) = same_key_gaps($ufast, $delay_s);
+my (undef, $u_overlaps, $u_keys) = same_key_gaps($ufast, $delay_s);
 cmp_ok($u_keys, '>=', $FAST_KEYS / 2,
 	"unordered: requests of one key overlap ($u_overlaps pairs, $u_keys keys)");
-my $u_keys_in_flight = max_keys_in_flight($ufast, $delay_s);
 my $u_max_open = 0;
 {
 	# requests open at one moment, any key
@@ -331,8 +364,7 @@ my $u_max_open = 0;
 		$u_max_open = $i - $lo + 1 if $i - $lo + 1 > $u_max_open;
 	}
 }
-cmp_ok($u_max_open, '>', $FAST_KEYS,
-	"unordered: more requests in flight ($u_max_open) than there are keys");
+cmp_ok($u_max_open, '>=', 16, "unordered: many requests in flight together ($u_max_open)");
 
 note sprintf('throughput with a %d ms receiver, %d keys x %d msgs: ordered %.2f s (%.0f msgs/s, '
 	  . 'up to %d keys in flight), unordered %.2f s (%.0f msgs/s, up to %d requests in flight); '

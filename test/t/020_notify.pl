@@ -1,0 +1,193 @@
+#!/usr/bin/perl
+# NOTIFY delivery (SPEC §3 "NOTIFY"): an endpoint with a channel is delivered with
+# pg_notify(channel, envelope) in the transaction that marks the message sent,
+# envelope {"id":…, "event_type":…, "payload":…}.  A LISTENing session receives
+# each committed message exactly once and a rolled-back one never; an envelope
+# of 8000 bytes or more (PostgreSQL's limit) is dead-lettered PAYLOAD_TOO_LARGE,
+# one byte less is delivered.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use OutboxTest;
+use JSON::PP;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $node = new_outbox_node('notify', 'pg_outbox.breaker_threshold' => '1000');
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $json = JSON::PP->new->utf8->canonical;
+
+sub sql { return $node->safe_psql('postgres', $_[0]) }
+
+sql(q{SELECT outbox.create_endpoint('orders_feed', channel => 'orders')});
+sql(q{SELECT outbox.create_endpoint('other_feed', channel => 'other')});
+
+# A session that LISTENs.  psql prints the notifications that arrived after each
+# command it runs; they are collected here, in arrival order.
+my $listener = $node->background_psql('postgres');
+$listener->query_safe('LISTEN orders');
+my @notes;    # { channel, payload (raw text), envelope (decoded or undef) }
+
+sub poll_notifications
+{
+	my $out = $listener->query_safe('SELECT 1');
+	for my $line (split /\n/, $out)
+	{
+		next
+		  unless $line =~
+		  /^Asynchronous notification "([^"]+)" with payload "(.*)" received from server process with PID (\d+)\.$/;
+		my %n = (channel => $1, payload => $2, pid => $3);
+		$n{envelope} = eval { $json->decode($n{payload}) };
+		push @notes, \%n;
+	}
+	return scalar @notes;
+}
+
+sub wait_notifications
+{
+	my ($n, $timeout) = @_;
+	return wait_until(sub { poll_notifications() >= $n }, $timeout // 15,
+		"$n notification(s)");
+}
+
+sub worker_pid
+{
+	return sql(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'});
+}
+
+# ---------------------------------------------------------------------------
+# 1. Committed messages arrive once each, with the envelope; a rolled-back one never.
+
+my @ids;
+push @ids, sql(q{SELECT outbox.enqueue('orders_feed', '{"order_id": 1, "total": 9.99}', event_type => 'order.created')});
+my $rolled = sql(q{
+	BEGIN;
+	SELECT outbox.enqueue('orders_feed', '{"order_id": 666, "fate": "rolled back"}', event_type => 'order.created');
+	ROLLBACK;});
+# Several in one transaction, and one without an event type.
+push @ids, split /\n/, sql(q{
+	BEGIN;
+	SELECT outbox.enqueue('orders_feed', '{"order_id": 2, "tags": ["a", "b"]}', event_type => 'order.paid');
+	SELECT outbox.enqueue('orders_feed', '{"order_id": 3, "note": "caf\u00e9 \"q\""}');
+	COMMIT;});
+# A message for another channel this session does not listen to.
+my $other = sql(q{SELECT outbox.enqueue('other_feed', '{"elsewhere": true}', event_type => 'x')});
+is(scalar(@ids), 3, 'three committed messages enqueued');
+
+ok(wait_notifications(3), 'three notifications received');
+ok( wait_until(
+		sub {
+			sql(sprintf("SELECT count(*) = 4 FROM outbox.messages WHERE id IN (%s) AND status = 'sent'",
+				join(',', @ids, $other))) eq 't';
+		},
+		10),
+	'the messages are marked sent');
+# Anything more that could still come (a duplicate, the rolled-back one) has had
+# several poll intervals.
+sleep(1.5);
+poll_notifications();
+is(scalar(@notes), 3, 'exactly three notifications (no duplicate, nothing rolled back)');
+is_deeply([ map { $_->{channel} } @notes ], [ ('orders') x 3 ], 'all on channel "orders"');
+ok(!(grep { !defined $_->{envelope} } @notes), 'every payload is valid JSON');
+
+my %by_id = map { (($_->{envelope} // {})->{id} // -1) => $_ } @notes;
+is_deeply([ sort { $a <=> $b } keys %by_id ], [ sort { $a <=> $b } @ids ],
+	'one notification per committed message id');
+ok(!exists $by_id{$rolled}, 'no notification for the rolled-back message');
+unlike(join("\n", map { $_->{payload} } @notes), qr/rolled back/,
+	'the rolled-back payload never appears');
+
+# Each envelope is exactly id, event_type and the payload as stored.
+for my $id (@ids)
+{
+	my $n = $by_id{$id} or next;
+	my ($et, $payload) = split /\|/,
+	  sql("SELECT coalesce(event_type, '<null>'), payload::text FROM outbox.messages WHERE id = $id"), 2;
+	is_deeply(
+		[ sort keys %{ $n->{envelope} } ],
+		[ 'event_type', 'id', 'payload' ],
+		"message $id: envelope has exactly id, event_type, payload");
+	is($n->{envelope}{id}, $id, "message $id: envelope id");
+	is($n->{envelope}{event_type} // '<null>', $et, "message $id: envelope event_type ($et)");
+	is_deeply($n->{envelope}{payload}, $json->decode($payload), "message $id: envelope payload");
+}
+is($by_id{ $ids[2] }{envelope}{payload}{note}, "caf\x{e9} \"q\"",
+	'non-ASCII and quotes survive the envelope');
+is(sql("SELECT count(*) FROM outbox.messages WHERE id = $rolled"), '0',
+	'no outbox row for the rolled-back message');
+is( sql(sprintf("SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox.messages WHERE id IN (%s)",
+			join(',', @ids))),
+	'1,1,1', 'one attempt each');
+
+# The notification comes from the worker's transaction.
+my $wpid = worker_pid();
+is_deeply([ map { $_->{pid} } @notes ], [ ($wpid) x 3 ], 'sent by the pg_outbox worker');
+
+# ---------------------------------------------------------------------------
+# 2. The 8000-byte limit: envelope of 7999 bytes delivered, 8000 dead-lettered.
+#    The endpoint is paused while the payloads are sized to the exact envelope
+#    length (which depends on the id), then resumed.
+
+sql(q{SELECT outbox.pause_endpoint('orders_feed')});
+my ($fit, $big) = split /\n/, sql(q{
+	SELECT outbox.enqueue('orders_feed', '{"pad": ""}', event_type => 'size.test');
+	SELECT outbox.enqueue('orders_feed', '{"pad": ""}', event_type => 'size.test');});
+my %target = ($fit => 7999, $big => 8000);
+for my $id ($fit, $big)
+{
+	sql(qq{
+		UPDATE outbox.messages m
+		   SET payload = jsonb_build_object('pad', repeat('x', $target{$id} - length(
+		                     jsonb_build_object('id', m.id, 'event_type', m.event_type,
+		                                        'payload', m.payload)::text)))
+		 WHERE id = $id});
+	is( sql(qq{SELECT octet_length(jsonb_build_object('id', id, 'event_type', event_type,
+	                                                   'payload', payload)::text)
+	             FROM outbox.messages WHERE id = $id}),
+		$target{$id}, "message $id: envelope is $target{$id} bytes");
+}
+sleep(0.5);
+poll_notifications();
+is(scalar(@notes), 3, 'nothing delivered while the endpoint is paused');
+is(sql("SELECT string_agg(status, ',' ORDER BY id) FROM outbox.messages WHERE id IN ($fit, $big)"),
+	'pending,pending', 'both pending while paused');
+sql(q{SELECT outbox.resume_endpoint('orders_feed')});
+
+ok(wait_until(sub { sql("SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $big") eq 't' }, 15),
+	'8000-byte envelope: dead-lettered');
+is( sql("SELECT concat_ws('|', reason_code, attempts, endpoint, event_type) FROM dlq.dead_letters WHERE message_id = $big"),
+	'PAYLOAD_TOO_LARGE|1|orders_feed|size.test',
+	'8000-byte envelope: PAYLOAD_TOO_LARGE after one attempt');
+like(sql("SELECT error_message FROM dlq.dead_letters WHERE message_id = $big"), qr/8000|NOTIFY/i,
+	'8000-byte envelope: error_message explains');
+is(sql("SELECT count(*) FROM outbox.messages WHERE id = $big"), '0',
+	'8000-byte envelope: gone from outbox.messages');
+
+ok(wait_notifications(4), '7999-byte envelope: notification received');
+ok(wait_until(sub { sql("SELECT status FROM outbox.messages WHERE id = $fit") eq 'sent' }, 10),
+	'7999-byte envelope: marked sent');
+sleep(0.5);
+poll_notifications();
+is(scalar(@notes), 4, 'exactly one more notification');
+is(length($notes[3]{payload}), 7999, 'the received envelope is 7999 bytes');
+is(($notes[3]{envelope} // {})->{id}, $fit, '... and is the message that fits');
+
+# The worker is still there and still delivers after the dead letter.
+my $last = sql(q{SELECT outbox.enqueue('orders_feed', '{"order_id": 4}', event_type => 'order.created')});
+ok(wait_notifications(5), 'delivery goes on after the too-large envelope');
+is(($notes[4]{envelope} // {})->{id}, $last, '... with the next message');
+is(worker_pid(), $wpid, 'same worker throughout');
+
+my $counters = sql('SELECT sent, dead_lettered FROM outbox.worker_status()');
+is($counters, '6|1', 'worker_status(): 6 sent (5 on orders, 1 on other), 1 dead-lettered');
+
+$listener->quit;
+
+my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);
+ok(!@bad, 'no PANIC, no crash in the server log') or diag(join "\n", @bad);
+
+$node->stop;
+done_testing();

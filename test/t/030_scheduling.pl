@@ -1,0 +1,291 @@
+#!/usr/bin/perl
+# When messages go out (SPEC §2 endpoints/messages, §4 configuration):
+#
+#  - a paused endpoint delivers nothing, everything after resume_endpoint;
+#  - deliver_at: never before that time;
+#  - pg_outbox.enabled = off (reload) stops delivery, on resumes it;
+#  - SIGHUP re-reads batch_size and max_concurrency in the running worker (same
+#    pid): observed through the rows in flight and the requests in flight;
+#  - sent_retention = 0 deletes sent rows at once; outbox.purge() deletes retained
+#    sent rows older than an interval; the worker purges by sent_retention itself.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use OutboxTest;
+use List::Util qw(max min);
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $node = new_outbox_node(
+	'scheduling',
+	'pg_outbox.backoff_base'      => '50ms',
+	'pg_outbox.backoff_max'       => '1s',
+	'pg_outbox.breaker_threshold' => '1000');
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $recv = start_receiver();
+
+sub sql { return $node->safe_psql('postgres', $_[0]) }
+
+sub endpoint
+{
+	my ($name, $path) = @_;
+	sql(sprintf("SELECT outbox.create_endpoint('%s', url => '%s')", $name, $recv->url($path)));
+}
+
+sub reqs { return $recv->requests(path => $_[0]) }
+
+sub wait_requests
+{
+	my ($path, $n, $timeout) = @_;
+	return wait_until(sub { @{ reqs($path) } >= $n }, $timeout // 15,
+		"$n request(s) on $path");
+}
+
+sub wait_sql
+{
+	my ($query, $timeout) = @_;
+	return wait_until(sub { sql($query) eq 't' }, $timeout // 15, $query);
+}
+
+sub worker_pid
+{
+	return sql(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'});
+}
+
+# ALTER SYSTEM + pg_reload_conf(), then waits until a new session sees the values
+# and gives the worker (signalled at the same time) a moment to re-read them.
+sub reload_with
+{
+	my (%set) = @_;
+	for my $k (sort keys %set)
+	{
+		if (defined $set{$k}) { sql("ALTER SYSTEM SET $k = '$set{$k}'") }
+		else                  { sql("ALTER SYSTEM RESET $k") }
+	}
+	sql('SELECT pg_reload_conf()');
+	for my $k (sort keys %set)
+	{
+		my $want = $set{$k};
+		next unless defined $want;
+		wait_until(sub { sql("SHOW $k") eq $want }, 10, "SHOW $k = $want")
+		  or diag("SHOW $k is " . sql("SHOW $k") . ", expected $want");
+	}
+	sleep(0.5);
+}
+
+my $pid_start = worker_pid();
+like($pid_start, qr/^\d+$/, 'worker running');
+
+# ---------------------------------------------------------------------------
+# 1. A paused endpoint keeps accepting messages and delivers none until resumed.
+
+endpoint('paused', '/hooks/paused');
+sql(q{SELECT outbox.pause_endpoint('paused')});
+my @paused_ids = split /\n/, sql(q{
+	SELECT outbox.enqueue('paused', jsonb_build_object('n', g)) FROM generate_series(1, 5) g});
+is(scalar(@paused_ids), 5, 'paused endpoint accepts messages');
+# A control endpoint proves the worker is busy delivering meanwhile.
+endpoint('control', '/hooks/control');
+sql(q{SELECT outbox.enqueue('control', '{"control": 1}')});
+ok(wait_requests('/hooks/control', 1), 'another endpoint delivers meanwhile');
+sleep(2);
+is(scalar(@{ reqs('/hooks/paused') }), 0, 'nothing sent while paused (2 s)');
+is(sql(q{SELECT string_agg(DISTINCT status || '/' || attempts, ',') FROM outbox.messages WHERE endpoint = 'paused'}),
+	'pending/0', 'paused messages stay pending, no attempt spent');
+is(sql(q{SELECT paused || '/' || pending FROM outbox.endpoint_stats WHERE endpoint = 'paused'}),
+	'true/5', 'endpoint_stats shows it paused with 5 pending');
+
+my $t_resume = time;
+sql(q{SELECT outbox.resume_endpoint('paused')});
+ok(wait_requests('/hooks/paused', 5, 10), 'all five delivered after resume_endpoint');
+note(sprintf('five paused messages delivered %.3f s after resume', time - $t_resume));
+ok(wait_sql(q{SELECT count(*) = 5 FROM outbox.messages WHERE endpoint = 'paused' AND status = 'sent' AND attempts = 1}),
+	'all five sent after one attempt');
+is_deeply([ sort map { $_->{headers}{'webhook-id'} } @{ reqs('/hooks/paused') } ],
+	[ sort map { "msg_$_" } @paused_ids ], 'each paused message exactly once');
+
+# ---------------------------------------------------------------------------
+# 2. deliver_at: not before that time.
+
+endpoint('later', '/hooks/later');
+my $later_id = sql(q{SELECT outbox.enqueue('later', '{"later": true}',
+                                           deliver_at => now() + interval '3 seconds')});
+my $deliver_at = sql("SELECT extract(epoch FROM next_attempt_at) FROM outbox.messages WHERE id = $later_id");
+my $now_id = sql(q{SELECT outbox.enqueue('later', '{"later": false}')});
+ok(wait_requests('/hooks/later', 1), 'a message without deliver_at goes at once');
+is(reqs('/hooks/later')->[0]{headers}{'webhook-id'}, "msg_$now_id", '... and it is that one');
+ok(wait_until(sub { time >= $deliver_at - 0.5 }, 10), 'half a second before deliver_at');
+is(scalar(@{ reqs('/hooks/later') }), 1, 'the deferred message has not arrived before deliver_at');
+is(sql("SELECT status || '/' || attempts FROM outbox.messages WHERE id = $later_id"),
+	'pending/0', 'it is still pending with no attempt');
+ok(wait_requests('/hooks/later', 2, 15), 'the deferred message arrives');
+my $got = reqs('/hooks/later')->[1];
+is($got->{headers}{'webhook-id'}, "msg_$later_id", '... the deferred one');
+note(sprintf('deliver_at message received %.3f s after deliver_at', $got->{time} - $deliver_at));
+ok($got->{time} >= $deliver_at, 'received no earlier than deliver_at');
+ok($got->{time} < $deliver_at + 2, 'received within 2 s after deliver_at');
+
+# ---------------------------------------------------------------------------
+# 3. pg_outbox.enabled = off stops delivery; on resumes it.
+
+endpoint('switch', '/hooks/switch');
+reload_with('pg_outbox.enabled' => 'off');
+ok(wait_sql(q{SELECT state = 'disabled' FROM outbox.worker_status()}, 10),
+	'worker_status() says disabled');
+my @switch_ids = split /\n/, sql(q{
+	SELECT outbox.enqueue('switch', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
+sleep(1.5);
+is(scalar(@{ reqs('/hooks/switch') }), 0, 'nothing delivered while disabled (1.5 s)');
+is(sql(q{SELECT string_agg(DISTINCT status || '/' || attempts, ',') FROM outbox.messages WHERE endpoint = 'switch'}),
+	'pending/0', 'messages stay pending while disabled');
+reload_with('pg_outbox.enabled' => 'on');
+ok(wait_requests('/hooks/switch', 3, 10), 'delivered once enabled again');
+ok(wait_sql(q{SELECT count(*) = 3 FROM outbox.messages WHERE endpoint = 'switch' AND status = 'sent'}),
+	'all three sent');
+isnt(sql('SELECT state FROM outbox.worker_status()'), 'disabled', 'no longer disabled');
+is(worker_pid(), $pid_start, 'same worker: enabled was re-read without a restart');
+
+# ---------------------------------------------------------------------------
+# 4. SIGHUP re-reads batch_size and max_concurrency in the running worker.
+#    Every request to /hooks/slow takes 200 ms to answer.
+#    Observed: rows in flight (claimed) at any moment - bounded by the claim size -
+#    and requests in flight at the receiver - bounded by max_concurrency.
+
+endpoint('slow', '/hooks/slow');
+$recv->add_rule(path => '/hooks/slow', status => 200, delay_ms => 200);
+my $sampler = $node->background_psql('postgres');
+
+# Enqueues $n messages in one transaction, samples the rows in flight until all
+# are sent; returns (max rows in flight, the requests).
+sub drain_slow
+{
+	my ($n, $tag) = @_;
+	my $before = @{ reqs('/hooks/slow') };
+	sql(qq{SELECT outbox.enqueue('slow', jsonb_build_object('tag', '$tag', 'n', g))
+	         FROM generate_series(1, $n) g});
+	my $max_in_flight = 0;
+	my $deadline = time + 30;
+	while (time < $deadline)
+	{
+		my ($in_flight, $sent) = split /\|/, $sampler->query_safe(qq{
+			SELECT count(*) FILTER (WHERE status = 'in_flight'),
+			       count(*) FILTER (WHERE status = 'sent')
+			  FROM outbox.messages WHERE endpoint = 'slow' AND payload->>'tag' = '$tag'});
+		$max_in_flight = max($max_in_flight, $in_flight);
+		last if $sent == $n;
+		sleep(0.02);
+	}
+	my @r = @{ reqs('/hooks/slow') };
+	return ($max_in_flight, [ @r[ $before .. $#r ] ]);
+}
+
+# Most requests arriving within any 150 ms window (each answer takes 200 ms, so
+# one connection can carry at most one request per window).
+sub max_burst
+{
+	my @t = sort { $a <=> $b } map { $_->{time} } @_;
+	my ($best, $lo) = (0, 0);
+	for my $hi (0 .. $#t)
+	{
+		$lo++ while $t[$hi] - $t[$lo] > 0.15;
+		$best = max($best, $hi - $lo + 1);
+	}
+	return $best;
+}
+
+my $pid_before = worker_pid();
+reload_with('pg_outbox.batch_size' => '1', 'pg_outbox.max_concurrency' => '1');
+my ($in_flight_a, $reqs_a) = drain_slow(10, 'a');
+is(scalar(@$reqs_a), 10, 'batch_size 1, max_concurrency 1: ten requests');
+note("batch_size 1, max_concurrency 1: at most $in_flight_a rows in flight, burst "
+	  . max_burst(@$reqs_a));
+ok($in_flight_a <= 2, "batch_size 1: never more than 2 rows claimed at once (saw $in_flight_a)");
+my @gaps = map { $reqs_a->[$_]{time} - $reqs_a->[ $_ - 1 ]{time} } 1 .. $#$reqs_a;
+my $min_gap = @gaps ? min(@gaps) : 0;
+note(sprintf('max_concurrency 1: smallest gap between requests %.3f s', $min_gap));
+ok($min_gap >= 0.18, 'max_concurrency 1: one request at a time (each waits for the 200 ms answer)');
+is(worker_pid(), $pid_before, 'same worker pid after the reload');
+
+reload_with('pg_outbox.batch_size' => '20', 'pg_outbox.max_concurrency' => '4');
+my ($in_flight_b, $reqs_b) = drain_slow(20, 'b');
+is(scalar(@$reqs_b), 20, 'batch_size 20, max_concurrency 4: twenty requests');
+my $burst_b = max_burst(@$reqs_b);
+note("batch_size 20, max_concurrency 4: at most $in_flight_b rows in flight, burst $burst_b");
+ok($in_flight_b >= 5, "batch_size 20: many rows claimed at once (saw $in_flight_b)");
+ok($burst_b >= 2, "max_concurrency 4: requests in parallel (burst $burst_b)");
+ok($burst_b <= 4, "max_concurrency 4: never more than 4 at once (burst $burst_b)");
+is(worker_pid(), $pid_before, 'same worker pid after the second reload');
+ok(wait_sql(q{SELECT count(*) = 30 FROM outbox.messages WHERE endpoint = 'slow' AND status = 'sent' AND attempts = 1}),
+	'all 30 slow messages sent after one attempt each');
+$sampler->quit;
+$recv->clear_rules;
+reload_with('pg_outbox.batch_size' => undef, 'pg_outbox.max_concurrency' => undef);
+
+# ---------------------------------------------------------------------------
+# 5. sent_retention = 0: sent rows are deleted at once.
+
+endpoint('ret0', '/hooks/ret0');
+reload_with('pg_outbox.sent_retention' => '0');
+my @ret0 = split /\n/, sql(q{SELECT outbox.enqueue('ret0', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
+ok(wait_requests('/hooks/ret0', 3), 'sent_retention 0: three delivered');
+ok(wait_sql(q{SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'ret0'}, 5),
+	'sent_retention 0: their rows are gone');
+is(sql(q{SELECT count(*) FROM dlq.dead_letters WHERE endpoint = 'ret0'}), '0',
+	'sent_retention 0: (not dead-lettered)');
+is(scalar(@{ reqs('/hooks/ret0') }), 3, 'sent_retention 0: each delivered once');
+is(worker_pid(), $pid_start, 'same worker pid');
+
+reload_with('pg_outbox.sent_retention' => undef);
+my $kept = sql(q{SELECT outbox.enqueue('ret0', '{"kept": true}')});
+ok(wait_requests('/hooks/ret0', 4), 'default retention again: delivered');
+ok(wait_sql("SELECT status = 'sent' FROM outbox.messages WHERE id = $kept"),
+	'default retention again: the sent row is kept');
+
+# ---------------------------------------------------------------------------
+# 6. outbox.purge(): retained sent rows older than the interval are deleted;
+#    pending rows never.
+
+endpoint('keep', '/hooks/keep');
+endpoint('hold', '/hooks/hold');
+sql(q{SELECT outbox.pause_endpoint('hold')});
+my $held = sql(q{SELECT outbox.enqueue('hold', '{"held": true}')});
+my ($k1, $k2, $k3) = split /\n/, sql(q{SELECT outbox.enqueue('keep', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
+ok(wait_sql(q{SELECT count(*) = 3 FROM outbox.messages WHERE endpoint = 'keep' AND status = 'sent'}),
+	'three kept messages sent');
+sql("UPDATE outbox.messages SET sent_at = now() - interval '2 hours' WHERE id = $k1");
+sql("UPDATE outbox.messages SET sent_at = now() - interval '30 minutes' WHERE id = $k2");
+is(sql(q{SELECT outbox.purge(interval '1 hour')}), '1', 'purge(1 hour) deletes one row');
+is(sql("SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox.messages WHERE endpoint = 'keep'"),
+	"$k2,$k3", '... the one sent two hours ago');
+is(sql(q{SELECT outbox.purge()}), '0', 'purge() with the default retention (1 day) deletes none');
+my $all_sent = sql(q{SELECT count(*) FROM outbox.messages WHERE status = 'sent'});
+cmp_ok($all_sent, '>', 2, "there are $all_sent sent rows");
+is(sql(q{SELECT outbox.purge(interval '0')}), $all_sent, 'purge(0) deletes every sent row');
+is(sql(q{SELECT count(*) FROM outbox.messages WHERE status = 'sent'}), '0', 'no sent row left');
+is(sql("SELECT status FROM outbox.messages WHERE id = $held"), 'pending',
+	'the pending message of a paused endpoint survives purge');
+my ($rc, $out, $err) = $node->psql('postgres', q{SELECT outbox.purge(interval '-1 hour')});
+isnt($rc, 0, 'purge of a negative interval is refused');
+like($err, qr/negative/, '... with a clear error');
+
+# The worker purges by sent_retention on its own.
+my @auto = split /\n/, sql(q{SELECT outbox.enqueue('keep', jsonb_build_object('auto', g)) FROM generate_series(1, 4) g});
+ok(wait_sql(sprintf(q{SELECT count(*) = 4 FROM outbox.messages WHERE id IN (%s) AND status = 'sent'}, join(',', @auto))),
+	'four more sent and retained');
+reload_with('pg_outbox.sent_retention' => '1s');
+ok(wait_sql(sprintf(q{SELECT count(*) = 0 FROM outbox.messages WHERE id IN (%s)}, join(',', @auto)), 10),
+	'sent_retention 1s: the worker purged them itself');
+is(sql("SELECT status FROM outbox.messages WHERE id = $held"), 'pending',
+	'... but not the pending one');
+reload_with('pg_outbox.sent_retention' => undef);
+is(worker_pid(), $pid_start, 'one worker for the whole file');
+
+my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);
+ok(!@bad, 'no PANIC, no crash in the server log') or diag(join "\n", @bad);
+
+$node->stop;
+$recv->stop;
+done_testing();
