@@ -190,9 +190,11 @@ CREATE UNIQUE INDEX messages_idempotency_key_idx ON outbox.messages (endpoint, i
 -- i.e. is there an undelivered message of the same key with a smaller id?
 CREATE INDEX messages_ordering_idx ON outbox.messages (endpoint, ordering_key, id)
     WHERE ordering_key IS NOT NULL AND status <> 'sent';
--- Per-endpoint counts: outbox.endpoint_stats, metrics(), enqueue's max_pending check,
--- drop_endpoint's "undelivered messages?" check.
-CREATE INDEX messages_endpoint_status_idx ON outbox.messages (endpoint, status);
+-- Undelivered messages per endpoint: enqueue's max_pending check and drop_endpoint's
+-- "undelivered messages?" check. Partial, so that marking a message sent (the most
+-- frequent write) adds nothing to it.
+CREATE INDEX messages_endpoint_status_idx ON outbox.messages (endpoint, status)
+    WHERE status <> 'sent';
 -- Retention: purge of sent messages older than pg_outbox.sent_retention.
 CREATE INDEX messages_sent_at_idx ON outbox.messages (sent_at)
     WHERE status = 'sent';
@@ -615,6 +617,17 @@ BEGIN
             USING ERRCODE = 'configuration_limit_exceeded',
                   DETAIL = 'The endpoint''s undelivered messages (pending or in flight) are at its limit.',
                   HINT = 'Retry later, check that the endpoint is receiving (outbox.endpoint_stats), or raise max_pending with outbox.alter_endpoint().';
+    END IF;
+
+    -- Without a key there is nothing to deduplicate: a plain INSERT, which costs far
+    -- less than ON CONFLICT's speculative insertion (this is the hot path).
+    IF enqueue.idempotency_key IS NULL THEN
+        INSERT INTO outbox.messages AS m (endpoint, event_type, payload, headers,
+                                          ordering_key, next_attempt_at)
+        VALUES (enqueue.endpoint, enqueue.event_type, enqueue.payload, enqueue.headers,
+                enqueue.ordering_key, greatest(now(), enqueue.deliver_at))
+        RETURNING m.id INTO v_id;
+        RETURN v_id;
     END IF;
 
     -- Idempotency: a message with the same key still in the outbox wins.  The loop only

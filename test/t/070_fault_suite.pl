@@ -1,0 +1,804 @@
+#!/usr/bin/perl
+# The fault suite (issue 6): the at-least-once contract under load and faults.
+#
+# The invariant every scenario checks:
+#   received (distinct webhook-ids answered 2xx at the receiver)
+#     + open dead letters (dlq.dead_letters, requeued_at and discarded_at null)
+#   == EXACTLY the committed enqueues,
+# where "committed" is what the producers saw COMMIT succeed for (recorded on the
+# client side, never derived from the outbox).  Nothing of a rolled-back (or failed)
+# transaction may appear anywhere: receiver, outbox.messages, dlq.dead_letters.
+# Duplicates are allowed (at-least-once) and reported.
+#
+#  1-3  8 producers for 30 s (random COMMIT/ROLLBACK, 1-5 messages per transaction)
+#       against /hooks/load while the worker delivers; meanwhile the worker is
+#       killed with SIGKILL 3 times, the postmaster is stopped 'immediate' once and
+#       restarted, the receiver is down for 15 s, then answers slower than the
+#       endpoint's timeout for 4 s, and pg_outbox.batch_size/max_concurrency are
+#       changed with ALTER SYSTEM + pg_reload_conf() (same worker pid afterwards).
+#  6    failures inside the worker's own transactions: lock_timeout set for the
+#       worker's database + an ACCESS EXCLUSIVE lock held on outbox.messages, then an
+#       injected error in the settle (a trigger raising disk_full): the worker logs
+#       "pg_outbox worker:" errors, does not die, and loses nothing.
+#  4    DROP EXTENSION / CREATE EXTENSION while requests are in flight: the worker
+#       comes back to serving and the messages enqueued after the re-create arrive.
+#  5    pg_outbox.database names a database that does not exist at server start: the
+#       server stays up, the worker's FATAL names it (repeatedly), and after CREATE
+#       DATABASE + CREATE EXTENSION the worker serves it.
+#
+# A COMMIT whose reply was lost (crash, immediate stop) is ambiguous: its ids are
+# known from the enqueue's result, and it counts as committed only if its rows are
+# in the outbox or the DLQ afterwards (all of them; a partial set fails the test).
+#
+# PG_OUTBOX_SOAK_SECONDS=N (test/soak.sh): the load phase lasts N seconds, and the
+# fault cycle of 1-3 is repeated for as long as it fits in it.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use JSON::PP;
+use POSIX ();
+use Time::HiRes qw(time sleep);
+
+my $SOAK      = $ENV{PG_OUTBOX_SOAK_SECONDS};
+my $LOAD_S    = ($SOAK && $SOAK =~ /^\d+$/ && $SOAK >= 30) ? $SOAK : 30;
+my $CYCLE_S   = 30;                     # one fault cycle of scenarios 1-3
+my $DRAIN_S   = 90;                     # bound on "everything eventually arrives"
+my $PRODUCERS = 8;
+my $TX_PAUSE  = $ENV{PG_OUTBOX_FAULT_TX_PAUSE} // 0.08;    # s between a producer's transactions
+my $T_START   = time;
+
+# The test's own sessions must not inherit the timeouts scenario 6 sets for the
+# worker's database (ALTER DATABASE ... SET); libpq passes these at connect.
+$ENV{PGOPTIONS} = '-c lock_timeout=0 -c statement_timeout=0';
+
+my $json = JSON::PP->new->utf8->canonical;
+my @SUMMARY;    # [scenario, committed, received, dead-lettered, lost, duplicates]
+
+# ---------------------------------------------------------------------------
+# nodes and receiver
+
+# Scenario 5's node starts first: its worker's FATALs accumulate while the rest runs.
+my $nodb = new_outbox_node('nodb', 'pg_outbox.database' => 'fault_appdb');
+
+my $node = new_outbox_node(
+	'fault',
+	'pg_outbox.max_attempts'      => 50,
+	'pg_outbox.backoff_base'      => '100ms',
+	'pg_outbox.backoff_max'       => '2s',
+	'pg_outbox.breaker_threshold' => 10,
+	'restart_after_crash'         => 'on',
+	'max_connections'             => 60);
+my $recv = start_receiver();
+my $rlog = RecvLog->new($recv->log_file);
+
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+$node->safe_psql('postgres',
+	"SELECT outbox.create_endpoint('load', url => '" . $recv->url('/hooks/load') . "', timeout_ms => 500)");
+$recv->add_rule(path => '/hooks/load', delay_ms => 2);
+
+# ---------------------------------------------------------------------------
+# helpers: SQL that tolerates a server in crash recovery, the worker's pid
+
+# Runs $sql until it succeeds (the server may be restarting); returns stdout.
+sub sql_retry
+{
+	my ($n, $sql, $timeout, $db) = @_;
+	my $out;
+	my $last_err = '';
+	my $ok = wait_until(
+		sub {
+			my ($o, $e) = ('', '');
+			my $rc = $n->psql($db // 'postgres', $sql,
+				stdout => \$o, stderr => \$e, on_error_stop => 1);
+			$last_err = $e;
+			return 0 unless $rc == 0;
+			$out = $o;
+			return 1;
+		},
+		$timeout // 60,
+		"sql: $sql");
+	die "SQL did not succeed within " . ($timeout // 60) . " s: $sql\n$last_err" unless $ok;
+	return $out;
+}
+
+sub worker_pid
+{
+	my ($n, $db) = @_;
+	my ($o, $e) = ('', '');
+	my $rc = $n->psql($db // 'postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'",
+		stdout => \$o, stderr => \$e);
+	return ($rc == 0 && $o =~ /^(\d+)$/) ? $1 : undef;
+}
+
+# Waits for a worker whose pid differs from $old (any worker when $old is undef).
+sub wait_for_worker
+{
+	my ($n, $old, $timeout) = @_;
+	my $pid;
+	wait_until(
+		sub {
+			my $p = worker_pid($n);
+			return 0 unless defined $p && (!defined $old || $p != $old);
+			$pid = $p;
+			return 1;
+		},
+		$timeout // 30,
+		'a pg_outbox worker');
+	return $pid;
+}
+
+sub log_since
+{
+	my ($n, $offset) = @_;
+	return slurp_file($n->logfile, $offset);
+}
+
+sub first_n { my ($k, @l) = @_; return join(' ', @l[0 .. ($#l < $k - 1 ? $#l : $k - 1)]) }
+
+# ---------------------------------------------------------------------------
+# producers: forked children, each running chunks of transactions through psql.
+#
+# A chunk is one psql -f script (ON_ERROR_STOP) of up to 20 transactions:
+#   BEGIN; SELECT 'E|<txn>|' || <ids of its enqueues>; COMMIT; \echo C|<txn>
+# (or ROLLBACK; \echo R|<txn>).  "C" is printed only after COMMIT returned success.
+# Per transaction the producer records (tab-separated, in its result file):
+#   C txn ids   committed            R txn ids   rolled back
+#   A txn ids   COMMIT sent, reply lost (ambiguous: resolved later)
+#   F txn       failed before its enqueue returned (never committed, ids unknown)
+
+sub start_producers
+{
+	my (%o) = @_;
+	my $dir = PostgreSQL::Test::Utils::tempdir("producers_$o{tag}");
+	chmod 0755, $dir;
+	my @kids;
+	my $stop_at = time + $o{seconds};
+	for my $k (1 .. $o{count})
+	{
+		my $p   = $o{first_id} + $k - 1;
+		my $out = "$dir/producer_$p.tsv";
+		my $pid = fork();
+		die "fork: $!" unless defined $pid;
+		if ($pid == 0)
+		{
+			my $rc = eval { producer_main($p, $out, $stop_at, \%o); 1 } ? 0 : 1;
+			warn $@ if $rc;
+			POSIX::_exit($rc);    # never run the parent's END blocks
+		}
+		push @kids, { pid => $pid, p => $p, out => $out };
+	}
+	return { kids => \@kids, tag => $o{tag}, endpoint => $o{endpoint} };
+}
+
+sub producer_main
+{
+	my ($p, $out, $stop_at, $o) = @_;
+	srand($$ ^ int(time * 1000));
+	open(STDERR, '>>', "$out.err") or die "stderr: $!";
+	my ($host, $port) = ($o->{node}->host, $o->{node}->port);
+	my $script = "$out.sql";
+	my $txn    = 0;
+	my $pause  = $o->{pause} // 0;
+	while (time < $stop_at)
+	{
+		my %plan;    # txn => 'commit' | 'rollback'
+		my $sql = '';
+		for (1 .. 20)
+		{
+			$txn++;
+			my $n      = 1 + int(rand($o->{max_per_tx} // 5));
+			my $commit = rand() >= ($o->{rollback_ratio} // 0.3);
+			$plan{$txn} = $commit ? 'commit' : 'rollback';
+			$sql .= "BEGIN;\n"
+			  . "SELECT 'E|$txn|' || string_agg(outbox.enqueue('$o->{endpoint}', "
+			  . "jsonb_build_object('producer', $p, 'txn', $txn, 'i', g), "
+			  . "event_type => 'fault.$o->{tag}')::text, ',' ORDER BY g) "
+			  . "FROM generate_series(1, $n) g;\n"
+			  . ($commit ? "COMMIT;\n\\echo C|$txn\n" : "ROLLBACK;\n\\echo R|$txn\n");
+			$sql .= sprintf("SELECT pg_sleep(%.3f);\n", $pause * (0.5 + rand())) if $pause > 0;
+		}
+		open(my $fh, '>', $script) or die "$script: $!";
+		print $fh $sql;
+		close $fh;
+
+		my (%ids, %done);
+		my $started = time;
+		if (open(my $ps, '-|', 'psql', '-X', '-A', '-t', '-q', '-v', 'ON_ERROR_STOP=1',
+				'-h', $host, '-p', $port, '-d', 'postgres', '-f', $script))
+		{
+			while (my $line = <$ps>)
+			{
+				chomp $line;
+				if    ($line =~ /^E\|(\d+)\|([\d,]+)$/) { $ids{$1} = $2 }
+				elsif ($line =~ /^([CR])\|(\d+)$/)      { $done{$2} = $1 }
+			}
+			close $ps;    # $? = psql's status
+		}
+		my $failed = $? != 0;
+
+		open(my $res, '>>', $out) or die "$out: $!";
+		for my $t (sort { $a <=> $b } keys %plan)
+		{
+			if ($done{$t})                    { print $res "$done{$t}\t$t\t$ids{$t}\n" }
+			elsif (!defined $ids{$t})          { print $res "F\t$t\n" }
+			elsif ($plan{$t} eq 'rollback')    { print $res "R\t$t\t$ids{$t}\n" }    # never COMMITted
+			else                               { print $res "A\t$t\t$ids{$t}\n" }
+		}
+		close $res;
+		# The server is down or restarting: retry a little later.
+		sleep(0.25) if $failed;
+	}
+	return;
+}
+
+# Waits for the producers and collects what they recorded.  Returns a hash:
+#   committed => {id => "p/t/i"}, rolled => {id => 1}, ambiguous => {"p/t" => [ids]},
+#   tx => {C => n, R => n, A => n, F => n}
+sub collect_producers
+{
+	my ($prod) = @_;
+	for my $k (@{ $prod->{kids} })
+	{
+		waitpid($k->{pid}, 0);
+		is($? >> 8, 0, "$prod->{tag}: producer $k->{p} exited cleanly")
+		  or diag(slurp_file("$k->{out}.err"));
+	}
+	my %r = (committed => {}, rolled => {}, ambiguous => {}, tx => { C => 0, R => 0, A => 0, F => 0 });
+	for my $k (@{ $prod->{kids} })
+	{
+		open(my $fh, '<', $k->{out}) or next;
+		while (my $line = <$fh>)
+		{
+			chomp $line;
+			my ($kind, $t, $ids) = split /\t/, $line;
+			$r{tx}{$kind}++;
+			next if $kind eq 'F';
+			my @ids = split /,/, $ids;
+			if ($kind eq 'C')
+			{
+				$r{committed}{ $ids[$_] } = "$k->{p}/$t/" . ($_ + 1) for 0 .. $#ids;
+			}
+			elsif ($kind eq 'R') { $r{rolled}{$_} = 1 for @ids }
+			else { $r{ambiguous}{"$k->{p}/$t"} = \@ids }
+		}
+		close $fh;
+	}
+	return \%r;
+}
+
+# Resolves the ambiguous transactions: committed iff their rows exist (in the outbox
+# or the DLQ); a partial set is an atomicity violation.
+sub resolve_ambiguous
+{
+	my ($n, $r, $label) = @_;
+	my @keys = sort keys %{ $r->{ambiguous} };
+	my ($as_committed, $as_rolled, @partial) = (0, 0);
+	for my $key (@keys)
+	{
+		my @ids = @{ $r->{ambiguous}{$key} };
+		my $list = join ',', @ids;
+		my %present = map { $_ => 1 } split /\n/, sql_retry($n,
+			"SELECT id FROM outbox.messages WHERE id IN ($list)"
+			  . " UNION SELECT message_id FROM dlq.dead_letters WHERE message_id IN ($list)");
+		my $found = grep { $present{$_} } @ids;
+		if ($found == @ids)
+		{
+			$as_committed++;
+			$r->{committed}{ $ids[$_] } = "$key/" . ($_ + 1) for 0 .. $#ids;
+		}
+		elsif ($found == 0)
+		{
+			$as_rolled++;
+			$r->{rolled}{$_} = 1 for @ids;
+		}
+		else { push @partial, "$key: $found of " . scalar(@ids) }
+	}
+	is(scalar @partial, 0, "$label: no ambiguous transaction is partially present (atomicity)")
+	  or diag("partial: @partial");
+	note(sprintf '%s: transactions committed=%d rolled_back=%d ambiguous=%d (resolved: %d committed, %d not) failed_before_enqueue=%d',
+		$label, $r->{tx}{C}, $r->{tx}{R}, scalar(@keys), $as_committed, $as_rolled, $r->{tx}{F});
+	return;
+}
+
+# ---------------------------------------------------------------------------
+# the invariant
+
+sub db_state
+{
+	my ($n, $endpoint, $db) = @_;
+	my %rows = map { split /\|/ } split /\n/,
+	  sql_retry($n, "SELECT id, status FROM outbox.messages WHERE endpoint = '$endpoint'", 60, $db);
+	my (%dlq_open, %dlq_any);
+	for (split /\n/, sql_retry($n,
+			"SELECT message_id, requeued_at IS NULL AND discarded_at IS NULL FROM dlq.dead_letters"
+			  . " WHERE endpoint = '$endpoint'", 60, $db))
+	{
+		my ($id, $open) = split /\|/;
+		$dlq_any{$id} = 1;
+		$dlq_open{$id} = 1 if $open eq 't';
+	}
+	return (\%rows, \%dlq_open, \%dlq_any);
+}
+
+# Committed ids neither received with a 2xx nor openly dead-lettered.
+sub missing
+{
+	my ($committed, $path, $dlq_open) = @_;
+	$rlog->poll;
+	my $seen = $rlog->{by}{$path} // {};
+	return grep { !$dlq_open->{$_} && !($seen->{$_} && $seen->{$_}{ok}) } keys %$committed;
+}
+
+# Bounded wait until everything committed arrived (or is openly dead-lettered) and
+# no row of the endpoint is pending or in flight.
+sub wait_drained
+{
+	my ($n, $committed, $endpoint, $path, $label, $timeout, $db) = @_;
+	my $t0 = time;
+	my $left;
+	my $ok = wait_until(
+		sub {
+			my $busy = sql_retry($n,
+				"SELECT count(*) FROM outbox.messages WHERE endpoint = '$endpoint' AND status <> 'sent'", 60, $db);
+			my (undef, $dlq_open) = db_state_dlq_only($n, $endpoint, $db);
+			my @m = missing($committed, $path, $dlq_open);
+			$left = scalar(@m) . " missing, $busy not sent";
+			sleep(0.4) if @m || $busy;
+			return !@m && $busy == 0;
+		},
+		$timeout // $DRAIN_S,
+		"$label: drain");
+	ok($ok, "$label: everything committed arrived within " . ($timeout // $DRAIN_S) . ' s')
+	  or diag("$label: still $left");
+	note(sprintf '%s: drained %.1f s after the load', $label, time - $t0);
+	return $ok;
+}
+
+sub db_state_dlq_only
+{
+	my ($n, $endpoint, $db) = @_;
+	my %open = map { $_ => 1 } split /\n/, sql_retry($n,
+		"SELECT message_id FROM dlq.dead_letters WHERE endpoint = '$endpoint'"
+		  . " AND requeued_at IS NULL AND discarded_at IS NULL", 60, $db);
+	return (undef, \%open);
+}
+
+# The invariant, asserted; returns the summary row.
+sub check_invariant
+{
+	my (%a) = @_;
+	my ($n, $label, $endpoint, $path, $committed, $rolled) =
+	  @a{qw(node label endpoint path committed rolled)};
+	$rlog->poll;
+	my ($rows, $dlq_open, $dlq_any) = db_state($n, $endpoint, $a{db});
+	my $seen = $rlog->{by}{$path} // {};
+
+	my (%received, $dups, @foreign_recv, @bad_payload);
+	$dups = 0;
+	for my $wid (keys %$seen)
+	{
+		my $s = $seen->{$wid};
+		if (!exists $committed->{$wid}) { push @foreign_recv, $wid; next }
+		next unless $s->{ok};
+		$received{$wid} = 1;
+		$dups += $s->{ok} - 1;
+		if (defined $a{payload_check} && defined $s->{body})
+		{
+			my $b = eval { $json->decode($s->{body}) } // {};
+			my $got = join '/', map { $b->{$_} // '?' } qw(producer txn i);
+			push @bad_payload, "$wid=$got (expected $committed->{$wid})" if $got ne $committed->{$wid};
+		}
+	}
+	my @lost        = sort { $a <=> $b } grep { !$received{$_} && !$dlq_open->{$_} } keys %$committed;
+	my @foreign_row = sort { $a <=> $b } grep { !exists $committed->{$_} } keys %$rows;
+	my @foreign_dlq = sort { $a <=> $b } grep { !exists $committed->{$_} } keys %$dlq_any;
+	my @rolled_anywhere = sort { $a <=> $b }
+	  grep { $seen->{$_} || $rows->{$_} || $dlq_any->{$_} } keys %{ $rolled // {} };
+	my @not_in_db   = sort { $a <=> $b } grep { !$rows->{$_} && !$dlq_any->{$_} } keys %$committed;
+	my @not_sent    = sort { $a <=> $b } grep { $rows->{$_} ne 'sent' } keys %$rows;
+	my @sent_no_2xx = sort { $a <=> $b } grep { $rows->{$_} eq 'sent' && !$received{$_} } keys %$rows;
+	my @both        = grep { $received{$_} } keys %$dlq_open;
+	my $dead        = scalar keys %$dlq_open;
+
+	is(scalar @lost, 0, "$label: no committed message lost (received or dead-lettered)")
+	  or diag("$label: lost " . scalar(@lost) . ': ' . first_n(20, @lost));
+	is(scalar @foreign_recv, 0, "$label: the receiver got nothing but committed messages")
+	  or diag("$label: unexpected webhook ids: " . first_n(20, sort { $a <=> $b } @foreign_recv));
+	is(scalar @rolled_anywhere, 0,
+		"$label: nothing of a rolled-back transaction in the receiver, outbox or DLQ")
+	  or diag("$label: rolled-back ids seen: " . first_n(20, @rolled_anywhere));
+	is(scalar(@foreign_row) + scalar(@foreign_dlq), 0,
+		"$label: outbox and DLQ hold only committed messages")
+	  or diag("$label: foreign rows: " . first_n(20, @foreign_row) . ' dlq: ' . first_n(20, @foreign_dlq));
+	is(scalar @not_in_db, 0, "$label: every committed message is in the outbox or the DLQ")
+	  or diag("$label: vanished: " . first_n(20, @not_in_db));
+	is(scalar @not_sent, 0, "$label: no row left pending or in flight")
+	  or diag("$label: not sent: " . first_n(20, map { "$_=$rows->{$_}" } @not_sent));
+	is(scalar @sent_no_2xx, 0, "$label: no row marked sent without a 2xx at the receiver")
+	  or diag("$label: sent without a 2xx: " . first_n(20, @sent_no_2xx));
+	if (defined $a{payload_check})
+	{
+		is(scalar @bad_payload, 0, "$label: every payload is the one its id was enqueued with")
+		  or diag("$label: " . first_n(10, @bad_payload));
+	}
+	my $total_requests = 0;
+	$total_requests += $_->{n} for values %$seen;
+	note(sprintf '%s: committed=%d received=%d dead_lettered=%d (also received: %d) lost=%d duplicates=%d requests=%d',
+		$label, scalar(keys %$committed), scalar(keys %received), $dead, scalar(@both),
+		scalar(@lost), $dups, $total_requests);
+	my $row = [ $label, scalar(keys %$committed), scalar(keys %received), $dead, scalar(@lost), $dups ];
+	push @SUMMARY, $row;
+	return $row;
+}
+
+sub received_ok_count
+{
+	my ($path) = @_;
+	$rlog->poll;
+	my $seen = $rlog->{by}{$path} // {};
+	return scalar grep { $_->{ok} } values %$seen;
+}
+
+# ===========================================================================
+# Scenarios 1-3: producers under kill -9, immediate stop, receiver outage and
+# slowness, and a configuration reload.
+
+my $log_start = -s $node->logfile;
+my $prod = start_producers(
+	node     => $node,
+	tag      => 'load',
+	endpoint => 'load',
+	count    => $PRODUCERS,
+	first_id => 1,
+	seconds  => $LOAD_S,
+	pause    => $TX_PAUSE);
+my $load_t0 = time;
+my %faults = (kill9 => 0, immediate => 0, outage => 0, slow => 0, reload => 0);
+
+sub at { my ($t0, $s) = @_; my $d = $t0 + $s - time; sleep($d) if $d > 0; return }
+
+sub kill_worker
+{
+	my ($label) = @_;
+	my $pid = wait_for_worker($node, undef, 30);
+	if (!defined $pid) { fail("$label: no worker to kill"); return }
+	ok(kill('KILL', $pid), "$label: SIGKILL to worker $pid");
+	$faults{kill9}++;
+	ok(defined wait_for_worker($node, $pid, 40), "$label: a new worker runs after the SIGKILL");
+	return;
+}
+
+my $cycle = 0;
+while ($cycle == 0 || time - $load_t0 + $CYCLE_S <= $LOAD_S)
+{
+	$cycle++;
+	my $c0 = time;
+	my $L  = "cycle $cycle";
+
+	# +1.5 s: SIGKILL the worker mid-load.
+	at($c0, 1.5);
+	kill_worker("$L kill -9 #1");
+
+	# +3 s: ALTER SYSTEM batch_size / max_concurrency + reload, during load.
+	at($c0, 3);
+	{
+		my ($bs, $mc) = $cycle % 2 ? (40, 8) : (500, 64);
+		my $pid_before = wait_for_worker($node, undef, 30);
+		my $off = -s $node->logfile;
+		sql_retry($node, "ALTER SYSTEM SET pg_outbox.batch_size = $bs");
+		sql_retry($node, "ALTER SYSTEM SET pg_outbox.max_concurrency = $mc");
+		sql_retry($node, 'SELECT pg_reload_conf()');
+		my $before = received_ok_count('/hooks/load');
+		ok(wait_until(sub { $node->log_contains(qr/parameter "pg_outbox\.batch_size" changed to "$bs"/, $off) }, 10),
+			"$L reload: the postmaster applied batch_size = $bs");
+		ok(wait_until(sub { received_ok_count('/hooks/load') > $before + 20 }, 2.5, "$L: delivery after reload"),
+			"$L reload: delivery continues after the reload");
+		is(worker_pid($node), $pid_before, "$L reload: same worker pid after SIGHUP");
+		is(sql_retry($node, 'SHOW pg_outbox.max_concurrency'), $mc, "$L reload: max_concurrency = $mc");
+		$faults{reload}++;
+	}
+
+	# +6 s: the receiver goes away for 15 s.
+	at($c0, 6);
+	$recv->stop;
+	$faults{outage}++;
+	note("$L: receiver stopped at +" . sprintf('%.1f', time - $c0) . ' s');
+
+	# +9 s: SIGKILL during the outage (circuit open).
+	at($c0, 9);
+	kill_worker("$L kill -9 #2 (receiver down)");
+
+	# +13 s: immediate stop of the postmaster, and start.
+	at($c0, 13);
+	{
+		$node->stop('immediate');
+		$node->start;
+		$faults{immediate}++;
+		ok(defined wait_for_worker($node, undef, 30), "$L immediate stop: the worker runs again");
+	}
+
+	# +21 s: the receiver is back, but answers after 1.5 s (endpoint timeout 500 ms).
+	at($c0, 21);
+	$recv->restart;
+	$recv->add_rule(path => '/hooks/load', delay_ms => 1500);
+	$faults{slow}++;
+	note("$L: receiver back (slow) at +" . sprintf('%.1f', time - $c0) . ' s');
+
+	# +25 s: normal answers again.
+	at($c0, 25);
+	$recv->clear_rules;
+	$recv->add_rule(path => '/hooks/load', delay_ms => 2);
+
+	# +27 s: SIGKILL while the backlog drains.
+	at($c0, 27);
+	kill_worker("$L kill -9 #3");
+	at($c0, $CYCLE_S);
+}
+note(sprintf 'load: %d fault cycle(s); faults: %s', $cycle,
+	join(', ', map { "$_=$faults{$_}" } sort keys %faults));
+
+my $load = collect_producers($prod);
+note(sprintf 'load: producers ran %.1f s', time - $load_t0);
+ok(wait_for_worker($node, undef, 30), 'load: the worker runs after the load');
+resolve_ambiguous($node, $load, 'load');
+cmp_ok(scalar keys %{ $load->{committed} }, '>=', 1000, 'load: thousands of messages committed');
+cmp_ok(scalar keys %{ $load->{rolled} }, '>', 0, 'load: some transactions rolled back');
+wait_drained($node, $load->{committed}, 'load', '/hooks/load', 'load', $DRAIN_S);
+check_invariant(
+	node          => $node,
+	label         => '1-3 load+faults',
+	endpoint      => 'load',
+	path          => '/hooks/load',
+	committed     => $load->{committed},
+	rolled        => $load->{rolled},
+	payload_check => 1);
+{
+	my $log = log_since($node, $log_start);
+	my $recovered = 0;
+	$recovered += $1 while $log =~ /(\d+) claimed messages of a previous worker are pending again/g;
+	my $opened = () = $log =~ /circuit for endpoint "load" opened/g;
+	note("load: claims put back by restarted workers: $recovered; circuit opened $opened time(s)");
+}
+
+# ===========================================================================
+# Scenario 6: failures inside the worker's own transactions.
+
+{
+	my $L = '6 worker txn failures';
+	$recv->add_rule(path => '/hooks/wfail', delay_ms => 300);
+	sql_retry($node,
+		"SELECT outbox.create_endpoint('wfail', url => '" . $recv->url('/hooks/wfail') . "', timeout_ms => 5000)");
+	sql_retry($node, q{
+		CREATE TABLE public.fault_flag (fail_settle boolean NOT NULL);
+		INSERT INTO public.fault_flag VALUES (false);
+		CREATE FUNCTION public.fault_inject() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		  IF (SELECT fail_settle FROM public.fault_flag) THEN
+		    RAISE EXCEPTION 'injected settle failure (fault suite)' USING ERRCODE = 'disk_full';
+		  END IF;
+		  RETURN NEW;
+		END $$;
+		CREATE TRIGGER fault_inject BEFORE UPDATE ON outbox.messages FOR EACH ROW
+		  WHEN (OLD.status = 'in_flight' AND NEW.status = 'sent')
+		  EXECUTE FUNCTION public.fault_inject();});
+
+	# The worker's database gets a lock_timeout (and a statement_timeout) that the
+	# worker picks up when it reconnects.
+	sql_retry($node, "ALTER DATABASE postgres SET lock_timeout = '100ms'");
+	sql_retry($node, "ALTER DATABASE postgres SET statement_timeout = '250ms'");
+	my $old = wait_for_worker($node, undef, 30);
+	sql_retry($node,
+		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'");
+	my $pid = wait_for_worker($node, $old, 30);
+	ok(defined $pid, "$L: the worker reconnected with the database's timeouts (pid " . ($pid // '?') . ')');
+	my $off = -s $node->logfile;
+
+	my $p6 = start_producers(
+		node     => $node,
+		tag      => 'wfail',
+		endpoint => 'wfail',
+		count    => 2,
+		first_id => 101,
+		seconds  => 14,
+		pause    => 0.05);
+	my $t0 = time;
+
+	# +2 s: hold an ACCESS EXCLUSIVE lock on outbox.messages for 4 s.
+	at($t0, 2);
+	my ($lo, $le) = ('', '');
+	my $locker = IPC::Run::start(
+		[ 'psql', '-X', '-At', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'),
+		  '-c', 'BEGIN', '-c', 'LOCK TABLE outbox.messages IN ACCESS EXCLUSIVE MODE',
+		  '-c', 'SELECT pg_sleep(4)', '-c', 'COMMIT' ],
+		'>', \$lo, '2>', \$le);
+	$locker->finish;
+	is($?, 0, "$L: the ACCESS EXCLUSIVE lock was held for 4 s") or diag($le);
+
+	# +7 s: the worker's settle fails (an error like disk full) for 4 s.
+	at($t0, 7);
+	sql_retry($node, 'UPDATE public.fault_flag SET fail_settle = true');
+	at($t0, 11);
+	sql_retry($node, 'UPDATE public.fault_flag SET fail_settle = false');
+
+	my $r6 = collect_producers($p6);
+	resolve_ambiguous($node, $r6, $L);
+	wait_drained($node, $r6->{committed}, 'wfail', '/hooks/wfail', $L, 60);
+	check_invariant(
+		node          => $node,
+		label         => $L,
+		endpoint      => 'wfail',
+		path          => '/hooks/wfail',
+		committed     => $r6->{committed},
+		rolled        => $r6->{rolled},
+		payload_check => 1);
+
+	my $log = log_since($node, $off);
+	ok($log =~ /pg_outbox worker: canceling statement due to lock timeout/,
+		"$L: the worker logged its lock timeout");
+	ok($log =~ /pg_outbox worker: injected settle failure/,
+		"$L: the worker logged the failed settle");
+	my @crashes = $log =~ /^(.*(?:terminated by signal|PANIC:).*)$/mg;
+	is(scalar @crashes, 0, "$L: no process crashed") or diag(join "\n", @crashes[0 .. ($#crashes < 5 ? $#crashes : 5)]);
+	is(worker_pid($node), $pid, "$L: the worker survived its errors (same pid $pid)");
+	my $errors = () = $log =~ /pg_outbox worker: /g;
+	note("$L: 'pg_outbox worker:' error lines: $errors");
+
+	sql_retry($node, 'ALTER DATABASE postgres RESET lock_timeout');
+	sql_retry($node, 'ALTER DATABASE postgres RESET statement_timeout');
+	sql_retry($node, q{DROP TRIGGER fault_inject ON outbox.messages;
+		DROP FUNCTION public.fault_inject(); DROP TABLE public.fault_flag;});
+	my $cur = wait_for_worker($node, undef, 30);
+	sql_retry($node,
+		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'");
+	ok(defined wait_for_worker($node, $cur, 30), "$L: the worker reconnected without the timeouts");
+}
+
+# ===========================================================================
+# Scenario 4: DROP EXTENSION / CREATE EXTENSION while requests are in flight.
+
+{
+	my $L = '4 drop/create extension';
+	$recv->add_rule(path => '/hooks/ddl_old', delay_ms => 3000);
+	sql_retry($node,
+		"SELECT outbox.create_endpoint('ddl_old', url => '" . $recv->url('/hooks/ddl_old') . "', timeout_ms => 10000)");
+	sql_retry($node, q{SELECT outbox.enqueue('ddl_old', jsonb_build_object('old', g)) FROM generate_series(1, 20) g});
+	ok(wait_until(sub { ($recv->stats->{by_path}{'/hooks/ddl_old'} // 0) >= 20 }, 20, "$L: old requests"),
+		"$L: 20 requests in flight (the receiver holds them 3 s)");
+	my $pid = worker_pid($node);
+	my $off = -s $node->logfile;
+
+	sql_retry($node, 'DROP EXTENSION pg_outbox');
+	sleep(0.5);
+	my $between = worker_pid($node);
+	sql_retry($node, 'CREATE EXTENSION pg_outbox');
+	# The new endpoint's first 20 answers are slow 503s: its requests are in flight
+	# when the dropped table's answers (200) come back.
+	$recv->add_rule(path => '/hooks/ddl_new', status => 503, delay_ms => 4000, times => 20);
+	sql_retry($node,
+		"SELECT outbox.create_endpoint('ddl_new', url => '" . $recv->url('/hooks/ddl_new') . "', timeout_ms => 10000)");
+	my %committed;
+	for my $g (1 .. 20)
+	{
+		my $id = sql_retry($node, "SELECT outbox.enqueue('ddl_new', jsonb_build_object('producer', 0, 'txn', $g, 'i', 1))");
+		$committed{$id} = "0/$g/1";
+	}
+	note("$L: worker pid before $pid, while dropped " . ($between // 'none')
+		  . '; ids after re-create: ' . join(',', sort { $a <=> $b } keys %committed));
+	wait_drained($node, \%committed, 'ddl_new', '/hooks/ddl_new', $L, 40);
+	check_invariant(
+		node          => $node,
+		label         => $L,
+		endpoint      => 'ddl_new',
+		path          => '/hooks/ddl_new',
+		committed     => \%committed,
+		rolled        => {},
+		payload_check => 1);
+	my $log = log_since($node, $off);
+	my @crashes = $log =~ /^(.*(?:terminated by signal|PANIC:).*)$/mg;
+	is(scalar @crashes, 0, "$L: no process crashed") or diag(join "\n", @crashes);
+	is(worker_pid($node), $pid, "$L: the worker survived the DROP/CREATE (same pid)");
+}
+
+# ===========================================================================
+# Scenario 5: pg_outbox.database does not exist at server start.
+
+{
+	my $L = '5 missing database';
+	my $log = slurp_file($nodb->logfile);
+	my @fatal = $log =~ /FATAL:  database "fault_appdb" does not exist/g;
+	note(sprintf '%s: %d FATAL lines in %.0f s', $L, scalar(@fatal), time - $T_START);
+	cmp_ok(scalar @fatal, '>=', 3, "$L: the worker's FATAL names the database, repeatedly");
+	ok($log =~ /background worker "pg_outbox worker" \(PID \d+\) exited with exit code 1/,
+		"$L: it is the pg_outbox worker that exits");
+	is($nodb->safe_psql('postgres', 'SELECT 1'), '1', "$L: the server stays up");
+
+	my $nrecv_path = '/hooks/appdb';
+	$nodb->safe_psql('postgres', 'CREATE DATABASE fault_appdb');
+	$nodb->safe_psql('fault_appdb', 'CREATE EXTENSION pg_outbox');
+	$nodb->safe_psql('fault_appdb',
+		"SELECT outbox.create_endpoint('appdb', url => '" . $recv->url($nrecv_path) . "')");
+	my %committed = map { $_ => "0/1/" } split /,/, $nodb->safe_psql('fault_appdb', q{
+		SELECT string_agg(outbox.enqueue('appdb', jsonb_build_object('n', g))::text, ',') FROM generate_series(1, 50) g});
+	my %rolled = map { $_ => 1 } split /,/, $nodb->safe_psql('fault_appdb', q{
+		BEGIN;
+		SELECT string_agg(outbox.enqueue('appdb', jsonb_build_object('rolled', g))::text, ',') FROM generate_series(1, 10) g;
+		ROLLBACK;});
+	my $t0 = time;
+	wait_drained($nodb, \%committed, 'appdb', $nrecv_path, $L, 30, 'fault_appdb');
+	note(sprintf '%s: served %.1f s after CREATE EXTENSION', $L, time - $t0);
+	ok(slurp_file($nodb->logfile) =~ /pg_outbox worker started for database "fault_appdb"/,
+		"$L: the worker started for the new database");
+	check_invariant(
+		node      => $nodb,
+		db        => 'fault_appdb',
+		label     => $L,
+		endpoint  => 'appdb',
+		path      => $nrecv_path,
+		committed => \%committed,
+		rolled    => \%rolled);
+}
+
+# ===========================================================================
+# No process of the main node died of anything but our SIGKILLs.
+{
+	my @bad = grep { !/signal 9: Killed/ }
+	  slurp_file($node->logfile) =~ /^(.*(?:terminated by signal \d+|PANIC:).*)$/mg;
+	is(scalar @bad, 0, 'main node: no crash other than the SIGKILLs the test sent')
+	  or diag(join "\n", @bad[0 .. ($#bad < 9 ? $#bad : 9)]);
+}
+
+my $total_lost = 0;
+$total_lost += $_->[4] for @SUMMARY;
+is($total_lost, 0, 'no message lost in any scenario');
+
+my @hdr = ('scenario', 'committed', 'received', 'dead-lettered', 'lost', 'duplicates');
+my $fmt = "%-24s | %9s | %8s | %13s | %4s | %10s";
+note(sprintf $fmt, @hdr);
+note(sprintf $fmt, map { $_ } @$_) for @SUMMARY;
+note(sprintf 'fault suite: %.0f s (load phase %d s)', time - $T_START, $LOAD_S);
+
+$node->stop;
+$nodb->stop;
+$recv->stop;
+done_testing();
+
+# ---------------------------------------------------------------------------
+# Incremental reader of the receiver's jsonl log (it survives receiver restarts).
+# by => {path => {numeric id or webhook-id => {n, ok, body}}}
+package RecvLog;
+
+sub new
+{
+	my ($class, $file) = @_;
+	return bless { file => $file, off => 0, by => {}, json => JSON::PP->new->utf8 }, $class;
+}
+
+sub poll
+{
+	my $self = shift;
+	open(my $fh, '<:raw', $self->{file}) or return;
+	seek($fh, $self->{off}, 0);
+	while (my $line = <$fh>)
+	{
+		last unless $line =~ /\n\z/;    # a line still being written
+		$self->{off} += length $line;
+		my $r = eval { $self->{json}->decode($line) } or next;
+		my $wid = $r->{headers}{'webhook-id'} // '';
+		$wid = $1 if $wid =~ /^msg_(\d+)$/;
+		my $s = $self->{by}{ $r->{path} // '' }{$wid} //= { n => 0, ok => 0 };
+		$s->{n}++;
+		if (($r->{response} // '') =~ /^2\d\d$/)
+		{
+			$s->{ok}++;
+			$s->{body} //= $r->{body};
+		}
+	}
+	close $fh;
+	return;
+}
