@@ -33,7 +33,7 @@ struct SharedState {
   slock_t mutex;  // guards everything below
   int worker_pid;
   char database[NAMEDATALEN];
-  char state[32];
+  char state[64];  // "waiting for CREATE EXTENSION pg_outbox" must fit
   TimestampTz started_at;
   TimestampTz last_loop_at;
   int in_flight;

@@ -85,30 +85,30 @@ void Worker::run() {
       iterate(woken);
       error_streak_ = 0;
     } catch (const PgError& e) {
-      // Disk full, statement_timeout, a dropped table...: log, roll back, back off, go on.
-      ErrorData* edata = e.data();
-      // Gone tables or functions mean DROP EXTENSION: wait for it to come back.
-      int code = edata->sqlerrcode;
-      if (code == ERRCODE_UNDEFINED_TABLE || code == ERRCODE_INVALID_SCHEMA_NAME || code == ERRCODE_UNDEFINED_FUNCTION)
-        ready_ = false;
-      abort_transaction();
-      error_streak_ = std::min(error_streak_ + 1, 6);
-      error_backoff_until_ms_ = now_ms() + (100LL << error_streak_);
-      pg_call([&] {
-        ereport(LOG, (errcode(edata->sqlerrcode), errmsg("pg_outbox worker: %s", edata->message),
-                      errdetail("The worker rolled back and retries in %d ms.", 100 << error_streak_)));
-        FreeErrorData(edata);
-      });
-      publish_status("recovering from an error");
+      // Copied now: the error lives in the transaction's memory, which the abort frees.
+      recover_from_error(e.data()->sqlerrcode, e.what());
     } catch (const std::exception& e) {
-      std::string message = e.what();
-      abort_transaction();
-      error_streak_ = std::min(error_streak_ + 1, 6);
-      error_backoff_until_ms_ = now_ms() + (100LL << error_streak_);
-      pg_call([&] { ereport(LOG, (errmsg("pg_outbox worker: %s", message.c_str()))); });
-      publish_status("recovering from an error");
+      recover_from_error(ERRCODE_INTERNAL_ERROR, e.what());
     }
   }
+}
+
+// Disk full, statement_timeout, a dropped table...: roll back, log, back off, go on.
+// Results not yet written stay in pending_ and are settled once the database is back.
+void Worker::recover_from_error(int sqlstate, std::string message) {
+  // Gone tables or functions mean DROP EXTENSION: wait for it to come back.
+  if (sqlstate == ERRCODE_UNDEFINED_TABLE || sqlstate == ERRCODE_INVALID_SCHEMA_NAME ||
+      sqlstate == ERRCODE_UNDEFINED_FUNCTION)
+    ready_ = false;
+  abort_transaction();
+  error_streak_ = std::min(error_streak_ + 1, 6);
+  int backoff_ms = 100 << error_streak_;
+  error_backoff_until_ms_ = now_ms() + backoff_ms;
+  pg_call([&] {
+    ereport(LOG, (errcode(sqlstate), errmsg("pg_outbox worker: %s", message.c_str()),
+                  errdetail("The worker rolled back and retries in %d ms.", backoff_ms)));
+  });
+  publish_status("recovering from an error");
 }
 
 int Worker::wait_timeout_ms() const {
@@ -461,6 +461,7 @@ void Worker::settle_pending() {
   }
   SpinLockRelease(&shared_state->mutex);
   counted_.clear();
+  for (const auto& r : pending_.retry) next_claim_ms_ = std::min(next_claim_ms_, now_ms() + r.delay_ms);
   bool unblocks = !pending_.sent.empty() || !pending_.dead.empty() || !pending_.released.empty();
   pending_ = Settlements{};
   if (unblocks) more_due_ = true;  // an ordered key's next message, or room for more

@@ -37,6 +37,7 @@ class Worker {
   };
 
   void iterate(bool woken);
+  void recover_from_error(int sqlstate, std::string message);
   bool prepare_database();
   void refresh_endpoints();
   void claim_and_deliver();

@@ -69,11 +69,7 @@ sql('CREATE EXTENSION pg_outbox', 'watch');
 ok(wait_until(sub { worker_state() =~ /waiting/ }, 10, 'waiting state'),
 	'worker_status().state mentions waiting');
 note('state before CREATE EXTENSION: ' . worker_state());
-TODO:
-{
-	local $TODO = 'SharedState::state is char[32]: the state is cut to "waiting for CREATE EXTENSION pg"';
-	like(worker_state(), qr/CREATE EXTENSION pg_outbox/, 'worker_status().state is not truncated');
-}
+like(worker_state(), qr/CREATE EXTENSION pg_outbox/, 'worker_status().state is not truncated');
 my ($st_pid, $st_db) = split /\|/, sql('SELECT pid, database FROM outbox.worker_status()', 'watch');
 is($st_pid, $pid0, 'worker_status().pid is the pid in pg_stat_activity');
 is($st_db,  'postgres', 'worker_status().database');
