@@ -34,14 +34,18 @@ include $(PGXS)
 -include $(OBJS:.o=.d)
 EXTRA_CLEAN = $(OBJS:.o=.d) build
 
-.PHONY: format unit bench
+.PHONY: format unit bench bench-memory soak
 format:
 	clang-format -i $(wildcard src/*/*.cpp src/*/*.hpp test/unit/*.cpp)
 
 unit:
-	cmake -S . -B build/unit -DCMAKE_BUILD_TYPE=Debug >/dev/null
-	cmake --build build/unit -j2
-	cd build/unit && ctest --output-on-failure
+	SKIP_SETUP=1 bash test/run_unit.sh
 
 bench:
 	bash bench/run.sh
+
+bench-memory:
+	bash bench/worker_memory.sh
+
+soak:
+	bash test/soak.sh $(SOAK_SECONDS)

@@ -4,99 +4,14 @@
 # the same run, and one table at the end. Not a pass/fail test: run by hand or with
 # `make bench`. RUNS=n sets the repetitions per figure (median reported).
 set -euo pipefail
-source "$(dirname "$0")/../test/lib.sh"
-BENCH=$REPO/bench
 RUNS=${RUNS:-3}
-BACKLOG=${BACKLOG:-100000}
 
-ensure_packages nginx-light wrk
-build_and_install
-
-work=$(mktemp -d /tmp/pg_outbox_bench.XXXXXX)
-chmod 755 "$work"
-cleanup() {
-  [ -f "$work/nginx.pid" ] && nginx -c "$work/nginx.conf" -s stop 2>/dev/null || true
-  [ -n "${RECEIVER_PID:-}" ] && kill "$RECEIVER_PID" 2>/dev/null || true
-  [ -n "${LISTENER_PID:-}" ] && kill "$LISTENER_PID" 2>/dev/null || true
-  stop_cluster
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-# --- the receivers --------------------------------------------------------------
-NGINX_PORT=$(free_port)
-cat >"$work/nginx.conf" <<NGINX
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/nginx.error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $work/nginx_body;
-  keepalive_requests 10000000;
-  server { listen 127.0.0.1:$NGINX_PORT; location / { return 200 "ok"; } }
-}
-NGINX
-nginx -c "$work/nginx.conf"
-
-start_cluster "$work/pg" "pg_outbox.database = 'bench'" "shared_buffers = '1GB'" "max_wal_size = '8GB'" \
-  "checkpoint_timeout = '30min'" "pg_outbox.breaker_threshold = 1000000"
-psql_cluster -c "CREATE DATABASE bench"
-bench_sql() { psql_cluster -d bench -At "$@"; }
-bench_sql -c "CREATE EXTENSION pg_outbox" \
-  -c "CREATE TABLE orders (id bigserial PRIMARY KEY, customer int NOT NULL, amount numeric NOT NULL, created_at timestamptz NOT NULL DEFAULT now())" \
-  -c "SELECT outbox.create_endpoint('http', url => 'http://127.0.0.1:$NGINX_PORT/hook')" \
-  -c "SELECT outbox.create_endpoint('ordered', url => 'http://127.0.0.1:$NGINX_PORT/ordered', ordered => true)" \
-  -c "SELECT outbox.create_endpoint('notify', channel => 'bench_notify')" \
-  -c "SELECT outbox.create_endpoint('parked', url => 'http://127.0.0.1:$NGINX_PORT/parked')" \
-  -c "SELECT outbox.pause_endpoint('parked')" >/dev/null
-
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-worker_pid() { bench_sql -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-now() { date +%s.%N; }
-
-# fill ENDPOINT N [KEYS]: a paused backlog of N ~200-byte JSON messages.
-fill() {
-  local keys=${3:-0}
-  bench_sql -c "SELECT outbox.pause_endpoint('$1')" \
-    -c "INSERT INTO outbox.messages (endpoint, event_type, payload, ordering_key)
-        SELECT '$1', 'order.created',
-               jsonb_build_object('order_id', g, 'customer', 'c' || g, 'note', repeat('x', 120)),
-               CASE WHEN $keys > 0 THEN 'k' || (g % $keys) END
-          FROM generate_series(1, $2) g" >/dev/null
-}
-# drain ENDPOINT N: resume, wait until nothing of it is unsent; prints msgs/s and
-# worker CPU ms per 1,000 messages.
-drain() {
-  local pid t0 t1 c0 c1
-  pid=$(worker_pid)
-  c0=$(cpu_ticks "$pid")
-  t0=$(now)
-  bench_sql -c "SELECT outbox.resume_endpoint('$1')" >/dev/null
-  while [ "$(bench_sql -c "SELECT count(*) FROM outbox.messages WHERE endpoint = '$1' AND status <> 'sent'")" != 0 ]; do
-    sleep 0.05
-  done
-  t1=$(now)
-  c1=$(cpu_ticks "$pid")
-  awk -v n="$2" -v t="$(echo "$t1 - $t0" | bc -l)" -v c="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" \
-    'BEGIN {printf "%.0f %.1f\n", n / t, c * 1000.0 / hz / (n / 1000.0)}'
-}
-drain_case() {  # ENDPOINT KEYS -> "msgs/s cpu_ms_per_1000" medians over RUNS
-  local rates=() cpus=() r
-  for _ in $(seq "$RUNS"); do
-    fill "$1" "$BACKLOG" "$2"
-    r=$(drain "$1" "$BACKLOG")
-    rates+=("${r% *}")
-    cpus+=("${r#* }")
-    bench_sql -c "DELETE FROM outbox.messages WHERE endpoint = '$1'" -c "VACUUM outbox.messages" >/dev/null
-  done
-  echo "$(printf '%s\n' "${rates[@]}" | median) $(printf '%s\n' "${cpus[@]}" | median)"
-}
+source "$(dirname "$0")/setup.sh"
 
 declare -A R
 log "1. enqueue overhead (pgbench, synchronous_commit = on, 4 clients, 10 s, endpoint paused)"
-printf '\\set c random(1, 100000)\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\n' >"$work/plain.sql"
+# The same business transaction with and without the enqueue (same round trips).
+printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nCOMMIT;\n' >"$work/plain.sql"
 printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nSELECT outbox.enqueue('"'parked'"', jsonb_build_object('"'customer'"', :c, '"'amount'"', 10), event_type => '"'order.created'"');\nCOMMIT;\n' >"$work/one.sql"
 {
   printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\n'

@@ -185,6 +185,23 @@ SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => repeat('k', 201
 -- event_type travels in a header: no CR/LF.
 SELECT outbox.enqueue('billing', '{}'::jsonb, event_type => E'order.created\r\nX-Injected: 1');
 \echo :SQLSTATE
+-- Bounds that keep every row deliverable: event_type is also indexed in the DLQ, and
+-- an infinite deliver_at could never be scheduled.
+SELECT outbox.enqueue('billing', '{}'::jsonb, event_type => E'order\x01created');
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, event_type => repeat('e', 201));
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, ordering_key => repeat('k', 201));
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', '{}'::jsonb, deliver_at => 'infinity');
+\echo :SQLSTATE
+-- A plain INSERT cannot bypass them: the table's CHECK constraints hold the same bounds.
+\set VERBOSITY terse
+INSERT INTO outbox.messages (endpoint, payload, event_type) VALUES ('billing', '{}', repeat('e', 201));
+\echo :SQLSTATE
+INSERT INTO outbox.messages (endpoint, payload, next_attempt_at) VALUES ('billing', '{}', 'infinity');
+\echo :SQLSTATE
+\set VERBOSITY default
 SELECT count(*) - :messages_before AS inserted_by_bad_calls FROM outbox.messages;
 
 -- Clean up for the next file.

@@ -54,13 +54,13 @@ SELECT p.oid::regprocedure AS security_definer_without_pinned_search_path, p.pro
   FROM pg_proc p
  WHERE p.pronamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace) AND p.prosecdef
    AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)
- ORDER BY 1::text;
+ ORDER BY p.oid::regprocedure::text;
 -- ... and every one that PUBLIC may execute (none).
 SELECT p.oid::regprocedure AS security_definer_executable_by_public
   FROM pg_proc p
  WHERE p.pronamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace) AND p.prosecdef
    AND has_function_privilege('public', p.oid, 'EXECUTE')
- ORDER BY 1::text;
+ ORDER BY p.oid::regprocedure::text;
 -- SQL and PL/pgSQL functions that are not SECURITY DEFINER pin it too (they run inside
 -- the definer functions): none without.
 SELECT p.oid::regprocedure AS sql_function_without_pinned_search_path
@@ -68,7 +68,7 @@ SELECT p.oid::regprocedure AS sql_function_without_pinned_search_path
  WHERE p.pronamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace)
    AND l.lanname IN ('sql', 'plpgsql')
    AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)
- ORDER BY 1::text;
+ ORDER BY p.oid::regprocedure::text;
 -- What each role may do with each relation: exactly the README's grants, nothing on
 -- the secrets.
 SELECT r.rolname, c.oid::regclass AS relation,
@@ -80,7 +80,7 @@ SELECT r.rolname, c.oid::regclass AS relation,
  WHERE r.rolname IN ('regress_sec_producer', 'regress_sec_operator')
    AND c.relnamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace)
    AND c.relkind IN ('r', 'v', 'm', 'S')
- ORDER BY 1, 2::text;
+ ORDER BY r.rolname, c.oid::regclass::text;
 -- The functions each role may execute.
 SELECT r.rolname, string_agg(p.proname, ', ' ORDER BY p.proname) AS executable
   FROM pg_roles r

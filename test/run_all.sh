@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test, from a fresh Debian 12 machine (as root): installs the packages it
-# needs, builds and installs pg_outbox, then runs the unit tests (ctest), the SQL
-# contract (pg_regress) and the process-level suite (TAP, prove). Exits non-zero
-# if any of them fails; each runner prints its own summary.
+# needs, builds and installs pg_outbox, then runs the unit tests (ctest, plain and
+# under AddressSanitizer + UBSan), the SQL contract (pg_regress) and the
+# process-level suite (TAP, prove). Exits non-zero if any of them fails; each
+# runner prints its own summary.
 set -uo pipefail
 here=$(dirname "$0")
 source "$here/lib.sh"
@@ -12,6 +13,7 @@ build_and_install WERROR=1 || exit 1
 
 failed=()
 SKIP_SETUP=1 bash "$here/run_unit.sh" || failed+=(unit)
+SKIP_SETUP=1 UNIT_BUILD=sanitize bash "$here/run_unit.sh" -DPG_OUTBOX_SANITIZE=ON || failed+=(unit-sanitizers)
 SKIP_SETUP=1 bash "$here/run_regress.sh" || failed+=(regress)
 SKIP_SETUP=1 bash "$here/run_tap.sh" || failed+=(tap)
 
@@ -19,4 +21,4 @@ if ((${#failed[@]})); then
   echo "FAILED: ${failed[*]}"
   exit 1
 fi
-echo "all test suites passed (unit, regress, tap)"
+echo "all test suites passed (unit, unit-sanitizers, regress, tap)"

@@ -28,7 +28,9 @@ constexpr std::string_view kReserved[] = {
     "outbox-event-type", "outbox-attempt",
     // framing and connection management
     "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade",
-    "proxy-connection", "expect"};
+    "proxy-connection", "expect",
+    // the URL alone chooses the virtual host: a producer must not address another one
+    "host"};
 
 bool is_reserved(std::string_view name) {
   for (auto r : kReserved)

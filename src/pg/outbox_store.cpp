@@ -27,8 +27,8 @@ std::optional<int> optional_int(const Rows& rows, size_t r, size_t c) {
 
 }  // namespace
 
-bool OutboxStore::extension_ready() {
-  return pg_call([] { return OidIsValid(get_extension_oid("pg_outbox", true)); });
+uint32_t OutboxStore::extension_oid() {
+  return pg_call([] { return static_cast<uint32_t>(get_extension_oid("pg_outbox", true)); });
 }
 
 std::vector<EndpointRow> OutboxStore::load_endpoints() {

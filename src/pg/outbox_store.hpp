@@ -50,7 +50,9 @@ struct Settlements {
 
 class OutboxStore {
  public:
-  bool extension_ready();  // pg_outbox exists in this database (committed)
+  // The OID of pg_outbox in this database (0 while it does not exist). A new OID
+  // means the extension was dropped and created again: new tables, ids from 1.
+  uint32_t extension_oid();
   std::vector<EndpointRow> load_endpoints();
   int64_t recover_in_flight();  // at start: the previous worker's claims go back to pending
   int64_t expire_leases();

@@ -24,6 +24,11 @@ namespace pg_outbox::pg {
 
 namespace {
 
+// The extension was dropped (and perhaps created again) under the worker's feet.
+struct ExtensionChanged : std::runtime_error {
+  ExtensionChanged() : std::runtime_error("pg_outbox was dropped or created again") {}
+};
+
 constexpr const char* kUserAgent = "pg_outbox/0.1.0";
 constexpr size_t kResponseBodyLimit = 1024;     // dlq.dead_letters.response_body keeps the first 1 KiB
 constexpr int kSettleBatch = 1000;              // results written back per transaction, at most
@@ -60,6 +65,9 @@ void Worker::run() {
   // to one more delivery, never to a lost message. Producers' commits are untouched.
   pg_call([] {
     SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    // The worker is a superuser: its queries must never resolve a name through a
+    // schema that another role can create objects in (public, "$user").
+    SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
     ereport(LOG, (errmsg("pg_outbox worker started for database \"%s\"", MyBgworkerEntry->bgw_extra)));
   });
 
@@ -78,12 +86,20 @@ void Worker::run() {
     }
     bool woken = pg_atomic_exchange_u32(&shared_state->wake_requested, 0) != 0;
     if (now_ms() < error_backoff_until_ms_) {
-      collect_http_results(0);  // keep libcurl moving; settle once the database is back
+      collect_http_results(kHttpSliceMs);  // keep libcurl moving; settle once the database is back
       continue;
     }
     try {
       iterate(woken);
       error_streak_ = 0;
+    } catch (const ExtensionChanged&) {
+      abort_transaction();
+      forget_deliveries();
+      ready_ = false;
+      pg_call([] {
+        ereport(LOG, (errmsg("pg_outbox worker: the extension was dropped or created again"),
+                      errdetail("Deliveries in flight for the old tables were abandoned.")));
+      });
     } catch (const PgError& e) {
       // Copied now: the error lives in the transaction's memory, which the abort frees.
       recover_from_error(e.data()->sqlerrcode, e.what());
@@ -98,8 +114,10 @@ void Worker::run() {
 void Worker::recover_from_error(int sqlstate, std::string message) {
   // Gone tables or functions mean DROP EXTENSION: wait for it to come back.
   if (sqlstate == ERRCODE_UNDEFINED_TABLE || sqlstate == ERRCODE_INVALID_SCHEMA_NAME ||
-      sqlstate == ERRCODE_UNDEFINED_FUNCTION)
+      sqlstate == ERRCODE_UNDEFINED_FUNCTION) {
     ready_ = false;
+    forget_deliveries();
+  }
   abort_transaction();
   error_streak_ = std::min(error_streak_ + 1, 6);
   int backoff_ms = 100 << error_streak_;
@@ -140,13 +158,13 @@ void Worker::iterate(bool woken) {
 // and goes back to waiting when the extension is dropped.
 bool Worker::prepare_database() {
   if (ready_) return true;
-  bool exists = false;
   int64_t recovered = 0;
   in_transaction("pg_outbox: checking for the extension", [&] {
-    exists = store_.extension_ready();
-    if (exists) recovered = store_.recover_in_flight();
+    extension_oid_ = store_.extension_oid();
+    if (extension_oid_ != 0) recovered = store_.recover_in_flight();
   });
-  if (!exists) {
+  if (extension_oid_ == 0) {
+    forget_deliveries();
     endpoints_.clear();
     endpoints_version_ = UINT64_MAX;
     publish_status("waiting for CREATE EXTENSION pg_outbox");
@@ -166,6 +184,21 @@ bool Worker::prepare_database() {
 
 // Endpoints are re-read when an endpoint function committed a change, and at least
 // once per poll interval for direct edits of the table; not on every commit's wake.
+// Called first in every transaction that claims or settles: message ids belong to one
+// incarnation of the extension's tables, and must never settle rows of the next one.
+void Worker::require_same_extension() {
+  if (store_.extension_oid() != extension_oid_) throw ExtensionChanged();
+}
+
+// Drops every delivery in flight and every result not yet written: they belong to
+// tables that no longer exist.
+void Worker::forget_deliveries() {
+  client_.abandon_all();
+  deliveries_.clear();
+  pending_ = Settlements{};
+  counted_.clear();
+}
+
 void Worker::refresh_endpoints() {
   uint64_t version = pg_atomic_read_u64(&shared_state->endpoints_version);
   int64_t now = now_ms();
@@ -204,7 +237,12 @@ int Worker::max_attempts_of(const Endpoint& endpoint) const {
 }
 
 void Worker::claim_and_deliver() {
+  // Claimed HTTP messages go to libcurl only once the claim has committed: a claim
+  // that fails rolls back, and nothing it took may have been sent.
+  std::vector<ClaimedMessage> to_send;
+  std::vector<std::string> probed;
   in_transaction("pg_outbox: claiming messages", [&] {
+    require_same_extension();
     refresh_endpoints();
     int64_t now = now_ms();
     std::vector<std::string> http, notify, ordered, probes, all_active;
@@ -237,10 +275,8 @@ void Worker::claim_and_deliver() {
     if (!notify.empty()) std::rotate(notify.begin(), notify.begin() + (claim_round_ % notify.size()), notify.end());
     size_t room = claim_target() - std::min(claim_target(), client_.in_flight() + client_.queued());
     int limit = static_cast<int>(std::min<size_t>(room, static_cast<size_t>(settings.batch_size)));
-    size_t claimed_count = 0;
     if (!notify.empty()) {
       auto claimed = store_.claim(notify, ordered, settings.batch_size, settings.lease_s, true);
-      claimed_count = std::max(claimed_count, claimed.size() * limit / std::max(1, settings.batch_size));
       deliver_notify(claimed);
       more_due_ = claimed.size() == static_cast<size_t>(settings.batch_size);
     } else {
@@ -249,16 +285,14 @@ void Worker::claim_and_deliver() {
     if (!http.empty() && limit > 0) {
       auto claimed = store_.claim(http, ordered, limit, settings.lease_s, false);
       more_due_ = more_due_ || claimed.size() == static_cast<size_t>(limit);
-      start_http(claimed);
+      std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
     }
     for (const std::string& name : probes) {
       // One message goes out as the probe; its result closes or reopens the circuit.
       auto claimed = store_.claim({name}, ordered, 1, settings.lease_s, false);
       if (claimed.empty()) continue;
-      Endpoint& endpoint = endpoints_.at(name);
-      core::on_probe_claimed(endpoint.row.breaker);
-      endpoint.breaker_dirty = true;
-      start_http(claimed);
+      probed.push_back(name);
+      std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
     }
     if (!more_due_) {
       // Nothing more is due now: sleep until the next retry or deliver_at comes due.
@@ -268,8 +302,14 @@ void Worker::claim_and_deliver() {
       int64_t poll = now + settings.poll_interval_ms;
       next_claim_ms_ = std::min({poll, next_breaker_ms, due && *due > now ? *due : poll});
     }
-    settle_pending();  // NOTIFY results and unsendable messages settle in this transaction
+    settle_pending();  // NOTIFY results settle in this transaction
   });
+  for (const std::string& name : probed) {
+    Endpoint& endpoint = endpoints_.at(name);
+    core::on_probe_claimed(endpoint.row.breaker);
+    endpoint.breaker_dirty = true;
+  }
+  start_http(to_send);
 }
 
 void Worker::start_http(const std::vector<ClaimedMessage>& claimed) {
@@ -429,6 +469,7 @@ void Worker::settle_pending() {
                                     [](const auto& e) { return e.second.breaker_dirty; });
   if (pending_.empty() && !dirty_breakers) return;
   auto settle = [&] {
+    require_same_extension();
     store_.settle(pending_, settings.sent_retention_s == 0);
     for (auto& [name, endpoint] : endpoints_) {
       if (!endpoint.breaker_dirty) continue;

@@ -39,6 +39,8 @@ class Worker {
   void iterate(bool woken);
   void recover_from_error(int sqlstate, std::string message);
   bool prepare_database();
+  void require_same_extension();
+  void forget_deliveries();
   void refresh_endpoints();
   void claim_and_deliver();
   void start_http(const std::vector<ClaimedMessage>& claimed);
@@ -63,6 +65,7 @@ class Worker {
   std::unordered_map<std::string, std::array<uint64_t, 3>> counted_;  // to publish: sent, retried, dead
 
   bool ready_ = false;         // the extension exists and in-flight claims were recovered
+  uint32_t extension_oid_ = 0;  // of the extension whose tables the deliveries belong to
   bool more_due_ = true;       // the last claim was full: claim again as soon as there is room
   int64_t next_claim_ms_ = 0;  // otherwise: when something becomes due (or the poll interval)
   int64_t next_housekeeping_ms_ = 0;

@@ -55,7 +55,8 @@ The timestamp is not checked against the current time.
 
 Returns a PostgreSQL::Test::Cluster node, init'ed, with
 C<shared_preload_libraries = 'pg_outbox'>, C<pg_outbox.database = 'postgres'>,
-C<pg_outbox.poll_interval = '200ms'>, C<log_min_messages = 'log'> and then each
+C<pg_outbox.poll_interval = '200ms'> (the server log keeps its default level, which
+records ERROR and LOG lines) and then each
 given GUC (in the given order, as C<key = 'value'>, later lines win) appended
 to postgresql.conf, and started.  Does not create the extension.
 
@@ -238,8 +239,7 @@ sub new_outbox_node
 	my $conf = join '',
 	  "shared_preload_libraries = 'pg_outbox'\n",
 	  "pg_outbox.database = 'postgres'\n",
-	  "pg_outbox.poll_interval = '200ms'\n",
-	  "log_min_messages = 'log'\n";
+	  "pg_outbox.poll_interval = '200ms'\n";
 	while (my ($k, $v) = splice(@gucs, 0, 2))
 	{
 		$v //= '';

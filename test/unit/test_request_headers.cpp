@@ -97,13 +97,15 @@ TEST(RequestHeaders, ReservedUserHeadersAreDropped) {
                        {"Webhook-Signature", "v1,forged"}, {"outbox-event-type", "forged"},
                        {"Outbox-Attempt", "99"},          {"user-agent", "evil"},
                        {"Transfer-Encoding", "chunked"},  {"Expect", "100-continue"},
-                       {"Connection", "close"},           {"X-Keep-Too", "2"}};
+                       {"Connection", "close"},           {"Host", "admin.internal.example"},
+                       {"X-Keep-Too", "2"}};
   Lines lines = build_request_headers(h, "{}");
   ASSERT_EQ(lines.size(), 10u);
   EXPECT_EQ(lines[0], "X-Keep: 1");
   EXPECT_EQ(lines[1], "X-Keep-Too: 2");
   for (const auto& l : lines) EXPECT_EQ(l.find("forged"), std::string::npos) << l;
   for (const auto& l : lines) EXPECT_EQ(l.find("evil"), std::string::npos) << l;
+  for (const auto& l : lines) EXPECT_EQ(l.find("admin.internal"), std::string::npos) << l;
   EXPECT_EQ(lines.back(), "Expect:");
 }
 
