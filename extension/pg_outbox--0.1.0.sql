@@ -710,6 +710,40 @@ COMMENT ON FUNCTION outbox.purge(interval) IS
 -- Dead letters
 ------------------------------------------------------------------------------------------
 
+-- The open dead letter with this id, locked FOR UPDATE for the caller's change; the
+-- refusals shared by requeue and discard: NULL id 22004, unknown id 42704, already
+-- requeued or discarded 55000.
+CREATE FUNCTION dlq._lock_open(id bigint)
+    RETURNS dlq.dead_letters
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    d dlq.dead_letters%ROWTYPE;
+BEGIN
+    IF _lock_open.id IS NULL THEN
+        RAISE EXCEPTION 'dead letter id must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO d FROM dlq.dead_letters dl WHERE dl.id = _lock_open.id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'dead letter % does not exist', _lock_open.id
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF d.requeued_at IS NOT NULL THEN
+        RAISE EXCEPTION 'dead letter % has already been requeued', _lock_open.id
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = format('It was requeued as message %s.', d.requeued_as);
+    END IF;
+    IF d.discarded_at IS NOT NULL THEN
+        RAISE EXCEPTION 'dead letter % has already been discarded', _lock_open.id
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    RETURN d;
+END
+$fn$;
+
 -- Puts a dead letter back in the outbox as a new message (new id, attempts 0, due now),
 -- optionally with a corrected payload.  It keeps the original webhook-id: the new
 -- message's idempotency_key is the original key, or msg_<original id> when it had none,
@@ -729,24 +763,7 @@ DECLARE
     v_key text;
     v_id  bigint;
 BEGIN
-    IF requeue.id IS NULL THEN
-        RAISE EXCEPTION 'dead letter id must not be NULL'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    SELECT * INTO d FROM dlq.dead_letters dl WHERE dl.id = requeue.id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'dead letter % does not exist', requeue.id
-            USING ERRCODE = 'undefined_object';
-    END IF;
-    IF d.requeued_at IS NOT NULL THEN
-        RAISE EXCEPTION 'dead letter % has already been requeued', requeue.id
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = format('It was requeued as message %s.', d.requeued_as);
-    END IF;
-    IF d.discarded_at IS NOT NULL THEN
-        RAISE EXCEPTION 'dead letter % has been discarded', requeue.id
-            USING ERRCODE = 'object_not_in_prerequisite_state';
-    END IF;
+    d := dlq._lock_open(requeue.id);
 
     -- KEY SHARE: a concurrent drop_endpoint waits, so the new message is never orphaned.
     PERFORM 1 FROM outbox.endpoints e WHERE e.name = d.endpoint FOR KEY SHARE;
@@ -830,24 +847,7 @@ AS $fn$
 DECLARE
     d dlq.dead_letters%ROWTYPE;
 BEGIN
-    IF discard.id IS NULL THEN
-        RAISE EXCEPTION 'dead letter id must not be NULL'
-            USING ERRCODE = 'null_value_not_allowed';
-    END IF;
-    SELECT * INTO d FROM dlq.dead_letters dl WHERE dl.id = discard.id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'dead letter % does not exist', discard.id
-            USING ERRCODE = 'undefined_object';
-    END IF;
-    IF d.requeued_at IS NOT NULL THEN
-        RAISE EXCEPTION 'dead letter % has already been requeued', discard.id
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  DETAIL = format('It was requeued as message %s.', d.requeued_as);
-    END IF;
-    IF d.discarded_at IS NOT NULL THEN
-        RAISE EXCEPTION 'dead letter % has already been discarded', discard.id
-            USING ERRCODE = 'object_not_in_prerequisite_state';
-    END IF;
+    d := dlq._lock_open(discard.id);
 
     UPDATE dlq.dead_letters dl
        SET discarded_at = now(), note = coalesce(discard.note, dl.note)

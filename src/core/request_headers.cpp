@@ -1,5 +1,7 @@
 #include "core/request_headers.hpp"
 
+#include "core/ascii.hpp"
+
 #include <stdexcept>
 
 #include "core/validation.hpp"
@@ -9,17 +11,6 @@
 namespace pg_outbox::core {
 
 namespace {
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = char(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = char(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
 
 // Names a user header may not set (compared case-insensitively); see the header.
 constexpr std::string_view kReserved[] = {

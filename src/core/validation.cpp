@@ -1,5 +1,7 @@
 #include "core/validation.hpp"
 
+#include "core/ascii.hpp"
+
 #include <arpa/inet.h>
 
 #include <cstdint>
@@ -45,16 +47,6 @@ bool all_pct_or(std::string_view s, Pred allowed) {
   return true;
 }
 
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = char(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = char(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
 
 // Dotted-quad IPv4 with each part 0..255 and no leading zeros (which some
 // resolvers read as octal).

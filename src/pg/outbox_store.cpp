@@ -82,7 +82,10 @@ int64_t OutboxStore::expire_leases() {
 // transaction holds; for ordered endpoints it keeps a message only when no earlier
 // undelivered message has its key (the key's head). The outer LIMIT stops as soon as
 // enough are found. The attempt is counted here, at claim time, so a crash
-// mid-delivery still counts.
+// mid-delivery still counts. Every statement that writes rows by id names them with
+// "m.id = ANY (...)", so that the kept generic plan reaches them through the primary
+// key: joined to a CTE or unnest() of unknown size, the planner may otherwise choose a
+// hash join over the whole table, hundreds of milliseconds per batch.
 static const char* const kClaimSql =
     "WITH due AS ("
     "  SELECT d.id FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ("
@@ -99,7 +102,7 @@ static const char* const kClaimSql =
     " UPDATE outbox.messages m"
     "    SET status = 'in_flight', attempts = m.attempts + 1,"
     "        lease_until = now() + make_interval(secs => $4)"
-    "   FROM due WHERE m.id = due.id"
+    "  WHERE m.id = ANY (ARRAY(SELECT id FROM due))"
     " RETURNING m.id, m.endpoint, m.event_type, %s, m.headers::text, m.idempotency_key, m.attempts";
 
 std::vector<ClaimedMessage> OutboxStore::claim(const std::vector<std::string>& endpoints,
@@ -166,7 +169,7 @@ void OutboxStore::settle(const Settlements& s, bool delete_sent) {
           "UPDATE outbox.messages m SET status = 'sent', sent_at = now(), lease_until = NULL,"
           "       last_http_status = NULLIF(s.http_status, 0)"
           "  FROM unnest($1::bigint[], $2::int[]) AS s(id, http_status)"
-          " WHERE m.id = s.id AND m.status = 'in_flight'",
+          " WHERE m.id = ANY ($1) AND m.id = s.id AND m.status = 'in_flight'",
           {kInt8Array, kInt4Array});
       statement.run({int8_array(ids), int4_array(statuses)});
     }
@@ -187,7 +190,7 @@ void OutboxStore::settle(const Settlements& s, bool delete_sent) {
         "       last_error = r.error, last_http_status = NULLIF(r.http_status, 0),"
         "       first_failed_at = coalesce(m.first_failed_at, now())"
         "  FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[]) AS r(id, delay_ms, error, http_status)"
-        " WHERE m.id = r.id AND m.status = 'in_flight'",
+        " WHERE m.id = ANY ($1) AND m.id = r.id AND m.status = 'in_flight'",
         {kInt8Array, kInt8Array, kTextArray, kInt4Array});
     statement.run({int8_array(ids), int8_array(delays), text_array(errors), int4_array(statuses)});
   }
@@ -207,7 +210,8 @@ void OutboxStore::settle(const Settlements& s, bool delete_sent) {
     static Statement statement(
         "WITH d AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[])"
         "             AS d(id, reason, error, http_status, body)),"
-        " moved AS (DELETE FROM outbox.messages m USING d WHERE m.id = d.id AND m.status = 'in_flight'"
+        " moved AS (DELETE FROM outbox.messages m USING d"
+        "           WHERE m.id = ANY ($1) AND m.id = d.id AND m.status = 'in_flight'"
         "           RETURNING m.*, d.reason, d.error, d.http_status AS dead_status, d.body)"
         " INSERT INTO dlq.dead_letters (message_id, endpoint, event_type, payload, headers, ordering_key,"
         "        idempotency_key, reason_code, error_message, http_status, response_body, attempts,"
@@ -245,11 +249,15 @@ void OutboxStore::notify(const std::string& channel, const std::string& payload)
   pg_call([&] { Async_Notify(channel.c_str(), payload.c_str()); });
 }
 
+// The bounded deletes below pick their ids in an ARRAY() subquery: it runs once, as an
+// InitPlan, and the delete is then primary-key lookups. The ORDER BY keeps the kept
+// generic plan on the time index: without it, the planner may pick a sequential scan
+// "until LIMIT rows match", which reads the whole table every second when none do.
 int64_t OutboxStore::purge_sent(int retention_s, int limit) {
   static Statement statement(
-      "WITH p AS (DELETE FROM outbox.messages WHERE id IN ("
+      "WITH p AS (DELETE FROM outbox.messages WHERE id = ANY (ARRAY("
       "   SELECT id FROM outbox.messages WHERE status = 'sent'"
-      "      AND sent_at < now() - make_interval(secs => $1) LIMIT $2) RETURNING 1)"
+      "      AND sent_at < now() - make_interval(secs => $1) ORDER BY sent_at LIMIT $2)) RETURNING 1)"
       " SELECT count(*) FROM p",
       {kInt4, kInt4});
   return statement.run({Int32GetDatum(retention_s), Int32GetDatum(limit)}).int64(0, 0);
@@ -257,8 +265,9 @@ int64_t OutboxStore::purge_sent(int retention_s, int limit) {
 
 int64_t OutboxStore::purge_dead_letters(int retention_s, int limit) {
   static Statement statement(
-      "WITH p AS (DELETE FROM dlq.dead_letters WHERE id IN ("
-      "   SELECT id FROM dlq.dead_letters WHERE dead_at < now() - make_interval(secs => $1) LIMIT $2)"
+      "WITH p AS (DELETE FROM dlq.dead_letters WHERE id = ANY (ARRAY("
+      "   SELECT id FROM dlq.dead_letters WHERE dead_at < now() - make_interval(secs => $1)"
+      "    ORDER BY dead_at LIMIT $2))"
       "   RETURNING 1)"
       " SELECT count(*) FROM p",
       {kInt4, kInt4});
@@ -268,10 +277,10 @@ int64_t OutboxStore::purge_dead_letters(int retention_s, int limit) {
 std::vector<int64_t> OutboxStore::claim_orphans(int limit) {
   static Statement statement(
       "UPDATE outbox.messages m SET status = 'in_flight', attempts = m.attempts + 1, lease_until = now()"
-      " WHERE m.id IN (SELECT o.id FROM outbox.messages o"
+      " WHERE m.id = ANY (ARRAY(SELECT o.id FROM outbox.messages o"
       "                 WHERE o.status = 'pending'"
       "                   AND NOT EXISTS (SELECT 1 FROM outbox.endpoints e WHERE e.name = o.endpoint)"
-      "                 LIMIT $1 FOR UPDATE SKIP LOCKED)"
+      "                 LIMIT $1 FOR UPDATE SKIP LOCKED))"
       " RETURNING m.id",
       {kInt4});
   Rows rows = statement.run({Int32GetDatum(limit)});
