@@ -37,6 +37,9 @@ as_postgres "$PG_BIN/psql" -X -q -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgre
 LISTENER_PID=$!
 sleep 0.5
 R[notify]=$(drain_case notify 0)
+# End the listener's backend itself (killing the runuser wrapper would leave psql
+# behind): an open query holds back VACUUM for every case after this one.
+bench_sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(3600)%' AND pid <> pg_backend_pid()" >/dev/null
 kill "$LISTENER_PID" 2>/dev/null || true
 LISTENER_PID=
 

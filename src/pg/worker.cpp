@@ -33,6 +33,10 @@ constexpr const char* kUserAgent = "pg_outbox/0.1.0";
 constexpr size_t kResponseBodyLimit = 1024;     // dlq.dead_letters.response_body keeps the first 1 KiB
 constexpr int kSettleBatch = 1000;              // results written back per transaction, at most
 constexpr int kHttpSliceMs = 20;                // longest the worker is deaf to its latch
+// Gap between claims that commits trigger: 2 ms while claims find work, doubling up
+// to 50 ms while they come back empty (commits for a paused endpoint, say).
+constexpr int kWakeCoalesceMinMs = 2;
+constexpr int kWakeCoalesceMaxMs = 50;
 constexpr int kHousekeepingEveryMs = 1000;
 constexpr int kOrphanCheckEveryMs = 10000;
 constexpr int kPurgeBatch = 1000;
@@ -148,8 +152,17 @@ void Worker::iterate(bool woken) {
     publish_status("disabled");
     return;
   }
-  if ((woken || more_due_ || now >= next_claim_ms_) && client_.in_flight() + client_.queued() < claim_target() / 2)
-    claim_and_deliver();
+  if (woken && !more_due_ && now < last_claim_ms_ + wake_gap_ms_) {
+    // Under thousands of commits per second, one claim per few milliseconds takes
+    // them all; a claim per commit would spend the producers' CPU on empty queries.
+    next_claim_ms_ = std::min(next_claim_ms_, last_claim_ms_ + wake_gap_ms_);
+    woken = false;
+  }
+  if ((woken || more_due_ || now >= next_claim_ms_) && client_.in_flight() + client_.queued() < claim_target() / 2) {
+    last_claim_ms_ = now;
+    size_t claimed = claim_and_deliver();
+    wake_gap_ms_ = claimed > 0 ? kWakeCoalesceMinMs : std::min(2 * wake_gap_ms_, kWakeCoalesceMaxMs);
+  }
   if (now >= next_housekeeping_ms_) housekeeping();
   publish_status(deliveries_.empty() ? "idle" : "delivering");
 }
@@ -236,11 +249,12 @@ int Worker::max_attempts_of(const Endpoint& endpoint) const {
   return endpoint.row.max_attempts.value_or(settings.max_attempts);
 }
 
-void Worker::claim_and_deliver() {
+size_t Worker::claim_and_deliver() {
   // Claimed HTTP messages go to libcurl only once the claim has committed: a claim
   // that fails rolls back, and nothing it took may have been sent.
   std::vector<ClaimedMessage> to_send;
   std::vector<std::string> probed;
+  size_t claimed_notify = 0;
   in_transaction("pg_outbox: claiming messages", [&] {
     require_same_extension();
     refresh_endpoints();
@@ -277,6 +291,7 @@ void Worker::claim_and_deliver() {
     int limit = static_cast<int>(std::min<size_t>(room, static_cast<size_t>(settings.batch_size)));
     if (!notify.empty()) {
       auto claimed = store_.claim(notify, ordered, settings.batch_size, settings.lease_s, true);
+      claimed_notify = claimed.size();
       deliver_notify(claimed);
       more_due_ = claimed.size() == static_cast<size_t>(settings.batch_size);
     } else {
@@ -310,6 +325,7 @@ void Worker::claim_and_deliver() {
     endpoint.breaker_dirty = true;
   }
   start_http(to_send);
+  return claimed_notify + to_send.size();
 }
 
 void Worker::start_http(const std::vector<ClaimedMessage>& claimed) {

@@ -42,7 +42,7 @@ class Worker {
   void require_same_extension();
   void forget_deliveries();
   void refresh_endpoints();
-  void claim_and_deliver();
+  size_t claim_and_deliver();  // returns how many messages it claimed
   void start_http(const std::vector<ClaimedMessage>& claimed);
   void deliver_notify(const std::vector<ClaimedMessage>& claimed);
   void collect_http_results(int wait_ms);
@@ -68,6 +68,8 @@ class Worker {
   uint32_t extension_oid_ = 0;  // of the extension whose tables the deliveries belong to
   bool more_due_ = true;       // the last claim was full: claim again as soon as there is room
   int64_t next_claim_ms_ = 0;  // otherwise: when something becomes due (or the poll interval)
+  int64_t last_claim_ms_ = 0;
+  int wake_gap_ms_ = 2;  // see kWakeCoalesceMinMs
   int64_t next_housekeeping_ms_ = 0;
   uint64_t endpoints_version_ = UINT64_MAX;  // of the endpoints_ loaded
   int64_t endpoints_loaded_ms_ = 0;
