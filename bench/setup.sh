@@ -49,6 +49,9 @@ bench_sql -c "CREATE EXTENSION pg_outbox" \
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 worker_pid() { bench_sql -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
+# The worker found no database "bench" at server start; it is back within a second or two.
+for _ in $(seq 300); do [ -n "$(worker_pid)" ] && break; sleep 0.1; done
+[ -n "$(worker_pid)" ] || { echo "the pg_outbox worker did not start" >&2; exit 1; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 now() { date +%s.%N; }
 

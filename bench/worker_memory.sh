@@ -15,6 +15,6 @@ for round in $(seq "$ROUNDS"); do
   fill http "$BACKLOG"
   rate=$(drain http "$BACKLOG")
   echo "after $((round * BACKLOG)) messages (${rate% *} msg/s): $(memory)"
-  bench_sql -c "DELETE FROM outbox.messages" >/dev/null
+  bench_sql -c "DELETE FROM outbox.messages" -c "VACUUM outbox.messages" >/dev/null
 done
 [ "$(worker_pid)" = "$pid" ] || echo "the worker restarted during the run"
