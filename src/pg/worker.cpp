@@ -76,24 +76,14 @@ void Worker::run() {
   });
 
   for (;;) {
-    int timeout = wait_timeout_ms();
-    pg_call([&] {
-      (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout, PG_WAIT_EXTENSION);
-      ResetLatch(MyLatch);
-      CHECK_FOR_INTERRUPTS();
-    });
-    if (ConfigReloadPending) {
-      ConfigReloadPending = false;
-      pg_call([] { ProcessConfigFile(PGC_SIGHUP); });
-      client_.set_max_concurrency(settings.max_concurrency);
-      more_due_ = true;  // batch size or enablement may have changed
-    }
-    bool woken = pg_atomic_exchange_u32(&shared_state->wake_requested, 0) != 0;
-    if (now_ms() < error_backoff_until_ms_) {
-      collect_http_results(kHttpSliceMs);  // keep libcurl moving; settle once the database is back
-      continue;
-    }
+    // Everything runs inside the try: an ERROR while waiting (a query cancel sent to
+    // the worker) or while reloading is logged and backed off like any other.
     try {
+      bool woken = wait_for_work();
+      if (now_ms() < error_backoff_until_ms_) {
+        collect_http_results(kHttpSliceMs);  // keep libcurl moving; settle once the database is back
+        continue;
+      }
       iterate(woken);
       error_streak_ = 0;
     } catch (const ExtensionChanged&) {
@@ -111,6 +101,24 @@ void Worker::run() {
       recover_from_error(ERRCODE_INTERNAL_ERROR, e.what());
     }
   }
+}
+
+// Sleeps on the latch until a commit, a signal or the next deadline; re-reads the
+// GUCs after SIGHUP. Returns whether a commit asked for the wake.
+bool Worker::wait_for_work() {
+  int timeout = wait_timeout_ms();
+  pg_call([&] {
+    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout, PG_WAIT_EXTENSION);
+    ResetLatch(MyLatch);
+    CHECK_FOR_INTERRUPTS();
+  });
+  if (ConfigReloadPending) {
+    ConfigReloadPending = false;
+    pg_call([] { ProcessConfigFile(PGC_SIGHUP); });
+    client_.set_max_concurrency(settings.max_concurrency);
+    more_due_ = true;  // batch size or enablement may have changed
+  }
+  return pg_atomic_exchange_u32(&shared_state->wake_requested, 0) != 0;
 }
 
 // Disk full, statement_timeout, a dropped table...: roll back, log, back off, go on.

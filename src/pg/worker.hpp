@@ -36,6 +36,7 @@ class Worker {
     int max_attempts = 0;
   };
 
+  bool wait_for_work();
   void iterate(bool woken);
   void recover_from_error(int sqlstate, std::string message);
   bool prepare_database();
