@@ -74,3 +74,16 @@ SELECT table_schema, table_name, column_name
   FROM information_schema.columns
  WHERE table_schema IN ('outbox', 'dlq') AND column_name LIKE '%secret%'
  ORDER BY 1, 2, 3;
+
+-- The GUCs as the README's configuration table documents them: default, unit, and
+-- whether a reload (sighup) or a restart (postmaster) applies a change.
+SELECT name, boot_val, unit, context, min_val, max_val
+  FROM pg_settings WHERE name LIKE 'pg_outbox.%' ORDER BY name;
+
+-- worker_status() columns, in order (the upgrade scripts must keep them).
+SELECT parameter_name, data_type
+  FROM information_schema.parameters
+ WHERE specific_schema = 'outbox'
+   AND specific_name = (SELECT specific_name FROM information_schema.routines
+                         WHERE routine_schema = 'outbox' AND routine_name = 'worker_status')
+ ORDER BY ordinal_position;

@@ -23,7 +23,23 @@ Recorded requests (every path that does not start with /_control):
                              # are JOINED with ", " in arrival order
      "body": "...",          # UTF-8, undecodable bytes replaced (U+FFFD)
      "body_base64": "...",   # only present when the body was not valid UTF-8
-     "response": 200 | "close" | "hang"}
+     "response": 200 | "close" | "hang",   # what the rule PLANNED to answer
+     "answered": 200 | null,  # what the client actually got: the status, once
+                              # the whole response was written while the client
+                              # was still connected; null when it was not (the
+                              # client had closed, a close/hang rule, a failed
+                              # write); absent while the request is in progress
+     "answered_at": unix_float,  # when the answer began to be written (no
+                              # client can have it earlier), or when it was
+                              # abandoned
+     "outcome": "answered" | "client_gone" |
+                              "close" | "hang" | "write_failed"}
+The record is logged (--log) when the request has been read; a second line
+{"seq": n, "answered": ..., "answered_at": ..., "outcome": ...} follows once
+the response was written or abandoned.  "answered" is the evidence a test
+needs for "the worker received a 2xx": a request whose client timed out and
+closed the connection before the (delayed) answer is NOT answered, although
+its rule planned a 2xx.
 Default answer: 200, body "ok".
 
 Control API:
@@ -157,6 +173,7 @@ class State:
         self.lock = threading.Lock()
         self.rules = {}          # path -> deque[Rule]
         self.records = []
+        self._by_seq = {}        # seq -> record, while loading a resumed log
         self.by_path = {}
         self.seq = 0
         self.epoch = 0           # bumped on reset (for per-connection counting)
@@ -184,7 +201,13 @@ class State:
                     continue          # torn last line of a killed process
                 if not isinstance(r, dict) or "seq" not in r:
                     continue
+                if "outcome" in r and "path" not in r:     # an outcome line
+                    rec = self._by_seq.get(int(r["seq"]))
+                    if rec is not None:
+                        rec.update(r)
+                    continue
                 self.records.append(r)
+                self._by_seq[int(r["seq"])] = r
                 self.seq = max(self.seq, int(r["seq"]))
                 p = r.get("path", "")
                 self.by_path[p] = self.by_path.get(p, 0) + 1
@@ -243,6 +266,18 @@ class State:
                 self.log.flush()
             return rule
 
+    def settle(self, rec, outcome, status=None, at=None):
+        """Record what the client actually got for rec: status (answered) or None.
+        at: when the answer began to be written (the earliest moment the client
+        could have it); now when there was no answer."""
+        line = {"seq": rec["seq"], "answered": status,
+                "answered_at": time.time() if at is None else at, "outcome": outcome}
+        with self.lock:
+            rec.update(line)
+            if self.log is not None:
+                self.log.write(json.dumps(line) + "\n")
+                self.log.flush()
+
     def add_rules(self, rules):
         with self.lock:
             for r in rules:
@@ -256,6 +291,7 @@ class State:
         with self.lock:
             self.rules.clear()
             self.records = []
+            self._by_seq = {}
             self.by_path = {}
             self.seq = 0
             self.epoch += 1
@@ -463,21 +499,49 @@ class Handler(socketserver.BaseRequestHandler):
         rule = self.state.record(self, rec, hdrs.get("outbox-attempt"))
         head = method == "HEAD"
         if rule is None:
-            self.send(200, b"ok", keep, head=head)
-            return keep
+            return self.answer(rec, 200, b"ok", keep, (), head)
         if rule.action == "hang":
             self.hang(rule.hang)
+            self.state.settle(rec, "hang")
             return False
         if rule.delay:
             time.sleep(rule.delay)
         if rule.action == "close":
             self.abort()
+            self.state.settle(rec, "close")
             return False
         extra = list(rule.headers)
         if rule.retry_after is not None:
             extra.append(("Retry-After", rule.retry_after))
-        self.send(rule.status, rule.body, keep, extra, head=head)
+        return self.answer(rec, rule.status, rule.body, keep, extra, head)
+
+    def answer(self, rec, status, body, keep, extra, head):
+        """Writes the response unless the client is gone, and records which."""
+        if self.client_gone():
+            self.state.settle(rec, "client_gone")
+            self.abort()
+            return False
+        started = time.time()
+        try:
+            self.send(status, body, keep, extra, head=head)
+        except OSError:
+            self.state.settle(rec, "write_failed")
+            raise
+        self.state.settle(rec, "answered", status, started)
         return keep
+
+    def client_gone(self):
+        """True when the client closed (or reset) its side: EOF is readable.
+        A pipelined next request is data, not EOF."""
+        try:
+            r, _, _ = select.select([self.sock], [], [], 0)
+            if not r:
+                return False
+            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except (OSError, ValueError):
+            return True
 
     def abort(self):
         try:

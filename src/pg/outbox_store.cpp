@@ -269,8 +269,10 @@ int64_t OutboxStore::purge_sent(int retention_s, int limit) {
 int64_t OutboxStore::purge_dead_letters(int retention_s, int limit) {
   static Statement statement(
       "WITH p AS (DELETE FROM dlq.dead_letters WHERE id = ANY (ARRAY("
-      "   SELECT id FROM dlq.dead_letters WHERE dead_at < now() - make_interval(secs => $1)"
-      "    ORDER BY dead_at LIMIT $2))"
+      "   SELECT id FROM dlq.dead_letters"
+      "    WHERE (requeued_at IS NOT NULL OR discarded_at IS NOT NULL)"
+      "      AND COALESCE(requeued_at, discarded_at) < now() - make_interval(secs => $1)"
+      "    ORDER BY COALESCE(requeued_at, discarded_at) LIMIT $2))"
       "   RETURNING 1)"
       " SELECT count(*) FROM p",
       {kInt4, kInt4});

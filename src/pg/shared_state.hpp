@@ -36,6 +36,7 @@ struct SharedState {
   char state[64];  // "waiting for CREATE EXTENSION pg_outbox" must fit
   TimestampTz started_at;
   TimestampTz last_loop_at;
+  TimestampTz config_loaded_at;  // PgReloadTime of the worker: the configuration it runs with
   int in_flight;
   uint64 sent;
   uint64 retried;

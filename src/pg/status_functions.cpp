@@ -45,8 +45,12 @@ PG_OUTBOX_FUNCTION(pg_outbox_worker_status) {
       elog(ERROR, "worker_status must return a record");
     desc = BlessTupleDesc(desc);
     SharedState* s = copy_shared_state();
-    Datum values[9];
-    bool nulls[9] = {false};
+    // The columns this version knows, in declaration order. A database still on an
+    // older version of the extension declares a prefix of them: fill what it asks for.
+    constexpr int kColumns = 10;
+    if (desc->natts > kColumns) elog(ERROR, "worker_status declares %d columns, this library knows %d", desc->natts, kColumns);
+    Datum values[kColumns];
+    bool nulls[kColumns] = {false};
     bool running = s->worker_pid != 0;
     values[0] = Int32GetDatum(s->worker_pid);
     nulls[0] = !running;
@@ -61,6 +65,8 @@ PG_OUTBOX_FUNCTION(pg_outbox_worker_status) {
     values[6] = Int64GetDatum(static_cast<int64>(s->sent));
     values[7] = Int64GetDatum(static_cast<int64>(s->retried));
     values[8] = Int64GetDatum(static_cast<int64>(s->dead_lettered));
+    values[9] = TimestampTzGetDatum(s->config_loaded_at);
+    nulls[9] = s->config_loaded_at == 0;
     return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
   });
 }

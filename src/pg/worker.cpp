@@ -29,7 +29,7 @@ struct ExtensionChanged : std::runtime_error {
   ExtensionChanged() : std::runtime_error("pg_outbox was dropped or created again") {}
 };
 
-constexpr const char* kUserAgent = "pg_outbox/0.1.0";
+constexpr const char* kUserAgent = "pg_outbox/0.2.0";
 constexpr size_t kResponseBodyLimit = 1024;     // dlq.dead_letters.response_body keeps the first 1 KiB
 constexpr int kSettleBatch = 1000;              // results written back per transaction, at most
 constexpr int kHttpSliceMs = 20;                // longest the worker is deaf to its latch
@@ -60,6 +60,7 @@ void Worker::run() {
     shared_state->worker_pid = MyProcPid;
     strlcpy(shared_state->database, MyBgworkerEntry->bgw_extra, sizeof shared_state->database);
     shared_state->started_at = GetCurrentTimestamp();
+    shared_state->config_loaded_at = PgReloadTime;  // the load this process inherited
     SpinLockRelease(&shared_state->mutex);
     shared_state->worker_latch = MyLatch;
   });
@@ -117,6 +118,12 @@ bool Worker::wait_for_work() {
     pg_call([] { ProcessConfigFile(PGC_SIGHUP); });
     client_.set_max_concurrency(settings.max_concurrency);
     more_due_ = true;  // batch size or enablement may have changed
+    // Shown by worker_status(): tests and operators wait for this, not for a sleep.
+    // PgReloadTime is this process's own last read of the files (a fresh worker
+    // inherits the postmaster's), so it never claims a load the worker has not seen.
+    SpinLockAcquire(&shared_state->mutex);
+    shared_state->config_loaded_at = PgReloadTime;
+    SpinLockRelease(&shared_state->mutex);
   }
   return pg_atomic_exchange_u32(&shared_state->wake_requested, 0) != 0;
 }

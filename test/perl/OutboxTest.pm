@@ -60,6 +60,31 @@ records ERROR and LOG lines) and then each
 given GUC (in the given order, as C<key = 'value'>, later lines win) appended
 to postgresql.conf, and started.  Does not create the extension.
 
+=item worker_pid($node, $db = 'postgres')
+
+The pid of the one pg_outbox worker in C<pg_stat_activity>, or undef (none,
+several, or the server not accepting connections).
+
+=item wait_for_worker($node, $old_pid = undef, $timeout_s = 60)
+
+Waits (bounded) until a worker runs whose pid differs from C<$old_pid> (any
+worker when undef); returns its pid or undef.
+
+=item wait_sql($node, $query, $timeout_s = 60, $db = 'postgres')
+
+Runs C<$query> every 50 ms until it returns C<t>; returns 1, or 0 on timeout.
+A query that fails (a server restarting) counts as not yet.
+
+=item reload_conf($node, NAME => VALUE, ...)
+
+C<ALTER SYSTEM SET> each setting (C<RESET> when VALUE is undef), then
+C<pg_reload_conf()>, then waits until the worker has read its configuration
+again (C<outbox.worker_status().config_loaded_at> later than the moment the
+settings were written).  Synchronises on the worker's own report, never on a
+sleep.  Returns 1, or 0 if the worker did not report within 60 s.  The
+extension must exist in the worker's database (C<db> option: C<< db => 'x' >>
+as the first pair).
+
 =back
 
 =head1 RECEIVER METHODS (OutboxTest::Receiver)
@@ -87,6 +112,18 @@ Clear the rules only / rules, records, counters and the log file.
 Arrayref of recorded requests (hashrefs: seq, time, method, path, query,
 conn, headers (lower-cased names, repeated values joined with ", "), body,
 response), optionally only one path and only C<seq E<gt> since>.
+
+=item $recv->answered_2xx($path)
+
+Hashref C<webhook-id =E<gt> time> of the first 2xx each message actually got: the
+receiver logs a response as C<answered> only once it finished writing it while the
+client was still connected, so a request whose client timed out first, or a close
+or hang rule, never counts as a 2xx whatever the rule planned.
+
+=item $recv->in_flight_at($path, $unix_time)
+
+How many requests of C<$path> had arrived by C<$unix_time> and were not answered
+by then (the worker's deliveries in flight at that moment).
 
 =item $recv->stats
 
@@ -136,7 +173,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils ();
 
 our @EXPORT = qw(start_receiver wait_until verify_webhook_signature
-  new_outbox_node);
+  new_outbox_node worker_pid wait_for_worker wait_sql reload_conf);
 
 # test/perl/OutboxTest.pm -> test/webhook_receiver.py
 our $RECEIVER_SCRIPT =
@@ -249,6 +286,66 @@ sub new_outbox_node
 	$node->append_conf('postgresql.conf', $conf);
 	$node->start;
 	return $node;
+}
+
+sub worker_pid
+{
+	my ($node, $db) = @_;
+	my ($out, $err) = ('', '');
+	my $rc = $node->psql($db // 'postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'",
+		stdout => \$out, stderr => \$err);
+	return ($rc == 0 && $out =~ /^(\d+)$/) ? $1 : undef;
+}
+
+sub wait_for_worker
+{
+	my ($node, $old, $timeout) = @_;
+	my $pid;
+	wait_until(
+		sub {
+			my $p = worker_pid($node);
+			return 0 unless defined $p && (!defined $old || $p != $old);
+			$pid = $p;
+			return 1;
+		},
+		$timeout // 60,
+		'a pg_outbox worker' . (defined $old ? " other than $old" : ''));
+	return $pid;
+}
+
+sub wait_sql
+{
+	my ($node, $query, $timeout, $db) = @_;
+	return wait_until(
+		sub {
+			my ($out, $err) = ('', '');
+			my $rc = $node->psql($db // 'postgres', $query, stdout => \$out, stderr => \$err);
+			return $rc == 0 && $out eq 't';
+		},
+		$timeout // 60,
+		$query);
+}
+
+sub reload_conf
+{
+	my ($node, @settings) = @_;
+	croak "reload_conf: odd number of arguments" if @settings % 2;
+	my $db = 'postgres';
+	if (@settings && $settings[0] eq 'db') { (undef, $db) = splice(@settings, 0, 2) }
+	while (my ($name, $value) = splice(@settings, 0, 2))
+	{
+		if (defined $value)
+		{
+			$value =~ s/'/''/g;
+			$node->safe_psql($db, "ALTER SYSTEM SET $name = '$value'");
+		}
+		else { $node->safe_psql($db, "ALTER SYSTEM RESET $name") }
+	}
+	my $written = $node->safe_psql($db, 'SELECT clock_timestamp()');
+	$node->safe_psql($db, 'SELECT pg_reload_conf()');
+	return wait_sql($node,
+		"SELECT config_loaded_at > '$written' FROM outbox.worker_status()", 60, $db);
 }
 
 END
@@ -388,6 +485,32 @@ sub requests
 	$q{since} = $opts{since} if defined $opts{since};
 	my $qs = %q ? '?' . $self->{http}->www_form_urlencode(\%q) : '';
 	return $self->_call('GET', "/_control/requests$qs");
+}
+
+# The evidence of what the worker actually got, from the receiver's records: a
+# record's "answered" is the status the receiver finished writing while the client
+# was still connected (undef: not answered: the client had gone, a close or hang
+# rule, or still in progress).  Returns {webhook-id => earliest answered_at of a 2xx}.
+sub answered_2xx
+{
+	my ($self, $path) = @_;
+	my %first;
+	for my $r (@{ $self->requests(path => $path) })
+	{
+		next unless ($r->{answered} // '') =~ /^2\d\d$/;
+		my $wid = $r->{headers}{'webhook-id'} // '';
+		$first{$wid} = $r->{answered_at} if !defined $first{$wid} || $r->{answered_at} < $first{$wid};
+	}
+	return \%first;
+}
+
+# How many requests of $path had arrived by unix time $t and were not answered by
+# then: the deliveries in flight at that moment.
+sub in_flight_at
+{
+	my ($self, $path, $t) = @_;
+	return scalar grep { $_->{time} <= $t && (!defined $_->{answered_at} || $_->{answered_at} > $t) }
+	  @{ $self->requests(path => $path) };
 }
 
 sub DESTROY

@@ -38,12 +38,6 @@ sub worker_pids
 	return grep { /^\d+$/ } split /\n/, $out;
 }
 
-sub worker_pid
-{
-	my @pids = worker_pids();
-	return @pids == 1 ? $pids[0] : undef;
-}
-
 sub worker_state { return sql('SELECT state FROM outbox.worker_status()', 'watch') }
 
 sub wait_requests
@@ -56,9 +50,9 @@ sub wait_requests
 # ---------------------------------------------------------------------------
 # 1. Before CREATE EXTENSION.
 
-ok(wait_until(sub { defined worker_pid() }, 15, 'worker in pg_stat_activity'),
+ok(wait_until(sub { defined worker_pid($node) }, 15, 'worker in pg_stat_activity'),
 	'the worker runs before CREATE EXTENSION (pg_stat_activity)');
-my $pid0 = worker_pid();
+my $pid0 = worker_pid($node);
 is(sql(q{SELECT datname FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'}),
 	'postgres', 'the worker is connected to pg_outbox.database');
 is(sql(q{SELECT count(*) FROM pg_extension WHERE extname = 'pg_outbox'}), '0',
@@ -74,7 +68,7 @@ my ($st_pid, $st_db) = split /\|/, sql('SELECT pid, database FROM outbox.worker_
 is($st_pid, $pid0, 'worker_status().pid is the pid in pg_stat_activity');
 is($st_db,  'postgres', 'worker_status().database');
 sleep(0.5);
-is(worker_pid(), $pid0, 'the waiting worker does not die and restart');
+is(worker_pid($node), $pid0, 'the waiting worker does not die and restart');
 
 # ---------------------------------------------------------------------------
 # 2. CREATE EXTENSION: delivery starts right away.
@@ -89,7 +83,7 @@ is($recv->requests(path => '/hooks/life')->[0]{body}, '{"phase": "first"}', 'fir
 ok(wait_until(sub { sql("SELECT status FROM outbox.messages WHERE id = $id1") eq 'sent' }, 10),
 	'first message sent');
 unlike(worker_state(), qr/waiting/, 'worker_status() no longer waiting');
-is(worker_pid(), $pid0, 'same worker (no restart needed)');
+is(worker_pid($node), $pid0, 'same worker (no restart needed)');
 
 # ---------------------------------------------------------------------------
 # 3. SIGTERM while a request hangs: the worker ends within a second, the
@@ -103,7 +97,7 @@ ok(wait_requests('/hooks/term', 1, 10), 'a request is hanging at the receiver');
 is(sql("SELECT status FROM outbox.messages WHERE id = $hung_id"), 'in_flight',
 	'the message is in flight');
 
-my $old = worker_pid();
+my $old = worker_pid($node);
 ok(defined $old, 'worker pid known before SIGTERM');
 ok(kill(0, $old), 'the worker process exists');
 my $t_term = time;
@@ -115,7 +109,7 @@ ok($gone && $exit_s < 1.0, 'SIGTERM ends the worker within 1 s (despite the hang
 
 my $new;
 ok( wait_until(
-		sub { $new = worker_pid(); defined $new && $new != $old },
+		sub { $new = worker_pid($node); defined $new && $new != $old },
 		15, 'a new worker'),
 	'the postmaster started a new worker');
 note(sprintf('new worker %s running %.3f s after SIGTERM', $new // 'none', time - $t_term));
@@ -147,7 +141,7 @@ sql('DROP EXTENSION pg_outbox');
 ok(wait_until(sub { worker_state() =~ /waiting/ }, 10, 'waiting after DROP'),
 	'after DROP EXTENSION the worker waits again');
 sleep(0.5);
-is(worker_pid(), $new, 'the worker survived DROP EXTENSION (same pid)');
+is(worker_pid($node), $new, 'the worker survived DROP EXTENSION (same pid)');
 
 sql('CREATE EXTENSION pg_outbox');
 sql(sprintf("SELECT outbox.create_endpoint('life2', url => '%s')", $recv->url('/hooks/life2')));
@@ -162,7 +156,7 @@ my $id3 = sql(q{SELECT outbox.enqueue('life2', '{"phase": "recreated-2"}')});
 ok(wait_requests('/hooks/life2', 2, 10), 'second delivery after the re-creation');
 ok(wait_until(sub { sql("SELECT status FROM outbox.messages WHERE id = $id3") eq 'sent' }, 10),
 	'recreated outbox: second message marked sent');
-is(worker_pid(), $new, 'still the same worker after DROP + CREATE EXTENSION');
+is(worker_pid($node), $new, 'still the same worker after DROP + CREATE EXTENSION');
 is(scalar(@{ $recv->requests(path => '/hooks/life') }), 2,
 	'nothing more went to the dropped endpoint');
 

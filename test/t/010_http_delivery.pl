@@ -59,11 +59,6 @@ sub wait_requests
 }
 
 # Waits until SQL returns 't'.
-sub wait_sql
-{
-	my ($query, $timeout) = @_;
-	return wait_until(sub { sql($query) eq 't' }, $timeout // 15, $query);
-}
 
 sub body_bytes
 {
@@ -95,7 +90,7 @@ is(body_bytes($r), $expected_body, 'body is payload::text byte for byte');
 is($r->{method}, 'POST', 'method is POST');
 my $h = $r->{headers};
 is($h->{'content-type'},      'application/json', 'Content-Type');
-is($h->{'user-agent'},        'pg_outbox/0.1.0',  'User-Agent');
+is($h->{'user-agent'},        'pg_outbox/0.2.0',  'User-Agent');
 is($h->{'webhook-id'},        "msg_$id1",         'webhook-id is msg_<id>');
 is($h->{'outbox-event-type'}, 'order.created',    'outbox-event-type');
 is($h->{'outbox-attempt'},    '1',                'outbox-attempt 1');
@@ -117,7 +112,7 @@ ok( !verify_webhook_signature(
 		'whsec_' . MIME::Base64::encode_base64('another key entirely', ''),
 		$h, $r->{body}),
 	'the verifier rejects another secret');
-ok(wait_sql("SELECT status = 'sent' AND attempts = 1 AND sent_at IS NOT NULL
+ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 1 AND sent_at IS NOT NULL
                FROM outbox.messages WHERE id = $id1"),
 	'message is sent after one attempt');
 
@@ -161,7 +156,7 @@ endpoint('retry', '/hooks/retry');
 $recv->add_rule(path => '/hooks/retry', status => 503, times => 2);
 my $retry_id = sql(q{SELECT outbox.enqueue('retry', '{"n": 3}', event_type => 'retry.test')});
 ok(wait_requests('/hooks/retry', 3), 'three attempts after two 503s');
-ok(wait_sql("SELECT status = 'sent' FROM outbox.messages WHERE id = $retry_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $retry_id"),
 	'message sent after the 503s');
 is(sql("SELECT attempts FROM outbox.messages WHERE id = $retry_id"),
 	'3', 'attempts = 3');
@@ -187,7 +182,7 @@ endpoint('c400', '/hooks/c400');
 my $err_body = 'invalid order: missing "sku" (field items[0])';
 $recv->add_rule(path => '/hooks/c400', status => 400, body => $err_body);
 my $c400_id = sql(q{SELECT outbox.enqueue('c400', '{"bad": true}', event_type => 'bad.order')});
-ok(wait_sql("SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $c400_id"),
+ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $c400_id"),
 	'400: dead letter created');
 is( sql(qq{SELECT concat_ws('|', reason_code, http_status, attempts, endpoint, event_type,
                             payload::text, requeued_at IS NULL)
@@ -206,7 +201,7 @@ is(scalar(@{ reqs('/hooks/c400') }), 1, '400: exactly one request (no retry)');
 endpoint('c413', '/hooks/c413');
 $recv->add_rule(path => '/hooks/c413', status => 413);
 my $c413_id = sql(q{SELECT outbox.enqueue('c413', '{"big": true}')});
-ok(wait_sql("SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $c413_id"),
+ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $c413_id"),
 	'413: dead letter created');
 is(sql("SELECT concat_ws('|', reason_code, http_status, attempts) FROM dlq.dead_letters WHERE message_id = $c413_id"),
 	'PAYLOAD_TOO_LARGE|413|1', '413: PAYLOAD_TOO_LARGE, http_status 413, attempts 1');
@@ -220,7 +215,7 @@ is(scalar(@{ reqs('/hooks/c413') }), 1, '413: exactly one request');
 endpoint('c500', '/hooks/c500', max_attempts => 3);
 $recv->add_rule(path => '/hooks/c500', status => 500, body => 'boom');
 my $c500_id = sql(q{SELECT outbox.enqueue('c500', '{"x": 500}')});
-ok(wait_sql("SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $c500_id"),
+ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $c500_id"),
 	'always 500: dead letter created');
 is( sql(qq{SELECT concat_ws('|', reason_code, http_status, attempts, response_body)
              FROM dlq.dead_letters WHERE message_id = $c500_id}),
@@ -242,7 +237,7 @@ is_deeply([ map { $_->{headers}{'outbox-attempt'} } @c500 ], [ 1, 2, 3 ],
 endpoint('slow', '/hooks/slow', timeout_ms => 300);
 $recv->add_rule(path => '/hooks/slow', action => 'hang', hang_ms => 5000, times => 1);
 my $slow_id = sql(q{SELECT outbox.enqueue('slow', '{"slow": 1}')});
-ok(wait_sql("SELECT status = 'sent' FROM outbox.messages WHERE id = $slow_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $slow_id"),
 	'timeout: message sent in the end');
 is(sql("SELECT attempts FROM outbox.messages WHERE id = $slow_id"), '2',
 	'timeout: attempts = 2');
@@ -269,7 +264,7 @@ my $recv2 = start_receiver();
 sql(sprintf("SELECT outbox.create_endpoint('closer', url => '%s')", $recv2->url('/hooks/close')));
 $recv2->add_rule(path => '/hooks/close', action => 'close', times => 1);
 my $close_id = sql(q{SELECT outbox.enqueue('closer', '{"close": 1}')});
-ok(wait_sql("SELECT status = 'sent' FROM outbox.messages WHERE id = $close_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $close_id"),
 	'closed connection: message sent in the end');
 my @close = @{ $recv2->requests(path => '/hooks/close') };
 is_deeply([ map { $_->{response} } @close ], [ 'close', 200 ],
@@ -289,7 +284,7 @@ $recv2->stop;
 endpoint('closer2', '/hooks/close2');
 $recv->add_rule(path => '/hooks/close2', action => 'close', times => 1);
 my $close2_id = sql(q{SELECT outbox.enqueue('closer2', '{"close": 2}')});
-ok(wait_sql("SELECT status = 'sent' FROM outbox.messages WHERE id = $close2_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $close2_id"),
 	'closed keep-alive connection: message sent in the end');
 my @close2 = @{ reqs('/hooks/close2') };
 is_deeply([ map { $_->{response} } @close2 ], [ 'close', 200 ],
@@ -310,7 +305,7 @@ my $ra_gap = @ra >= 2 ? $ra[1]{time} - $ra[0]{time} : -1;
 note(sprintf('Retry-After 2: second attempt after %.3f s', $ra_gap));
 ok($ra_gap >= 1.9, 'Retry-After: second attempt no sooner than 2 s after the first');
 ok($ra_gap < 5, 'Retry-After: ... and not much later');
-ok(wait_sql("SELECT status = 'sent' AND attempts = 2 FROM outbox.messages WHERE id = $ra_id"),
+ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 2 FROM outbox.messages WHERE id = $ra_id"),
 	'Retry-After: sent with attempts = 2');
 
 # ---------------------------------------------------------------------------
@@ -322,7 +317,7 @@ my $idem_id = sql(q{SELECT outbox.enqueue('idem', '{"k": 1}', idempotency_key =>
 ok(wait_requests('/hooks/idem', 1), 'idempotency key: message received');
 is(reqs('/hooks/idem')->[0]{headers}{'webhook-id'}, 'order-42-created',
 	'idempotency key: webhook-id is the key');
-ok(wait_sql("SELECT status = 'sent' FROM outbox.messages WHERE id = $idem_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $idem_id"),
 	'idempotency key: sent');
 is(sql(q{SELECT outbox.enqueue('idem', '{"k": 2}', idempotency_key => 'order-42-created')}),
 	$idem_id, 'idempotency key: enqueue again returns the same id');
@@ -340,7 +335,7 @@ is_deeply([ map { $_->{headers}{'webhook-id'} } @{ reqs('/hooks/idem') } ],
 endpoint('rq', '/hooks/rq');
 $recv->add_rule(path => '/hooks/rq', status => 422, times => 1, body => 'bad amount');
 my $rq_id = sql(q{SELECT outbox.enqueue('rq', '{"amount": -1}', event_type => 'pay')});
-ok(wait_sql("SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $rq_id"),
+ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $rq_id"),
 	'requeue: first a dead letter (422)');
 my $dl_id = sql("SELECT id FROM dlq.dead_letters WHERE message_id = $rq_id");
 my $rq_new = sql(qq{SELECT dlq.requeue($dl_id, '{"amount": 10}')});
@@ -354,7 +349,7 @@ is($rq[1]{headers}{'webhook-id'}, "msg_$rq_id",
 is($rq[0]{headers}{'webhook-id'}, "msg_$rq_id", 'requeue: (the original had it too)');
 is($rq[1]{headers}{'outbox-attempt'}, '1', 'requeue: fresh attempts');
 is($rq[1]{headers}{'outbox-event-type'}, 'pay', 'requeue: event type kept');
-ok(wait_sql("SELECT status = 'sent' AND attempts = 1 FROM outbox.messages WHERE id = $rq_new"),
+ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 1 FROM outbox.messages WHERE id = $rq_new"),
 	'requeue: new message sent');
 is(sql("SELECT requeued_at IS NOT NULL AND requeued_as = $rq_new FROM dlq.dead_letters WHERE id = $dl_id"),
 	't', 'requeue: dead letter records requeued_at and requeued_as');
@@ -368,7 +363,7 @@ my $bad_id = sql(q{INSERT INTO outbox.messages (endpoint, event_type, payload, h
                    VALUES ('plain', 'plain.bad', '{"n": "bad"}', '{"X-Num": 5}') RETURNING id});
 my $good_id = sql(q{INSERT INTO outbox.messages (endpoint, event_type, payload, headers)
                     VALUES ('plain', 'plain.good', '{"n": "good"}', '{"X-Str": "five"}') RETURNING id});
-ok(wait_sql("SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $bad_id"),
+ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $bad_id"),
 	'non-string header: dead-lettered');
 is(sql("SELECT reason_code FROM dlq.dead_letters WHERE message_id = $bad_id"),
 	'INVALID_MESSAGE', 'non-string header: reason INVALID_MESSAGE');
@@ -377,7 +372,7 @@ like(sql("SELECT error_message FROM dlq.dead_letters WHERE message_id = $bad_id"
 is(sql("SELECT count(*) FROM outbox.messages WHERE id = $bad_id"), '0',
 	'non-string header: message gone from outbox.messages');
 ok(wait_requests('/hooks/plain', 1), 'plain INSERT of a valid row: delivered');
-ok(wait_sql("SELECT status = 'sent' FROM outbox.messages WHERE id = $good_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $good_id"),
 	'plain INSERT of a valid row: sent');
 my @plain = @{ reqs('/hooks/plain') };
 is(scalar(@plain), 1, 'only the valid row reached the receiver');
@@ -386,14 +381,14 @@ is($plain[0]{headers}{'x-str'}, 'five', 'plain INSERT: message header');
 is($plain[0]{headers}{'webhook-id'}, "msg_$good_id", 'plain INSERT: webhook-id');
 # The worker still delivers afterwards.
 my $after_id = sql(q{SELECT outbox.enqueue('plain', '{"n": "after"}')});
-ok(wait_sql("SELECT status = 'sent' FROM outbox.messages WHERE id = $after_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $after_id"),
 	'the worker keeps delivering after an invalid message');
 
 # ---------------------------------------------------------------------------
 # 13. Counters: worker_status() and metrics() reflect what happened.
 
 # Nothing may still be moving.
-ok(wait_sql(q{SELECT count(*) = 0 FROM outbox.messages WHERE status <> 'sent'}),
+ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages WHERE status <> 'sent'}),
 	'everything settled');
 sleep(0.3);
 my ($sent, $retried, $dead) = split /\|/,

@@ -53,11 +53,6 @@ sub wait_notifications
 		"$n notification(s)");
 }
 
-sub worker_pid
-{
-	return sql(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'});
-}
-
 # ---------------------------------------------------------------------------
 # 1. Committed messages arrive once each, with the envelope; a rolled-back one never.
 
@@ -123,7 +118,7 @@ is( sql(sprintf("SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox.
 	'1,1,1', 'one attempt each');
 
 # The notification comes from the worker's transaction.
-my $wpid = worker_pid();
+my $wpid = worker_pid($node);
 is_deeply([ map { $_->{pid} } @notes ], [ ($wpid) x 3 ], 'sent by the pg_outbox worker');
 
 # ---------------------------------------------------------------------------
@@ -179,7 +174,7 @@ is(($notes[3]{envelope} // {})->{id}, $fit, '... and is the message that fits');
 my $last = sql(q{SELECT outbox.enqueue('orders_feed', '{"order_id": 4}', event_type => 'order.created')});
 ok(wait_notifications(5), 'delivery goes on after the too-large envelope');
 is(($notes[4]{envelope} // {})->{id}, $last, '... with the next message');
-is(worker_pid(), $wpid, 'same worker throughout');
+is(worker_pid($node), $wpid, 'same worker throughout');
 
 my $counters = sql('SELECT sent, dead_lettered FROM outbox.worker_status()');
 is($counters, '6|1', 'worker_status(): 6 sent (5 on orders, 1 on other), 1 dead-lettered');

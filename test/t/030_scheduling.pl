@@ -44,17 +44,6 @@ sub wait_requests
 		"$n request(s) on $path");
 }
 
-sub wait_sql
-{
-	my ($query, $timeout) = @_;
-	return wait_until(sub { sql($query) eq 't' }, $timeout // 15, $query);
-}
-
-sub worker_pid
-{
-	return sql(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'});
-}
-
 # ALTER SYSTEM + pg_reload_conf(), then waits until a new session sees the values
 # and gives the worker (signalled at the same time) a moment to re-read them.
 sub reload_with
@@ -76,7 +65,7 @@ sub reload_with
 	sleep(0.5);
 }
 
-my $pid_start = worker_pid();
+my $pid_start = worker_pid($node);
 like($pid_start, qr/^\d+$/, 'worker running');
 
 # ---------------------------------------------------------------------------
@@ -102,7 +91,7 @@ my $t_resume = time;
 sql(q{SELECT outbox.resume_endpoint('paused')});
 ok(wait_requests('/hooks/paused', 5, 10), 'all five delivered after resume_endpoint');
 note(sprintf('five paused messages delivered %.3f s after resume', time - $t_resume));
-ok(wait_sql(q{SELECT count(*) = 5 FROM outbox.messages WHERE endpoint = 'paused' AND status = 'sent' AND attempts = 1}),
+ok(wait_sql($node, q{SELECT count(*) = 5 FROM outbox.messages WHERE endpoint = 'paused' AND status = 'sent' AND attempts = 1}),
 	'all five sent after one attempt');
 is_deeply([ sort map { $_->{headers}{'webhook-id'} } @{ reqs('/hooks/paused') } ],
 	[ sort map { "msg_$_" } @paused_ids ], 'each paused message exactly once');
@@ -133,7 +122,7 @@ ok($got->{time} < $deliver_at + 2, 'received within 2 s after deliver_at');
 
 endpoint('switch', '/hooks/switch');
 reload_with('pg_outbox.enabled' => 'off');
-ok(wait_sql(q{SELECT state = 'disabled' FROM outbox.worker_status()}, 10),
+ok(wait_sql($node, q{SELECT state = 'disabled' FROM outbox.worker_status()}, 10),
 	'worker_status() says disabled');
 my @switch_ids = split /\n/, sql(q{
 	SELECT outbox.enqueue('switch', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
@@ -143,10 +132,10 @@ is(sql(q{SELECT string_agg(DISTINCT status || '/' || attempts, ',') FROM outbox.
 	'pending/0', 'messages stay pending while disabled');
 reload_with('pg_outbox.enabled' => 'on');
 ok(wait_requests('/hooks/switch', 3, 10), 'delivered once enabled again');
-ok(wait_sql(q{SELECT count(*) = 3 FROM outbox.messages WHERE endpoint = 'switch' AND status = 'sent'}),
+ok(wait_sql($node, q{SELECT count(*) = 3 FROM outbox.messages WHERE endpoint = 'switch' AND status = 'sent'}),
 	'all three sent');
 isnt(sql('SELECT state FROM outbox.worker_status()'), 'disabled', 'no longer disabled');
-is(worker_pid(), $pid_start, 'same worker: enabled was re-read without a restart');
+is(worker_pid($node), $pid_start, 'same worker: enabled was re-read without a restart');
 
 # ---------------------------------------------------------------------------
 # 4. SIGHUP re-reads batch_size and max_concurrency in the running worker.
@@ -196,7 +185,7 @@ sub max_burst
 	return $best;
 }
 
-my $pid_before = worker_pid();
+my $pid_before = worker_pid($node);
 reload_with('pg_outbox.batch_size' => '1', 'pg_outbox.max_concurrency' => '1');
 my ($in_flight_a, $reqs_a) = drain_slow(10, 'a');
 is(scalar(@$reqs_a), 10, 'batch_size 1, max_concurrency 1: ten requests');
@@ -207,7 +196,7 @@ my @gaps = map { $reqs_a->[$_]{time} - $reqs_a->[ $_ - 1 ]{time} } 1 .. $#$reqs_
 my $min_gap = @gaps ? min(@gaps) : 0;
 note(sprintf('max_concurrency 1: smallest gap between requests %.3f s', $min_gap));
 ok($min_gap >= 0.18, 'max_concurrency 1: one request at a time (each waits for the 200 ms answer)');
-is(worker_pid(), $pid_before, 'same worker pid after the reload');
+is(worker_pid($node), $pid_before, 'same worker pid after the reload');
 
 reload_with('pg_outbox.batch_size' => '20', 'pg_outbox.max_concurrency' => '4');
 my ($in_flight_b, $reqs_b) = drain_slow(20, 'b');
@@ -218,8 +207,8 @@ note("batch_size 20, max_concurrency 4: at most $in_flight_b rows in flight, bur
 ok($in_flight_b >= 10, "batch_size 20: many rows claimed at once (saw $in_flight_b)");
 ok($burst_b >= 2, "max_concurrency 4: requests in parallel (burst $burst_b)");
 ok($burst_b <= 4, "max_concurrency 4: never more than 4 at once (burst $burst_b)");
-is(worker_pid(), $pid_before, 'same worker pid after the second reload');
-ok(wait_sql(q{SELECT count(*) = 30 FROM outbox.messages WHERE endpoint = 'slow' AND status = 'sent' AND attempts = 1}),
+is(worker_pid($node), $pid_before, 'same worker pid after the second reload');
+ok(wait_sql($node, q{SELECT count(*) = 30 FROM outbox.messages WHERE endpoint = 'slow' AND status = 'sent' AND attempts = 1}),
 	'all 30 slow messages sent after one attempt each');
 $sampler->quit;
 $recv->clear_rules;
@@ -232,17 +221,17 @@ endpoint('ret0', '/hooks/ret0');
 reload_with('pg_outbox.sent_retention' => '0');
 my @ret0 = split /\n/, sql(q{SELECT outbox.enqueue('ret0', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
 ok(wait_requests('/hooks/ret0', 3), 'sent_retention 0: three delivered');
-ok(wait_sql(q{SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'ret0'}, 5),
+ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'ret0'}, 5),
 	'sent_retention 0: their rows are gone');
 is(sql(q{SELECT count(*) FROM dlq.dead_letters WHERE endpoint = 'ret0'}), '0',
 	'sent_retention 0: (not dead-lettered)');
 is(scalar(@{ reqs('/hooks/ret0') }), 3, 'sent_retention 0: each delivered once');
-is(worker_pid(), $pid_start, 'same worker pid');
+is(worker_pid($node), $pid_start, 'same worker pid');
 
 reload_with('pg_outbox.sent_retention' => undef);
 my $kept = sql(q{SELECT outbox.enqueue('ret0', '{"kept": true}')});
 ok(wait_requests('/hooks/ret0', 4), 'default retention again: delivered');
-ok(wait_sql("SELECT status = 'sent' FROM outbox.messages WHERE id = $kept"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $kept"),
 	'default retention again: the sent row is kept');
 
 # ---------------------------------------------------------------------------
@@ -254,7 +243,7 @@ endpoint('hold', '/hooks/hold');
 sql(q{SELECT outbox.pause_endpoint('hold')});
 my $held = sql(q{SELECT outbox.enqueue('hold', '{"held": true}')});
 my ($k1, $k2, $k3) = split /\n/, sql(q{SELECT outbox.enqueue('keep', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
-ok(wait_sql(q{SELECT count(*) = 3 FROM outbox.messages WHERE endpoint = 'keep' AND status = 'sent'}),
+ok(wait_sql($node, q{SELECT count(*) = 3 FROM outbox.messages WHERE endpoint = 'keep' AND status = 'sent'}),
 	'three kept messages sent');
 sql("UPDATE outbox.messages SET sent_at = now() - interval '2 hours' WHERE id = $k1");
 sql("UPDATE outbox.messages SET sent_at = now() - interval '30 minutes' WHERE id = $k2");
@@ -274,15 +263,15 @@ like($err, qr/negative/, '... with a clear error');
 
 # The worker purges by sent_retention on its own.
 my @auto = split /\n/, sql(q{SELECT outbox.enqueue('keep', jsonb_build_object('auto', g)) FROM generate_series(1, 4) g});
-ok(wait_sql(sprintf(q{SELECT count(*) = 4 FROM outbox.messages WHERE id IN (%s) AND status = 'sent'}, join(',', @auto))),
+ok(wait_sql($node, sprintf(q{SELECT count(*) = 4 FROM outbox.messages WHERE id IN (%s) AND status = 'sent'}, join(',', @auto))),
 	'four more sent and retained');
 reload_with('pg_outbox.sent_retention' => '1s');
-ok(wait_sql(sprintf(q{SELECT count(*) = 0 FROM outbox.messages WHERE id IN (%s)}, join(',', @auto)), 10),
+ok(wait_sql($node, sprintf(q{SELECT count(*) = 0 FROM outbox.messages WHERE id IN (%s)}, join(',', @auto)), 10),
 	'sent_retention 1s: the worker purged them itself');
 is(sql("SELECT status FROM outbox.messages WHERE id = $held"), 'pending',
 	'... but not the pending one');
 reload_with('pg_outbox.sent_retention' => undef);
-is(worker_pid(), $pid_start, 'one worker for the whole file');
+is(worker_pid($node), $pid_start, 'one worker for the whole file');
 
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);
 ok(!@bad, 'no PANIC, no crash in the server log') or diag(join "\n", @bad);

@@ -76,11 +76,9 @@ my %PROXY_ENV = (
 	no_proxy    => undef,
 	NO_PROXY    => undef);
 
-SKIP:
 {
 	# The control: libcurl, left to itself, does use these variables for 127.0.0.1.
-	skip 'curl command line not installed', 1
-	  unless system('curl --version >/dev/null 2>&1') == 0;
+	# The test command installs the curl command line (test/lib.sh).
 	local @ENV{ keys %PROXY_ENV } = values %PROXY_ENV;
 	delete @ENV{qw(no_proxy NO_PROXY)};
 	system('curl', '-s', '-o', '/dev/null', '-m', '5', '-d', '{}',
@@ -133,12 +131,6 @@ sub sql_s_out
 	return $out;
 }
 
-sub wait_sql
-{
-	my ($query, $timeout) = @_;
-	return wait_until(sub { sql($query) eq 't' }, $timeout // 20, $query);
-}
-
 sub endpoint
 {
 	my ($name, $url, %opt) = @_;
@@ -168,7 +160,7 @@ for my $r (@redirects)
 	endpoint($name, $recv->url("/hooks/$name"));
 	sql("SELECT outbox.enqueue('$name', '{\"redirect\": $code}')");
 }
-ok( wait_sql(
+ok( wait_sql($node, 
 		q{SELECT count(*) = 6 FROM dlq.dead_letters WHERE endpoint LIKE 'redir-%'}),
 	'every redirected message is a dead letter');
 for my $r (@redirects)
@@ -227,7 +219,7 @@ for my $name (sort keys %schemes)
 	sql("SELECT outbox.enqueue('scheme-$name', '{\"scheme\": \"$name\"}')");
 }
 my $n_schemes = keys %schemes;
-ok( wait_sql(
+ok( wait_sql($node, 
 		"SELECT count(*) = $n_schemes FROM dlq.dead_letters WHERE endpoint LIKE 'scheme-%'",
 		30),
 	'every message to another scheme ends in the DLQ');
@@ -256,7 +248,7 @@ sql(q{SELECT outbox.enqueue('scheme-http-control', '{}')});
 my $control_connections = 0;
 ok(wait_until(sub { ($control_connections += listener_connections()) > 0 }, 10),
 	'control: an http:// URL to the listener does connect');
-ok(wait_sql(q{SELECT count(*) = 1 FROM dlq.dead_letters WHERE endpoint = 'scheme-http-control'}),
+ok(wait_sql($node, q{SELECT count(*) = 1 FROM dlq.dead_letters WHERE endpoint = 'scheme-http-control'}),
 	'control message settles (timeout, RETRY_EXHAUSTED)');
 
 # ---------------------------------------------------------------------------
@@ -298,10 +290,10 @@ my $ep_headers_id = sql(q{SELECT outbox.enqueue('inj-ep-headers', '{"case": "end
 my $ep_url_id     = sql(q{SELECT outbox.enqueue('inj-ep-url', '{"case": "endpoint url"}')});
 my $good_id       = sql(q{SELECT outbox.enqueue('inj', '{"case": "good"}', headers => '{"X-Good": "1"}')});
 
-ok(wait_sql("SELECT status = 'sent' FROM outbox.messages WHERE id = $good_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $good_id"),
 	'a good message after the bad ones is delivered: the worker goes on');
 my $n_bad = keys %bad_rows;
-ok( wait_sql(
+ok( wait_sql($node, 
 		"SELECT count(*) = $n_bad + 1 FROM dlq.dead_letters
 		  WHERE endpoint IN ('inj', 'inj-ep-headers') AND reason_code = 'INVALID_MESSAGE'"),
 	'every row with CR/LF in a header is a dead letter INVALID_MESSAGE');
@@ -316,7 +308,7 @@ for my $what (sort keys %bad_id)
 like(
 	sql("SELECT reason_code FROM dlq.dead_letters WHERE message_id = $ep_headers_id"),
 	qr/^INVALID_MESSAGE$/, 'endpoint headers with CR/LF: INVALID_MESSAGE');
-ok(wait_sql("SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $ep_url_id"),
+ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $ep_url_id"),
 	'endpoint url with CR/LF: the message settles in the DLQ');
 note('endpoint url with CR/LF: '
 	  . sql("SELECT reason_code || ': ' || error_message FROM dlq.dead_letters WHERE message_id = $ep_url_id"));
@@ -337,7 +329,7 @@ ok(!grep({ $_->{path} =~ /smuggled/ } @{ all_requests() }), 'no smuggled request
 # proxy in front of the endpoint would route it to another virtual host).
 endpoint('vhost', $recv->url('/hooks/vhost'));
 my $vhost_id = sql(q{SELECT outbox.enqueue('vhost', '{}', headers => '{"Host": "admin.internal.example"}')});
-ok(wait_sql("SELECT count(*) = 0 FROM outbox.messages WHERE id = $vhost_id AND status <> 'sent'"),
+ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $vhost_id AND status <> 'sent'"),
 	'a message with a Host header settles');
 my ($vhost_req) = @{ $recv->requests(path => '/hooks/vhost') };
 {
@@ -388,7 +380,7 @@ my $waiter;
 $waiter->query_until(qr/waiting/, sprintf(
 	qq{\\echo waiting\nSELECT outbox.create_endpoint('blocked', url => '%s', secret => current_setting('sectest.secret2'));\n},
 	$recv->url('/hooks/blocked')));
-ok( wait_sql(
+ok( wait_sql($node, 
 		q{SELECT count(*) = 1 FROM pg_stat_activity
 		   WHERE wait_event_type = 'Lock' AND query LIKE '%create_endpoint(''blocked''%'}),
 	'a create_endpoint with a secret is waiting on a lock');
@@ -408,7 +400,7 @@ is(sql_s_out(q{SELECT secret = current_setting('sectest.secret2') FROM outbox.en
 is($rc, 0, 'alter_endpoint with a new secret') or diag($err);
 $recv->clear_rules;
 my $after_alter = sql(q{SELECT outbox.enqueue('signed', '{"after": "alter"}')});
-ok(wait_sql("SELECT status = 'sent' FROM outbox.messages WHERE id = $after_alter"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $after_alter"),
 	'delivered after the secret changed');
 my ($last) = grep { $_->{headers}{'webhook-id'} eq "msg_$after_alter" }
   @{ $recv->requests(path => '/hooks/signed') };
@@ -489,13 +481,13 @@ unlike($log_tail, qr/ERROR:.*\Q$LITERAL\E/,
 # 5. Proxies: nothing ever reached the proxy receiver, though the worker delivered
 #    throughout with http_proxy, https_proxy and all_proxy set.
 
-SKIP:
 {
 	# The worker is forked from the postmaster, whose environment it inherits (its
-	# own environ area is overwritten by its process title).
+	# own environ area is overwritten by its process title).  The test runs as the
+	# server's OS user, so the postmaster's environment is readable.
 	my ($postmaster_pid) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
-	my $environ = -r "/proc/$postmaster_pid/environ" ? slurp_file("/proc/$postmaster_pid/environ") : '';
-	skip 'the postmaster environment cannot be read', 1 unless $environ =~ /PG/;
+	ok(-r "/proc/$postmaster_pid/environ", "the postmaster's environment is readable");
+	my $environ = slurp_file("/proc/$postmaster_pid/environ");
 	like($environ, qr/(^|\0)http_proxy=\Q$PROXY_ENV{http_proxy}\E(\0|$)/,
 		"the postmaster's environment, which the worker inherits, has http_proxy set");
 }
@@ -539,7 +531,7 @@ is(sql(q{SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_app_owner'}), 'f
 # those plans: the next claim is planned again, with the planted functions in sight.
 $node->safe_psql('postgres', 'ANALYZE', extra_params => [ '-U', 'regress_app_owner' ]);
 my $planted_id = sql(q{SELECT outbox.enqueue('inj', '{"case": "after planting"}')});
-ok(wait_sql("SELECT status = 'sent' FROM outbox.messages WHERE id = $planted_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $planted_id"),
 	'a message is delivered after the planting');
 sleep(1);    # a few more claims and housekeeping rounds
 {
