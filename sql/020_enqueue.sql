@@ -204,6 +204,12 @@ INSERT INTO outbox.messages (endpoint, payload, next_attempt_at) VALUES ('billin
 \set VERBOSITY default
 SELECT count(*) - :messages_before AS inserted_by_bad_calls FROM outbox.messages;
 
+-- The producer's commit is untouched: the worker's synchronous_commit = off is its own.
+BEGIN;
+SELECT outbox.enqueue('billing', '{}') > 0 AS enqueued;
+SHOW synchronous_commit;
+ROLLBACK;
+
 -- Clean up for the next file.
 TRUNCATE outbox.messages;
 SELECT outbox.drop_endpoint(name) FROM outbox.endpoints ORDER BY name;

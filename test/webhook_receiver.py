@@ -3,7 +3,8 @@
 
 Usage:
     python3 test/webhook_receiver.py --port 0 --ready-file /tmp/x.port \
-        [--log requests.jsonl [--resume]] [--max-seconds 3600] [--idle-timeout S]
+        [--log requests.jsonl [--resume]] [--max-seconds 3600] [--idle-timeout S] \
+        [--tls-cert cert.pem --tls-key key.pem]
 
 Listens on 127.0.0.1 only.  --port 0 picks an ephemeral port; once the socket
 is listening, the port number is written to --ready-file atomically (temp file
@@ -32,7 +33,7 @@ Recorded requests (every path that does not start with /_control):
      "answered_at": unix_float,  # when the answer began to be written (no
                               # client can have it earlier), or when it was
                               # abandoned
-     "outcome": "answered" | "client_gone" |
+     "outcome": "answered" | "client_gone" | "receiver_stopped" |
                               "close" | "hang" | "write_failed"}
 The record is logged (--log) when the request has been read; a second line
 {"seq": n, "answered": ..., "answered_at": ..., "outcome": ...} follows once
@@ -174,6 +175,7 @@ class State:
         self.rules = {}          # path -> deque[Rule]
         self.records = []
         self._by_seq = {}        # seq -> record, while loading a resumed log
+        self.in_progress = {}    # seq -> record not yet answered or abandoned
         self.by_path = {}
         self.seq = 0
         self.epoch = 0           # bumped on reset (for per-connection counting)
@@ -188,6 +190,7 @@ class State:
             if resume and os.path.exists(log_path):
                 self._load(log_path)
             self.log = open(log_path, "a", encoding="utf-8")
+            self._close_unsettled(os.path.getmtime(log_path) if resume and os.path.exists(log_path) else None)
 
     def _load(self, path):
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -211,6 +214,21 @@ class State:
                 self.seq = max(self.seq, int(r["seq"]))
                 p = r.get("path", "")
                 self.by_path[p] = self.by_path.get(p, 0) + 1
+
+    def _close_unsettled(self, ended_at):
+        """A request the previous process never finished (it was killed) was not
+        answered: say so, as of when that process last wrote its log."""
+        for rec in self.records:
+            if "outcome" not in rec:
+                self.settle(rec, "receiver_stopped", None, ended_at)
+        self._by_seq = {}
+
+    def abandon_in_progress(self):
+        """At shutdown: the requests still in progress will never be answered."""
+        with self.lock:
+            recs = list(self.in_progress.values())
+        for rec in recs:
+            self.settle(rec, "receiver_stopped")
 
     # -- connections --------------------------------------------------------
     def conn_open(self):
@@ -257,6 +275,7 @@ class State:
             self.seq += 1
             rec["seq"] = self.seq
             self.records.append(rec)
+            self.in_progress[self.seq] = rec
             self.by_path[path] = self.by_path.get(path, 0) + 1
             if conn.epoch != self.epoch:
                 conn.epoch = self.epoch
@@ -273,6 +292,8 @@ class State:
         line = {"seq": rec["seq"], "answered": status,
                 "answered_at": time.time() if at is None else at, "outcome": outcome}
         with self.lock:
+            if self.in_progress.pop(rec["seq"], None) is None and "outcome" in rec:
+                return               # already settled (stopped while answering)
             rec.update(line)
             if self.log is not None:
                 self.log.write(json.dumps(line) + "\n")
@@ -292,6 +313,7 @@ class State:
             self.rules.clear()
             self.records = []
             self._by_seq = {}
+            self.in_progress = {}
             self.by_path = {}
             self.seq = 0
             self.epoch += 1
@@ -617,6 +639,8 @@ def main():
     ap.add_argument("--resume", action="store_true",
                     help="load records already in --log at start-up")
     ap.add_argument("--max-seconds", type=float, default=3600)
+    ap.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
+    ap.add_argument("--tls-key", help="... and this private key (PEM)")
     ap.add_argument("--idle-timeout", type=float, default=0,
                     help="close keep-alive connections idle this long (0 = never)")
     args = ap.parse_args()
@@ -625,6 +649,13 @@ def main():
     server = Server(("127.0.0.1", args.port), Handler)
     server.state = State(args.log, args.resume)
     server.idle_timeout = args.idle_timeout or None
+    if args.tls_cert:
+        # HTTPS: the handshake happens at accept; a client that refuses the
+        # certificate never gets as far as a request, so nothing is recorded.
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.tls_cert, args.tls_key)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
     port = server.server_address[1]
 
     stop = threading.Event()
@@ -655,6 +686,7 @@ def main():
         stop.wait(0.05)
     try:
         server.socket.close()
+        server.state.abandon_in_progress()
         if server.state.log is not None:
             server.state.log.flush()
     except Exception:

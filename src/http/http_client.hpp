@@ -20,7 +20,9 @@
 namespace pg_outbox::http {
 
 // Bytes of the response body kept in Response::body_head; the rest is read and dropped.
-constexpr std::size_t kBodyHeadLimit = 1024;
+// The DLQ keeps the first 1 KiB as text; 3 bytes more let a UTF-8 character that
+// straddles the 1 KiB mark be seen whole (and left out), not as a cut one.
+constexpr std::size_t kBodyHeadLimit = 1024 + 3;
 
 struct Request {
     uint64_t tag = 0;  // the caller's id (message id), returned in the Response

@@ -41,7 +41,9 @@ void _PG_init(void) {
   pg_outbox::pg::register_commit_wake();
   if (!process_shared_preload_libraries_in_progress) {
     // SQL functions work; delivery needs the worker, which only the postmaster can start.
-    ereport(NOTICE, (errmsg("pg_outbox is not in shared_preload_libraries: messages will not be delivered"),
+    // A WARNING: CREATE EXTENSION runs its script with client_min_messages raised to
+    // WARNING, and this is the moment the operator must hear it.
+    ereport(WARNING, (errmsg("pg_outbox is not in shared_preload_libraries: messages will not be delivered"),
                      errhint("Add pg_outbox to shared_preload_libraries and restart the server.")));
     return;
   }

@@ -3,6 +3,7 @@
 #include "pg/postgres.hpp"
 
 extern "C" {
+#include "miscadmin.h"
 #include "utils/guc.h"
 }
 
@@ -23,9 +24,13 @@ void define_int(const char* name, const char* description, int* target, int boot
 }  // namespace
 
 void define_settings() {
+  // Only the worker, registered at server start, reads it: a restart setting. A session
+  // that loads the library later (no shared_preload_libraries) may not define one, so
+  // there it is a plain reloadable setting that nothing uses.
   DefineCustomStringVariable("pg_outbox.database", "Database whose outbox the background worker serves.",
-                             nullptr, &settings.database, "postgres", PGC_POSTMASTER, 0, nullptr,
-                             nullptr, nullptr);
+                             nullptr, &settings.database, "postgres",
+                             process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP, 0,
+                             nullptr, nullptr, nullptr);
   DefineCustomBoolVariable("pg_outbox.enabled", "Deliver messages (off pauses all delivery).", nullptr,
                            &settings.enabled, true, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
   define_int("pg_outbox.poll_interval", "Longest the worker sleeps when it is not woken by a commit.",

@@ -270,7 +270,7 @@ size_t Worker::claim_and_deliver() {
   std::vector<ClaimedMessage> to_send;
   std::vector<std::string> probed;
   size_t claimed_notify = 0;
-  in_transaction("pg_outbox: claiming messages", [&] {
+  in_settling_transaction("pg_outbox: claiming messages", [&] {
     require_same_extension();
     refresh_endpoints();
     int64_t now = now_ms();
@@ -508,11 +508,40 @@ void Worker::settle_pending() {
       endpoint.breaker_dirty = false;
     }
   };
-  if (IsTransactionState()) settle();
-  else in_transaction("pg_outbox: settling deliveries", settle);
-  // Published only once the transaction that wrote them has committed (or, inside
-  // the claim transaction, will commit: an error there re-counts nothing twice
-  // because pending_ is cleared only here).
+  if (IsTransactionState()) {
+    settle();  // the caller's in_settling_transaction publishes once it has committed
+  } else {
+    in_transaction("pg_outbox: settling deliveries", settle);
+    publish_counts();
+  }
+  for (const auto& r : pending_.retry) next_claim_ms_ = std::min(next_claim_ms_, now_ms() + r.delay_ms);
+  bool unblocks = !pending_.sent.empty() || !pending_.dead.empty() || !pending_.released.empty();
+  pending_ = Settlements{};
+  if (unblocks) more_due_ = true;  // an ordered key's next message, or room for more
+}
+
+// A transaction that may settle results (the claim, with NOTIFY's, and housekeeping).
+// If it fails, the results and counts go back to what they were before it: results it
+// wrote are unwritten again, and NOTIFY results it made were rolled back with their
+// notifications, so they must be neither forgotten nor counted. Counts are published
+// only once the transaction has committed.
+void Worker::in_settling_transaction(const char* activity, const std::function<void()>& body) {
+  Settlements saved = pending_;
+  auto saved_counts = counted_;
+  try {
+    in_transaction(activity, body);
+  } catch (...) {
+    pending_ = std::move(saved);
+    counted_ = std::move(saved_counts);
+    throw;
+  }
+  publish_counts();
+}
+
+// Adds the counts of committed results to the shared counters of worker_status() and
+// metrics().
+void Worker::publish_counts() {
+  if (counted_.empty()) return;
   SpinLockAcquire(&shared_state->mutex);
   for (const auto& [name, counts] : counted_) {
     int slot = 0;
@@ -533,10 +562,6 @@ void Worker::settle_pending() {
   }
   SpinLockRelease(&shared_state->mutex);
   counted_.clear();
-  for (const auto& r : pending_.retry) next_claim_ms_ = std::min(next_claim_ms_, now_ms() + r.delay_ms);
-  bool unblocks = !pending_.sent.empty() || !pending_.dead.empty() || !pending_.released.empty();
-  pending_ = Settlements{};
-  if (unblocks) more_due_ = true;  // an ordered key's next message, or room for more
 }
 
 void Worker::count(const std::string& endpoint, core::Verdict verdict) {
@@ -550,7 +575,7 @@ void Worker::housekeeping() {
   bool orphans_due = now >= next_orphan_check_ms_;
   if (orphans_due) next_orphan_check_ms_ = now + kOrphanCheckEveryMs;
   int64_t expired = 0;
-  in_transaction("pg_outbox: housekeeping", [&] {
+  in_settling_transaction("pg_outbox: housekeeping", [&] {
     expired = store_.expire_leases();
     if (settings.sent_retention_s > 0) store_.purge_sent(settings.sent_retention_s, kPurgeBatch);
     if (settings.dlq_retention_s >= 0) store_.purge_dead_letters(settings.dlq_retention_s, kPurgeBatch);

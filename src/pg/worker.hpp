@@ -8,7 +8,9 @@
 #include "http/http_client.hpp"
 #include "pg/outbox_store.hpp"
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 #include <string>
@@ -50,6 +52,8 @@ class Worker {
   void record_outcome(const http::Response& response);
   void on_breaker_transition(Endpoint& endpoint, core::Transition transition);
   void settle_pending();
+  void in_settling_transaction(const char* activity, const std::function<void()>& body);
+  void publish_counts();
   void housekeeping();
   void count(const std::string& endpoint, core::Verdict verdict);
   void publish_status(const char* state);

@@ -30,15 +30,22 @@ background with IPC::Run, with its ready-file and request log
 10 s for it to listen and returns an C<OutboxTest::Receiver> object.
 Options: C<port> (default 0 = ephemeral), C<log> (path of the jsonl log),
 C<max_seconds> (default 3600), C<idle_timeout> (seconds; default never),
+C<tls_cert> and C<tls_key> (PEM files: serve HTTPS; control calls then need
+C<https>, so use the record log rather than the control API),
 C<python> (default C<$ENV{PYTHON}> or C<python3>).
 Every receiver still running is stopped in an END block.
 
-=item wait_until($code, $timeout_s = 10, $what = '')
+=item wait_until($code, $timeout_s = timeout_default, $what = '')
 
 Calls C<$code> every 50 ms until it returns true (then returns 1) or
 C<$timeout_s> seconds have passed (then returns 0; if Test::More is loaded
 it emits a C<note>, never a failure or a diag - that is left to the caller).
 Exceptions thrown by C<$code> count as false.
+
+Waits that end as soon as their condition holds take the harness's
+C<$PostgreSQL::Test::Utils::timeout_default> (180 s, C<PG_TEST_TIMEOUT_DEFAULT>)
+unless told otherwise: a bound that only matters when something is broken
+should not fail a slow but correct run on a loaded machine.
 
 =item verify_webhook_signature($secret_whsec, $headers_hashref, $body)
 
@@ -55,8 +62,11 @@ The timestamp is not checked against the current time.
 
 Returns a PostgreSQL::Test::Cluster node, init'ed, with
 C<shared_preload_libraries = 'pg_outbox'>, C<pg_outbox.database = 'postgres'>,
-C<pg_outbox.poll_interval = '200ms'> (the server log keeps its default level, which
-records ERROR and LOG lines) and then each
+C<pg_outbox.poll_interval = '200ms'>, C<pg_outbox.http_timeout = '60s'> (a receiver
+starved of CPU on a loaded machine must not turn into a client timeout, a retry and
+a duplicate that an exact count would trip over; tests of timeouts set the
+endpoint's timeout_ms or this GUC themselves) (the server log keeps its default
+level, which records ERROR and LOG lines) and then each
 given GUC (in the given order, as C<key = 'value'>, later lines win) appended
 to postgresql.conf, and started.  Does not create the extension.
 
@@ -65,12 +75,12 @@ to postgresql.conf, and started.  Does not create the extension.
 The pid of the one pg_outbox worker in C<pg_stat_activity>, or undef (none,
 several, or the server not accepting connections).
 
-=item wait_for_worker($node, $old_pid = undef, $timeout_s = 60)
+=item wait_for_worker($node, $old_pid = undef, $timeout_s = timeout_default)
 
 Waits (bounded) until a worker runs whose pid differs from C<$old_pid> (any
 worker when undef); returns its pid or undef.
 
-=item wait_sql($node, $query, $timeout_s = 60, $db = 'postgres')
+=item wait_sql($node, $query, $timeout_s = timeout_default, $db = 'postgres')
 
 Runs C<$query> every 50 ms until it returns C<t>; returns 1, or 0 on timeout.
 A query that fails (a server restarting) counts as not yet.
@@ -84,6 +94,20 @@ settings were written).  Synchronises on the worker's own report, never on a
 sleep.  Returns 1, or 0 if the worker did not report within 60 s.  The
 extension must exist in the worker's database (C<db> option: C<< db => 'x' >>
 as the first pair).
+
+=item create_endpoint($node, $name, $url, OPTION => SQL, ...)
+
+C<SELECT outbox.create_endpoint('$name', url => '$url', OPTION => SQL ...)> in
+database postgres; each option's value is an SQL expression (C<< timeout_ms => 500 >>,
+C<< ordered => 'true' >>); an undef value leaves the option out.
+
+=item listen_for_notifications($node, @channels)
+
+A C<OutboxTest::Listener>: a background psql session that LISTENs on the channels.
+C<< $l->poll >> collects what has arrived and returns how many so far; C<< $l->notes >>
+is the arrayref of them, in arrival order (hashrefs: channel, payload (raw text), pid,
+envelope (the payload decoded as JSON, or undef)); C<< $l->wait($n, $timeout) >> waits
+until C<$n> have arrived; C<< $l->quit >> ends the session.
 
 =back
 
@@ -113,6 +137,10 @@ Arrayref of recorded requests (hashrefs: seq, time, method, path, query,
 conn, headers (lower-cased names, repeated values joined with ", "), body,
 response), optionally only one path and only C<seq E<gt> since>.
 
+=item $recv->wait_requests($path, $n, $timeout_s = timeout_default)
+
+Waits until at least C<$n> requests of C<$path> were recorded; returns 1 or 0.
+
 =item $recv->answered_2xx($path)
 
 Hashref C<webhook-id =E<gt> time> of the first 2xx each message actually got: the
@@ -133,13 +161,15 @@ connections, including the control ones), open, max_open.
 
 =item $recv->stop / $recv->stop_listening
 
-Stop the process (TERM, then KILL after 5 s).  C<stop_listening> is the same;
-the object can be C<restart>ed afterwards.
+Stop the process (TERM, then KILL after 5 s).  C<stop_listening> is for an
+outage: the port stays held by a bound socket that does not listen (clients are
+refused, as by a stopped server, and no other process can take the port) until
+C<restart>.
 
 =item $recv->restart
 
 Stops the process if it is running and starts a new one on the SAME port
-(SO_REUSEADDR).  The new process is started with C<--resume> on the same
+(SO_REUSEADDR), then lets go of the placeholder of C<stop_listening>.  The new process is started with C<--resume> on the same
 jsonl log, so recorded requests (and seq numbering, C<requests> and
 C<by_path> in stats) survive the restart; rules and connection counters do
 not (they start empty).
@@ -164,6 +194,7 @@ use Exporter 'import';
 use File::Basename qw(dirname);
 use File::Spec;
 use HTTP::Tiny;
+use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
 use MIME::Base64 qw(encode_base64 decode_base64);
@@ -173,7 +204,8 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils ();
 
 our @EXPORT = qw(start_receiver wait_until verify_webhook_signature
-  new_outbox_node worker_pid wait_for_worker wait_sql reload_conf);
+  new_outbox_node worker_pid wait_for_worker wait_sql reload_conf create_endpoint
+  listen_for_notifications);
 
 # test/perl/OutboxTest.pm -> test/webhook_receiver.py
 our $RECEIVER_SCRIPT =
@@ -197,6 +229,8 @@ sub start_receiver
 		out_file    => "$dir/receiver.out",
 		max_seconds => $opts{max_seconds} // 3600,
 		idle_timeout => $opts{idle_timeout},
+		tls_cert     => $opts{tls_cert},
+		tls_key      => $opts{tls_key},
 		python      => $opts{python} // $ENV{PYTHON} // 'python3',
 		json        => JSON::PP->new->utf8->canonical,
 	}, 'OutboxTest::Receiver';
@@ -208,7 +242,7 @@ sub start_receiver
 sub wait_until
 {
 	my ($code, $timeout, $what) = @_;
-	$timeout //= 10;
+	$timeout //= $PostgreSQL::Test::Utils::timeout_default;
 	my $deadline = Time::HiRes::time() + $timeout;
 	while (1)
 	{
@@ -276,7 +310,8 @@ sub new_outbox_node
 	my $conf = join '',
 	  "shared_preload_libraries = 'pg_outbox'\n",
 	  "pg_outbox.database = 'postgres'\n",
-	  "pg_outbox.poll_interval = '200ms'\n";
+	  "pg_outbox.poll_interval = '200ms'\n",
+	  "pg_outbox.http_timeout = '60s'\n";
 	while (my ($k, $v) = splice(@gucs, 0, 2))
 	{
 		$v //= '';
@@ -309,7 +344,7 @@ sub wait_for_worker
 			$pid = $p;
 			return 1;
 		},
-		$timeout // 60,
+		$timeout // $PostgreSQL::Test::Utils::timeout_default,
 		'a pg_outbox worker' . (defined $old ? " other than $old" : ''));
 	return $pid;
 }
@@ -323,7 +358,7 @@ sub wait_sql
 			my $rc = $node->psql($db // 'postgres', $query, stdout => \$out, stderr => \$err);
 			return $rc == 0 && $out eq 't';
 		},
-		$timeout // 60,
+		$timeout // $PostgreSQL::Test::Utils::timeout_default,
 		$query);
 }
 
@@ -344,8 +379,22 @@ sub reload_conf
 	}
 	my $written = $node->safe_psql($db, 'SELECT clock_timestamp()');
 	$node->safe_psql($db, 'SELECT pg_reload_conf()');
-	return wait_sql($node,
-		"SELECT config_loaded_at > '$written' FROM outbox.worker_status()", 60, $db);
+	return wait_sql($node, "SELECT config_loaded_at > '$written' FROM outbox.worker_status()", undef, $db);
+}
+
+sub create_endpoint
+{
+	my ($node, $name, $url, %opt) = @_;
+	my $args = join '', map { defined $opt{$_} ? ", $_ => $opt{$_}" : '' } sort keys %opt;
+	return $node->safe_psql('postgres', "SELECT outbox.create_endpoint('$name', url => '$url'$args)");
+}
+
+sub listen_for_notifications
+{
+	my ($node, @channels) = @_;
+	my $session = $node->background_psql('postgres');
+	$session->query_safe("LISTEN $_") for @channels;
+	return bless { session => $session, notes => [], json => JSON::PP->new->utf8 }, 'OutboxTest::Listener';
 }
 
 END
@@ -377,7 +426,7 @@ sub url
 	my ($self, $path) = @_;
 	$path //= '/';
 	$path = "/$path" unless $path =~ m{^/};
-	return "http://127.0.0.1:$self->{port}$path";
+	return ($self->{tls_cert} ? 'https' : 'http') . "://127.0.0.1:$self->{port}$path";
 }
 
 # Start the process; with $resume, reload records from the log.
@@ -394,11 +443,13 @@ sub _spawn
 	push @cmd, '--resume' if $resume;
 	push @cmd, '--idle-timeout' => $self->{idle_timeout}
 	  if $self->{idle_timeout};
+	push @cmd, '--tls-cert' => $self->{tls_cert}, '--tls-key' => $self->{tls_key}
+	  if $self->{tls_cert};
 	$self->{h} =
 	  IPC::Run::start(\@cmd, '<', \undef, '>>', $self->{out_file}, '2>&1');
 
 	my $port;
-	my $deadline = Time::HiRes::time() + 10;
+	my $deadline = Time::HiRes::time() + $PostgreSQL::Test::Utils::timeout_default;
 	while (Time::HiRes::time() < $deadline)
 	{
 		if (open my $fh, '<', $self->{ready_file})
@@ -418,11 +469,12 @@ sub _spawn
 		$self->stop;
 		my $out = '';
 		if (open my $fh, '<', $self->{out_file}) { local $/; $out = <$fh> // '' }
-		croak "webhook receiver did not start within 10 s: @cmd\n$out";
+		croak "webhook receiver did not start in time: @cmd\n$out";
 	}
 	croak "webhook receiver listens on $port, expected $self->{port}"
 	  if $self->{port} && $port != $self->{port};
 	$self->{port} = $port;
+	close(delete $self->{placeholder}) if $self->{placeholder};    # the receiver owns the port now
 	$self->{http} = HTTP::Tiny->new(keep_alive => 1, timeout => 30);
 	return $self;
 }
@@ -440,8 +492,24 @@ sub stop
 	return 1;
 }
 
-sub stop_listening { $_[0]->stop }
+# An outage: the process stops, but the port stays ours.  A bound socket that does
+# not listen holds it (connections to it are refused, as to a stopped server), so no
+# other process can take the port before restart() binds it again (SO_REUSEADDR on
+# both sides lets the new receiver bind and listen beside the placeholder).
+sub stop_listening
+{
+	my $self = shift;
+	$self->stop;
+	$self->{placeholder} = IO::Socket::INET->new(
+		LocalAddr => '127.0.0.1',
+		LocalPort => $self->{port},
+		Proto     => 'tcp',
+		ReuseAddr => 1) or croak "holding port $self->{port}: $!";
+	return 1;
+}
 
+# Starts the receiver again on the same port (held since stop_listening, if it was
+# used), with the records of the log.
 sub restart
 {
 	my $self = shift;
@@ -453,6 +521,7 @@ sub _call
 {
 	my ($self, $method, $path, $data) = @_;
 	croak "webhook receiver is not running" unless $self->{h};
+	croak "an HTTPS receiver has no control API here: read its log_file" if $self->{tls_cert};
 	my %req;
 	if (defined $data)
 	{
@@ -491,6 +560,13 @@ sub requests
 # record's "answered" is the status the receiver finished writing while the client
 # was still connected (undef: not answered: the client had gone, a close or hang
 # rule, or still in progress).  Returns {webhook-id => earliest answered_at of a 2xx}.
+sub wait_requests
+{
+	my ($self, $path, $n, $timeout) = @_;
+	return OutboxTest::wait_until(sub { @{ $self->requests(path => $path) } >= $n },
+		$timeout, "$n request(s) on $path");
+}
+
 sub answered_2xx
 {
 	my ($self, $path) = @_;
@@ -519,5 +595,38 @@ sub DESTROY
 	local ($@, $?);
 	$self->stop if $self->{h};
 }
+
+
+package OutboxTest::Listener;
+
+use strict;
+use warnings;
+
+# psql prints the notifications that arrived after each command it runs.
+sub poll
+{
+	my $self = shift;
+	my $out = $self->{session}->query_safe('SELECT 1');
+	for my $line (split /\n/, $out)
+	{
+		next
+		  unless $line =~
+		  /^Asynchronous notification "([^"]+)" with payload "(.*)" received from server process with PID (\d+)\.$/;
+		my %n = (channel => $1, payload => $2, pid => $3);
+		$n{envelope} = eval { $self->{json}->decode($n{payload}) };
+		push @{ $self->{notes} }, \%n;
+	}
+	return scalar @{ $self->{notes} };
+}
+
+sub notes { $_[0]{notes} }
+
+sub wait
+{
+	my ($self, $n, $timeout) = @_;
+	return OutboxTest::wait_until(sub { $self->poll >= $n }, $timeout, "$n notification(s)");
+}
+
+sub quit { $_[0]{session}->quit }
 
 1;

@@ -41,22 +41,11 @@ my $recv = start_receiver();
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
 
-sub endpoint
-{
-	my ($name, $path, %opt) = @_;
-	my $args = join '', map { ", $_ => $opt{$_}" } sort keys %opt;
-	sql(sprintf("SELECT outbox.create_endpoint('%s', url => '%s'%s)",
-		$name, $recv->url($path), $args));
-}
+sub endpoint { my ($name, $path, %opt) = @_; return create_endpoint($node, $name, $recv->url($path), %opt) }
 
 sub reqs { return $recv->requests(path => $_[0]) }
 
-sub wait_requests
-{
-	my ($path, $n, $timeout) = @_;
-	return wait_until(sub { @{ reqs($path) } >= $n }, $timeout // 15,
-		"$n request(s) on $path");
-}
+sub wait_requests { return $recv->wait_requests(@_) }
 
 # Waits until SQL returns 't'.
 
@@ -134,11 +123,11 @@ my $rb_id = sql(q{
 	SELECT outbox.enqueue('rb', '{"fate": "rolled back"}', event_type => 'rb.test');
 	ROLLBACK;});
 like($rb_id, qr/^\d+$/, 'rolled-back enqueue returned an id inside its transaction');
-sleep(1.5);    # several poll intervals (200 ms)
-# A committed marker behind it proves the worker had every chance.
+# A committed marker behind it proves the worker had every chance: it claims an
+# endpoint's due messages oldest first.
 my $rb_marker = sql(q{SELECT outbox.enqueue('rb', '{"fate": "committed"}', event_type => 'rb.test')});
 ok(wait_requests('/hooks/rb', 1), 'committed marker after the rollback received');
-sleep(0.5);
+sleep(0.5);    # an observation window: a late second request would show here
 my @rb = @{ reqs('/hooks/rb') };
 is(scalar(@rb), 1, 'exactly one request on the rolled-back endpoint');
 is($rb[0]{headers}{'webhook-id'}, "msg_$rb_marker", '... and it is the committed marker');
@@ -173,7 +162,7 @@ is_deeply([ map { body_bytes($_) } @retry ], [ ('{"n": 3}') x 3 ],
 # Backoff alone is fast here (base 50 ms): the control for the Retry-After test.
 my $retry_gap = $retry[1]{time} - $retry[0]{time};
 note(sprintf('503 without Retry-After: second attempt after %.3f s', $retry_gap));
-ok($retry_gap < 1.5, 'without Retry-After the retry follows the short backoff');
+ok($retry_gap < 3, 'without Retry-After the retry follows the short backoff (the control for Retry-After: 4)');
 
 # ---------------------------------------------------------------------------
 # 4. 400 with a body: dead at once.
@@ -225,7 +214,7 @@ like(sql("SELECT error_message FROM dlq.dead_letters WHERE message_id = $c500_id
 	qr/500/, 'always 500: error_message names the last failure');
 is(sql("SELECT count(*) FROM outbox.messages WHERE id = $c500_id"), '0',
 	'always 500: message gone from outbox.messages');
-sleep(0.5);
+sleep(0.5);    # an observation window: a fourth attempt would show here
 my @c500 = @{ reqs('/hooks/c500') };
 is(scalar(@c500), 3, 'always 500: exactly three requests, then no more');
 is_deeply([ map { $_->{headers}{'outbox-attempt'} } @c500 ], [ 1, 2, 3 ],
@@ -234,8 +223,8 @@ is_deeply([ map { $_->{headers}{'outbox-attempt'} } @c500 ], [ 1, 2, 3 ],
 # ---------------------------------------------------------------------------
 # 7. A timeout is retried, then delivered.
 
-endpoint('slow', '/hooks/slow', timeout_ms => 300);
-$recv->add_rule(path => '/hooks/slow', action => 'hang', hang_ms => 5000, times => 1);
+endpoint('slow', '/hooks/slow', timeout_ms => 2000);
+$recv->add_rule(path => '/hooks/slow', action => 'hang', hang_ms => 10000, times => 1);
 my $slow_id = sql(q{SELECT outbox.enqueue('slow', '{"slow": 1}')});
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $slow_id"),
 	'timeout: message sent in the end');
@@ -249,7 +238,8 @@ is_deeply([ map { $_->{headers}{'outbox-attempt'} } @slow ], [ 1, 2 ],
 is($slow[1]{headers}{'webhook-id'}, "msg_$slow_id", 'timeout: same webhook-id');
 my $slow_gap = @slow == 2 ? $slow[1]{time} - $slow[0]{time} : -1;
 note(sprintf('timeout: second attempt %.3f s after the first', $slow_gap));
-ok($slow_gap >= 0.25, 'timeout: the first attempt was given its timeout (300 ms)');
+ok($slow_gap >= 1.5, 'timeout: the first attempt was given its timeout (2 s)');
+ok(!defined $slow[0]{answered}, 'timeout: the hung request was never answered');
 is(sql("SELECT count(*) FROM dlq.dead_letters WHERE message_id = $slow_id"), '0',
 	'timeout: no dead letter');
 
@@ -297,14 +287,14 @@ note('closed keep-alive connection: outbox-attempt '
 # 9. Retry-After on a 503 is honoured (backoff alone would retry in < 100 ms).
 
 endpoint('ra', '/hooks/ra');
-$recv->add_rule(path => '/hooks/ra', status => 503, retry_after => '2', times => 1);
+$recv->add_rule(path => '/hooks/ra', status => 503, retry_after => '4', times => 1);
 my $ra_id = sql(q{SELECT outbox.enqueue('ra', '{"ra": 1}')});
-ok(wait_requests('/hooks/ra', 2, 20), 'Retry-After: second attempt arrives');
+ok(wait_requests('/hooks/ra', 2), 'Retry-After: second attempt arrives');
 my @ra = @{ reqs('/hooks/ra') };
 my $ra_gap = @ra >= 2 ? $ra[1]{time} - $ra[0]{time} : -1;
-note(sprintf('Retry-After 2: second attempt after %.3f s', $ra_gap));
-ok($ra_gap >= 1.9, 'Retry-After: second attempt no sooner than 2 s after the first');
-ok($ra_gap < 5, 'Retry-After: ... and not much later');
+note(sprintf('Retry-After 4: second attempt after %.3f s', $ra_gap));
+ok($ra_gap >= 3.9, 'Retry-After: second attempt no sooner than 4 s after the first');
+ok($ra_gap < 15, 'Retry-After: ... and not much later');
 ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 2 FROM outbox.messages WHERE id = $ra_id"),
 	'Retry-After: sent with attempts = 2');
 
@@ -323,7 +313,6 @@ is(sql(q{SELECT outbox.enqueue('idem', '{"k": 2}', idempotency_key => 'order-42-
 	$idem_id, 'idempotency key: enqueue again returns the same id');
 my $idem_marker = sql(q{SELECT outbox.enqueue('idem', '{"k": 3}')});
 ok(wait_requests('/hooks/idem', 2), 'idempotency key: marker received');
-sleep(0.3);
 is_deeply([ map { $_->{headers}{'webhook-id'} } @{ reqs('/hooks/idem') } ],
 	[ 'order-42-created', "msg_$idem_marker" ],
 	'idempotency key: the repeated enqueue sent nothing');
@@ -390,9 +379,6 @@ ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $afte
 # Nothing may still be moving.
 ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages WHERE status <> 'sent'}),
 	'everything settled');
-sleep(0.3);
-my ($sent, $retried, $dead) = split /\|/,
-  sql('SELECT sent, retried, dead_lettered FROM outbox.worker_status()');
 # Every sent message counts once, every dead letter once, and every attempt that
 # did not end a message counts as a retry.
 my ($exp_sent, $exp_dead, $exp_retried) = split /\|/, sql(q{
@@ -400,6 +386,10 @@ my ($exp_sent, $exp_dead, $exp_retried) = split /\|/, sql(q{
 	       (SELECT count(*) FROM dlq.dead_letters),
 	       (SELECT sum(attempts - 1) FROM outbox.messages WHERE status = 'sent')
 	     + (SELECT sum(attempts - 1) FROM dlq.dead_letters)});
+# The worker publishes its counters just after the settle commits: wait for them.
+wait_until(sub { sql('SELECT sent, dead_lettered FROM outbox.worker_status()') eq "$exp_sent|$exp_dead" });
+my ($sent, $retried, $dead) = split /\|/,
+  sql('SELECT sent, retried, dead_lettered FROM outbox.worker_status()');
 is($sent,    $exp_sent,    "worker_status().sent = $exp_sent (sent rows)");
 is($dead,    $exp_dead,    "worker_status().dead_lettered = $exp_dead (dead letters)");
 is($retried, $exp_retried, "worker_status().retried = $exp_retried (attempts that were retried)");
@@ -444,12 +434,14 @@ like($metrics, qr/^pg_outbox_messages\{endpoint="retry",status="sent"\} 1$/m,
 unlike($metrics, qr/\Q$SECRET\E/, 'metrics never show the secret');
 
 # ---------------------------------------------------------------------------
-# 14. Wake at commit: with poll_interval = 10s, a commit is delivered in well
-#     under a second.  Three rounds: polling by luck could explain one, not three.
+# 14. Wake at commit: with poll_interval = 60s, a commit is delivered within a few
+#     seconds (in practice milliseconds: bench/ measures the latency).  Three rounds,
+#     each started only once the worker has nothing more to do, so that only the
+#     commit's wake can explain a prompt delivery.
 
 my $wake = new_outbox_node(
 	'wake',
-	'pg_outbox.poll_interval'     => '10s',
+	'pg_outbox.poll_interval'     => '60s',
 	'pg_outbox.backoff_base'      => '50ms',
 	'pg_outbox.backoff_max'       => '200ms',
 	'pg_outbox.breaker_threshold' => '1000');
@@ -458,33 +450,40 @@ $wake->safe_psql('postgres',
 	sprintf("SELECT outbox.create_endpoint('wake', url => '%s')", $recv->url('/hooks/wake')));
 # Warm-up: the worker may first have to notice the extension.
 $wake->safe_psql('postgres', q{SELECT outbox.enqueue('wake', '{"round": 0}')});
-ok(wait_requests('/hooks/wake', 1, 30), 'wake node: warm-up message delivered');
+ok(wait_requests('/hooks/wake', 1), 'wake node: warm-up message delivered');
+my $producer = $wake->background_psql('postgres');
 for my $round (1 .. 3)
 {
-	sleep(0.7);    # let the worker settle into its 10 s sleep
+	# Idle: everything sent, and a loop has ended since (the claim that follows a
+	# settle has run); the next claim without a wake is a poll, 60 s away.
+	ok(wait_sql($wake, q{SELECT state = 'idle' AND in_flight = 0
+		AND last_loop_at > (SELECT max(sent_at) FROM outbox.messages WHERE status = 'sent')
+		AND NOT EXISTS (SELECT FROM outbox.messages WHERE status <> 'sent') FROM outbox.worker_status()}),
+		"wake at commit, round $round: the worker is idle");
 	my $before = @{ reqs('/hooks/wake') };
+	$producer->query_safe(qq{BEGIN; SELECT outbox.enqueue('wake', '{"round": $round}')});
 	my $t0 = time;
-	$wake->safe_psql('postgres', qq{BEGIN; SELECT outbox.enqueue('wake', '{"round": $round}'); COMMIT;});
-	my $ok = wait_requests('/hooks/wake', $before + 1, 15);
+	$producer->query_safe('COMMIT');
+	my $ok = wait_requests('/hooks/wake', $before + 1);
 	my $got = reqs('/hooks/wake')->[$before];
 	my $latency = $ok ? $got->{time} - $t0 : 99;
-	note(sprintf('wake at commit, round %d: received %.3f s after the commit was sent',
-		$round, $latency));
-	ok($latency < 1.0, "wake at commit, round $round: delivered in under 1 s (poll_interval 10s)");
+	note(sprintf('wake at commit, round %d: received %.3f s after COMMIT was sent', $round, $latency));
+	ok($latency < 5, "wake at commit, round $round: delivered within seconds, not at the 60 s poll");
 }
+$producer->quit;
 
 # A retry is due after its backoff (here under 200 ms), not at the next poll:
-# with poll_interval = 10s a worker that only looked again at its poll would
-# retry ten seconds late.
+# with poll_interval = 60s a worker that only looked again at its poll would
+# retry a minute late.
 $wake->safe_psql('postgres',
 	sprintf("SELECT outbox.create_endpoint('wake503', url => '%s')", $recv->url('/hooks/wake503')));
 $recv->add_rule(path => '/hooks/wake503', status => 503, times => 1);
 my $w503 = $wake->safe_psql('postgres', q{SELECT outbox.enqueue('wake503', '{"w": 503}')});
-ok(wait_requests('/hooks/wake503', 2, 15), 'wake node: 503 retried');
+ok(wait_requests('/hooks/wake503', 2), 'wake node: 503 retried');
 my @w503 = @{ reqs('/hooks/wake503') };
 my $w503_gap = @w503 >= 2 ? $w503[1]{time} - $w503[0]{time} : 99;
-note(sprintf('wake node (poll 10s, backoff <= 200 ms): retry after %.3f s', $w503_gap));
-ok($w503_gap < 2, 'wake node: the retry follows its backoff, not poll_interval');
+note(sprintf('wake node (poll 60s, backoff <= 200 ms): retry after %.3f s', $w503_gap));
+ok($w503_gap < 5, 'wake node: the retry follows its backoff, not poll_interval');
 
 # ---------------------------------------------------------------------------
 for my $n ($node, $wake)

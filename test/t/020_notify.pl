@@ -27,31 +27,12 @@ sql(q{SELECT outbox.create_endpoint('other_feed', channel => 'other')});
 
 # A session that LISTENs.  psql prints the notifications that arrived after each
 # command it runs; they are collected here, in arrival order.
-my $listener = $node->background_psql('postgres');
-$listener->query_safe('LISTEN orders');
-my @notes;    # { channel, payload (raw text), envelope (decoded or undef) }
+my $listener = listen_for_notifications($node, 'orders');
+my @notes;    # what has arrived: { channel, payload (raw text), pid, envelope (decoded or undef) }
 
-sub poll_notifications
-{
-	my $out = $listener->query_safe('SELECT 1');
-	for my $line (split /\n/, $out)
-	{
-		next
-		  unless $line =~
-		  /^Asynchronous notification "([^"]+)" with payload "(.*)" received from server process with PID (\d+)\.$/;
-		my %n = (channel => $1, payload => $2, pid => $3);
-		$n{envelope} = eval { $json->decode($n{payload}) };
-		push @notes, \%n;
-	}
-	return scalar @notes;
-}
+sub poll_notifications { my $n = $listener->poll; @notes = @{ $listener->notes }; return $n }
 
-sub wait_notifications
-{
-	my ($n, $timeout) = @_;
-	return wait_until(sub { poll_notifications() >= $n }, $timeout // 15,
-		"$n notification(s)");
-}
+sub wait_notifications { my $ok = $listener->wait(@_); poll_notifications(); return $ok }
 
 # ---------------------------------------------------------------------------
 # 1. Committed messages arrive once each, with the envelope; a rolled-back one never.
@@ -77,11 +58,10 @@ ok( wait_until(
 		sub {
 			sql(sprintf("SELECT count(*) = 4 FROM outbox.messages WHERE id IN (%s) AND status = 'sent'",
 				join(',', @ids, $other))) eq 't';
-		},
-		10),
+		}),
 	'the messages are marked sent');
-# Anything more that could still come (a duplicate, the rolled-back one) has had
-# several poll intervals.
+# An observation window, not a synchronisation: anything more that could still come
+# (a duplicate, the rolled-back one) has had several poll intervals.
 sleep(1.5);
 poll_notifications();
 is(scalar(@notes), 3, 'exactly three notifications (no duplicate, nothing rolled back)');
@@ -144,14 +124,14 @@ for my $id ($fit, $big)
 	             FROM outbox.messages WHERE id = $id}),
 		$target{$id}, "message $id: envelope is $target{$id} bytes");
 }
-sleep(0.5);
+sleep(0.5);    # an observation window: a paused endpoint's message would show here
 poll_notifications();
 is(scalar(@notes), 3, 'nothing delivered while the endpoint is paused');
 is(sql("SELECT string_agg(status, ',' ORDER BY id) FROM outbox.messages WHERE id IN ($fit, $big)"),
 	'pending,pending', 'both pending while paused');
 sql(q{SELECT outbox.resume_endpoint('orders_feed')});
 
-ok(wait_until(sub { sql("SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $big") eq 't' }, 15),
+ok(wait_until(sub { sql("SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $big") eq 't' }),
 	'8000-byte envelope: dead-lettered');
 is( sql("SELECT concat_ws('|', reason_code, attempts, endpoint, event_type) FROM dlq.dead_letters WHERE message_id = $big"),
 	'PAYLOAD_TOO_LARGE|1|orders_feed|size.test',
@@ -162,9 +142,9 @@ is(sql("SELECT count(*) FROM outbox.messages WHERE id = $big"), '0',
 	'8000-byte envelope: gone from outbox.messages');
 
 ok(wait_notifications(4), '7999-byte envelope: notification received');
-ok(wait_until(sub { sql("SELECT status FROM outbox.messages WHERE id = $fit") eq 'sent' }, 10),
+ok(wait_until(sub { sql("SELECT status FROM outbox.messages WHERE id = $fit") eq 'sent' }),
 	'7999-byte envelope: marked sent');
-sleep(0.5);
+sleep(0.5);    # an observation window: a duplicate would show here
 poll_notifications();
 is(scalar(@notes), 4, 'exactly one more notification');
 is(length($notes[3]{payload}), 7999, 'the received envelope is 7999 bytes');

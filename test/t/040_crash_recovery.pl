@@ -32,7 +32,7 @@ use Time::HiRes qw(time);
 my $COMMITTED_TX = 20;     # committed transactions of ...
 my $PER_TX       = 100;    # ... this many messages each = 2,000
 my $ROLLED_TX    = 3;      # rolled-back transactions interleaved with them
-my $DRAIN_S      = 60;     # bound on the wait for a full drain
+my $DRAIN_S      = $PostgreSQL::Test::Utils::timeout_default;    # bound on the wait for a full drain
 
 my $node = new_outbox_node(
 	'crash',
@@ -130,6 +130,10 @@ sub check_delivery
 		"SELECT id FROM outbox.messages WHERE endpoint = 'crash_$s' ORDER BY id");
 	is_deeply(\%in_table, $committed, "$label: outbox rows == committed enqueues");
 
+	# The receiver logs an answer just after writing it, so its record of the last
+	# answers can trail the rows marked sent: wait for it (bounded) before judging.
+	wait_until(sub { my $ok = $recv->answered_2xx("/hooks/$s"); !grep { !$ok->{"msg_$_"} } keys %$committed },
+		undef, "$label: the receiver's record of every answer");
 	my $reqs = $recv->requests(path => "/hooks/$s");
 	my (%seen, %requested, @foreign, $rolled_arrived, $rolled_bodies);
 	$rolled_arrived = $rolled_bodies = 0;
@@ -198,8 +202,7 @@ sub drain_with_crash
 
 	my $t0 = time;
 	$node->safe_psql('postgres', "SELECT outbox.resume_endpoint('crash_$s')");
-	ok(wait_until(sub { keys %{ $recv->answered_2xx($path) } >= 150 && $recv->in_flight_at($path, time) > 0 },
-			60, "$label: drain under way"),
+	ok(wait_until(sub { keys %{ $recv->answered_2xx($path) } >= 150 && $recv->in_flight_at($path, time) > 0 }, undef, "$label: drain under way"),
 		"$label: the drain is under way, with requests in flight");
 	my $t_crash = time;
 	$crash->();
@@ -226,7 +229,7 @@ sub drain_with_crash
 			is(kill('KILL', $old_pid), 1, "$label: SIGKILL sent to worker $old_pid");
 		},
 		$label);
-	my $new_pid = wait_for_worker($node, $old_pid, 30);
+	my $new_pid = wait_for_worker($node, $old_pid);
 	ok(defined $new_pid, "$label: a new worker runs (pid " . ($new_pid // '?') . ')');
 	ok($node->log_contains(
 			qr/all server processes terminated; reinitializing/, $log_offset),
@@ -250,7 +253,7 @@ sub drain_with_crash
 			$node->start;
 		},
 		$label);
-	ok(defined wait_for_worker($node, undef, 30), "$label: the worker runs again");
+	ok(defined wait_for_worker($node, undef), "$label: the worker runs again");
 	check_delivery('b', $committed, $rolled, $label);
 }
 
@@ -262,17 +265,18 @@ sub drain_with_crash
 	$recv->add_rule(path => '/hooks/c', action => 'hang', times => 1, hang_ms => 60000);
 	my $id = $node->safe_psql('postgres',
 		q{SELECT outbox.enqueue('crash_c', '{"hang": true}', event_type => 'crash.hang')});
-	ok(wait_until(sub { received_on('/hooks/c') >= 1 }, 15, "$label: first request"),
+	ok(wait_until(sub { received_on('/hooks/c') >= 1 }, undef, "$label: first request"),
 		"$label: the first request arrived and hangs");
 	is($node->safe_psql('postgres', "SELECT status FROM outbox.messages WHERE id = $id"),
 		'in_flight', "$label: the message is in flight");
 	my $old_pid = worker_pid($node);
 	my $log_offset = -s $node->logfile;
 	is(kill('KILL', $old_pid), 1, "$label: SIGKILL sent to worker $old_pid");
-	ok(defined wait_for_worker($node, $old_pid, 30), "$label: a new worker runs");
-	ok(wait_until(sub { all_sent('c', 1) }, 30, "$label: message sent"),
+	ok(defined wait_for_worker($node, $old_pid), "$label: a new worker runs");
+	ok(wait_until(sub { all_sent('c', 1) }, undef, "$label: message sent"),
 		"$label: the message is delivered after the restart");
 
+	wait_until(sub { $recv->answered_2xx('/hooks/c')->{"msg_$id"} }, undef, "$label: the receiver's record");
 	my $reqs = $recv->requests(path => '/hooks/c');
 	my @ok = grep { ($_->{answered} // '') eq '200' } @$reqs;
 	is(scalar @ok, 1, "$label: delivered with a 200 exactly once");

@@ -122,9 +122,9 @@ sub sql_retry
 			$out = $o;
 			return 1;
 		},
-		$timeout // 60,
+		$timeout // $PostgreSQL::Test::Utils::timeout_default,
 		"sql: $sql");
-	die "SQL did not succeed within " . ($timeout // 60) . " s: $sql\n$last_err" unless $ok;
+	die "SQL did not succeed within " . ($timeout // $PostgreSQL::Test::Utils::timeout_default) . " s: $sql\n$last_err" unless $ok;
 	return $out;
 }
 
@@ -362,7 +362,7 @@ sub db_state
 	my $key = q{coalesce(payload->>'producer', '') || '/' || coalesce(payload->>'txn', '') || '/' || coalesce(payload->>'i', '')};
 	my (%rows, %dlq_open, %dlq_any, %payload);
 	for (split /\n/, sql_retry($n,
-			"SELECT id, status, $key FROM outbox.messages WHERE endpoint = '$endpoint'", 60, $db))
+			"SELECT id, status, $key FROM outbox.messages WHERE endpoint = '$endpoint'", undef, $db))
 	{
 		my ($id, $status, $k) = split /\|/;
 		$rows{$id} = $status;
@@ -370,7 +370,7 @@ sub db_state
 	}
 	for (split /\n/, sql_retry($n,
 			"SELECT message_id, requeued_at IS NULL AND discarded_at IS NULL, $key FROM dlq.dead_letters"
-			  . " WHERE endpoint = '$endpoint'", 60, $db))
+			  . " WHERE endpoint = '$endpoint'", undef, $db))
 	{
 		my ($id, $open, $k) = split /\|/;
 		$dlq_any{$id} = 1;
@@ -399,14 +399,15 @@ sub wait_drained
 	my $ok = wait_until(
 		sub {
 			my $busy = sql_retry($n,
-				"SELECT count(*) FROM outbox.messages WHERE endpoint = '$endpoint' AND status <> 'sent'", 60, $db);
+				"SELECT count(*) FROM outbox.messages WHERE endpoint = '$endpoint' AND status <> 'sent'", undef, $db);
 			my @m = missing($committed, $path);
 			$left = scalar(@m) . " missing, $busy not sent";
 			# Nothing left to deliver but messages missing: they are lost, the
-			# worker will not send them again (3 s of grace for the receiver's log).
+			# worker will not send them again (30 s of grace: the receiver's
+			# record of an answer can trail the row).
 			if (@m && $busy == 0) { $stuck_since //= time }
 			else                  { undef $stuck_since }
-			if (defined $stuck_since && time - $stuck_since > 3) { $gave_up = 1; return 1 }
+			if (defined $stuck_since && time - $stuck_since > 30) { $gave_up = 1; return 1 }
 			sleep(0.4) if @m || $busy;
 			return !@m && $busy == 0;
 		},
@@ -547,11 +548,11 @@ sub at { my ($t0, $s) = @_; my $d = $t0 + $s - time; sleep($d) if $d > 0; return
 sub kill_worker
 {
 	my ($label, $mid_drain) = @_;
-	my $pid = wait_for_worker($node, undef, 30);
+	my $pid = wait_for_worker($node, undef);
 	if (!defined $pid) { fail("$label: no worker to kill"); return }
 	if ($mid_drain)
 	{
-		wait_until(sub { $rlog->in_flight_at('/hooks/load', time) > 0 }, 15, "$label: requests in flight");
+		wait_until(sub { $rlog->in_flight_at('/hooks/load', time) > 0 }, undef, "$label: requests in flight");
 	}
 	my $t_kill = time;
 	ok(kill('KILL', $pid), "$label: SIGKILL to worker $pid");
@@ -561,7 +562,7 @@ sub kill_worker
 		cmp_ok($n, '>', 0, "$label: the kill landed mid-drain (requests in flight at the receiver: $n)");
 	}
 	$faults{kill9}++;
-	ok(defined wait_for_worker($node, $pid, 40), "$label: a new worker runs after the SIGKILL");
+	ok(defined wait_for_worker($node, $pid), "$label: a new worker runs after the SIGKILL");
 	return;
 }
 
@@ -580,16 +581,15 @@ while ($cycle == 0 || time - $load_t0 + $CYCLE_S <= $LOAD_S)
 	at($c0, 3);
 	{
 		my ($bs, $mc) = $cycle % 2 ? (40, 8) : (500, 64);
-		my $pid_before = wait_for_worker($node, undef, 30);
+		my $pid_before = wait_for_worker($node, undef);
 		sql_retry($node, "ALTER SYSTEM SET pg_outbox.batch_size = $bs");
 		sql_retry($node, "ALTER SYSTEM SET pg_outbox.max_concurrency = $mc");
 		my $written = sql_retry($node, 'SELECT clock_timestamp()');
 		sql_retry($node, 'SELECT pg_reload_conf()');
-		ok(wait_until(sub { sql_retry($node, "SELECT config_loaded_at > '$written' FROM outbox.worker_status()") eq 't' },
-				60, "$L: the worker's reload"),
+		ok(wait_until(sub { sql_retry($node, "SELECT config_loaded_at > '$written' FROM outbox.worker_status()") eq 't' }, undef, "$L: the worker's reload"),
 			"$L reload: the worker re-read its configuration (worker_status().config_loaded_at)");
 		my $before = received_ok_count('/hooks/load');
-		ok(wait_until(sub { received_ok_count('/hooks/load') > $before + 20 }, 60, "$L: delivery after reload"),
+		ok(wait_until(sub { received_ok_count('/hooks/load') > $before + 20 }, undef, "$L: delivery after reload"),
 			"$L reload: delivery continues after the reload");
 		is(worker_pid($node), $pid_before, "$L reload: same worker pid after SIGHUP");
 		is(sql_retry($node, 'SHOW pg_outbox.max_concurrency'), $mc, "$L reload: max_concurrency = $mc");
@@ -598,7 +598,7 @@ while ($cycle == 0 || time - $load_t0 + $CYCLE_S <= $LOAD_S)
 
 	# +6 s: the receiver goes away for 15 s.
 	at($c0, 6);
-	$recv->stop;
+	$recv->stop_listening;    # the port stays ours: connections are refused
 	$faults{outage}++;
 	note("$L: receiver stopped at +" . sprintf('%.1f', time - $c0) . ' s');
 
@@ -612,7 +612,7 @@ while ($cycle == 0 || time - $load_t0 + $CYCLE_S <= $LOAD_S)
 		$node->stop('immediate');
 		$node->start;
 		$faults{immediate}++;
-		ok(defined wait_for_worker($node, undef, 30), "$L immediate stop: the worker runs again");
+		ok(defined wait_for_worker($node, undef), "$L immediate stop: the worker runs again");
 	}
 
 	# +21 s: the receiver is back, but answers after 1.5 s (endpoint timeout 500 ms).
@@ -622,10 +622,11 @@ while ($cycle == 0 || time - $load_t0 + $CYCLE_S <= $LOAD_S)
 	$faults{slow}++;
 	note("$L: receiver back (slow) at +" . sprintf('%.1f', time - $c0) . ' s');
 
-	# +25 s: timely answers again, 50 ms each, so that the backlog drains for a while.
+	# +25 s: timely answers again, 400 ms each (within the 500 ms timeout), so that
+	# the backlog drains for a while with requests held at the receiver.
 	at($c0, 25);
 	$recv->clear_rules;
-	$recv->add_rule(path => '/hooks/load', delay_ms => 50);
+	$recv->add_rule(path => '/hooks/load', delay_ms => 400);
 
 	# +27 s: SIGKILL while the backlog drains, proven to land with requests in flight.
 	at($c0, 27);
@@ -642,7 +643,7 @@ sql_retry($node, 'ALTER SYSTEM RESET pg_outbox.batch_size');
 sql_retry($node, 'ALTER SYSTEM RESET pg_outbox.max_concurrency');
 sql_retry($node, 'SELECT pg_reload_conf()');
 note(sprintf 'load: producers ran %.1f s', time - $load_t0);
-ok(wait_for_worker($node, undef, 30), 'load: the worker runs after the load');
+ok(wait_for_worker($node, undef), 'load: the worker runs after the load');
 resolve_ambiguous($node, $load, 'load', 'load');
 cmp_ok(scalar keys %{ $load->{committed} }, '>=', 1000, 'load: thousands of messages committed');
 cmp_ok(scalar keys %{ $load->{rolled} }, '>', 0, 'load: some transactions rolled back');
@@ -690,10 +691,10 @@ check_invariant(
 	# reconnects.
 	sql_retry($node, "ALTER DATABASE postgres SET lock_timeout = '100ms'");
 	sql_retry($node, "ALTER DATABASE postgres SET statement_timeout = '250ms'");
-	my $old = wait_for_worker($node, undef, 30);
+	my $old = wait_for_worker($node, undef);
 	sql_retry($node,
 		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'");
-	my $pid = wait_for_worker($node, $old, 30);
+	my $pid = wait_for_worker($node, $old);
 	ok(defined $pid, "$L: the worker reconnected with the database's timeouts (pid " . ($pid // '?') . ')');
 	my $off = -s $node->logfile;
 
@@ -726,7 +727,7 @@ check_invariant(
 
 	my $r6 = collect_producers($p6);
 	resolve_ambiguous($node, $r6, $L, 'wfail');
-	wait_drained($node, $r6->{committed}, 'wfail', '/hooks/wfail', $L, 60);
+	wait_drained($node, $r6->{committed}, 'wfail', '/hooks/wfail', $L);
 	check_invariant(
 		node          => $node,
 		label         => $L,
@@ -747,15 +748,21 @@ check_invariant(
 	my $settle_errors = () = $log =~ /pg_outbox worker: injected settle failure/g;
 	my $lock_errors   = () = $log =~ /pg_outbox worker: canceling statement due to lock timeout/g;
 	note("$L: the worker logged $settle_errors failed settle(s) and $lock_errors lock timeout(s)");
+	# "retried with a growing pause": consecutive failures back off 200, 400, 800 ms...
+	my @pauses = $log =~ /The worker rolled back and retries in (\d+) ms/g;
+	note("$L: pauses after the worker's errors (ms): @pauses");
+	ok(scalar(grep { $pauses[$_] == 2 * $pauses[ $_ - 1 ] } 1 .. $#pauses) > 0,
+		"$L: consecutive errors are retried after a doubling pause");
+	cmp_ok((sort { $b <=> $a } @pauses)[0] // 0, '<=', 6400, "$L: ... capped at 6.4 s");
 
 	sql_retry($node, 'ALTER DATABASE postgres RESET lock_timeout');
 	sql_retry($node, 'ALTER DATABASE postgres RESET statement_timeout');
 	sql_retry($node, q{DROP TRIGGER fault_inject ON outbox.messages;
 		DROP FUNCTION public.fault_inject(); DROP TABLE public.fault_flag;});
-	my $cur = wait_for_worker($node, undef, 30);
+	my $cur = wait_for_worker($node, undef);
 	sql_retry($node,
 		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'");
-	ok(defined wait_for_worker($node, $cur, 30), "$L: the worker reconnected without the timeouts");
+	ok(defined wait_for_worker($node, $cur), "$L: the worker reconnected without the timeouts");
 }
 
 # ===========================================================================
@@ -792,10 +799,10 @@ sub enqueue_batch
 
 {
 	my $L = '4a drop/create (idle)';
-	my $pid = wait_for_worker($node, undef, 30);
+	my $pid = wait_for_worker($node, undef);
 	my $off = -s $node->logfile;
 	sql_retry($node, 'DROP EXTENSION pg_outbox');
-	ok(wait_until(sub { $node->log_contains(qr/pg_outbox worker: the extension was dropped or created again/, $off) }, 60),
+	ok(wait_until(sub { $node->log_contains(qr/pg_outbox worker: the extension was dropped or created again/, $off) }),
 		"$L: the worker noticed the DROP EXTENSION");
 	is(worker_pid($node), $pid, "$L: the worker still runs while the extension is dropped");
 	sql_retry($node, 'CREATE EXTENSION pg_outbox');
@@ -803,7 +810,7 @@ sub enqueue_batch
 		"SELECT outbox.create_endpoint('ddl_a', url => '" . $recv->url('/hooks/ddl_a') . "')");
 	my $committed = enqueue_batch($node, 'ddl_a', 5, 1);
 	note("$L: ids after the re-create: " . join(',', sort { $a <=> $b } keys %$committed));
-	wait_drained($node, $committed, 'ddl_a', '/hooks/ddl_a', $L, 30);
+	wait_drained($node, $committed, 'ddl_a', '/hooks/ddl_a', $L);
 	check_invariant(
 		node          => $node,
 		label         => $L,
@@ -823,9 +830,9 @@ sub enqueue_batch
 	sql_retry($node,
 		"SELECT outbox.create_endpoint('ddl_old', url => '" . $recv->url('/hooks/ddl_old') . "', timeout_ms => 10000)");
 	my $old = enqueue_batch($node, 'ddl_old', 20, 2);
-	ok(wait_until(sub { ($recv->stats->{by_path}{'/hooks/ddl_old'} // 0) >= 20 }, 20, "$L: old requests"),
+	ok(wait_until(sub { ($recv->stats->{by_path}{'/hooks/ddl_old'} // 0) >= 20 }, undef, "$L: old requests"),
 		"$L: 20 requests in flight (the receiver holds them 3 s)");
-	my $pid = wait_for_worker($node, undef, 30);
+	my $pid = wait_for_worker($node, undef);
 	my $off = -s $node->logfile;
 
 	sql_retry($node, 'DROP EXTENSION pg_outbox');
@@ -851,7 +858,7 @@ sub enqueue_batch
 		  . '; old ids ' . join(',', sort { $a <=> $b } keys %$old)
 		  . '; new ids ' . join(',', sort { $a <=> $b } keys %$committed)
 		  . '; reused ' . scalar(@reused));
-	wait_drained($node, $committed, 'ddl_new', '/hooks/ddl_new', $L, 40);
+	wait_drained($node, $committed, 'ddl_new', '/hooks/ddl_new', $L);
 	check_invariant(
 		node          => $node,
 		label         => $L,
@@ -895,7 +902,7 @@ sub enqueue_batch
 		SELECT string_agg(outbox.enqueue('appdb', jsonb_build_object('rolled', g))::text, ',') FROM generate_series(1, 10) g;
 		ROLLBACK;});
 	my $t0 = time;
-	wait_drained($nodb, \%committed, 'appdb', $nrecv_path, $L, 30, 'fault_appdb');
+	wait_drained($nodb, \%committed, 'appdb', $nrecv_path, $L, undef, 'fault_appdb');
 	note(sprintf '%s: served %.1f s after CREATE EXTENSION', $L, time - $t0);
 	ok(slurp_file($nodb->logfile) =~ /pg_outbox worker started for database "fault_appdb"/,
 		"$L: the worker started for the new database");

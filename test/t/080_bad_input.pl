@@ -51,7 +51,7 @@ sub postmaster_pid
 	return $pid;
 }
 
-ok(wait_until(sub { worker_pid($node) =~ /^\d+$/ }, 15), 'worker running');
+ok(wait_until(sub { worker_pid($node) =~ /^\d+$/ }), 'worker running');
 my $postmaster0 = postmaster_pid();
 my $worker0     = worker_pid($node);
 
@@ -438,7 +438,7 @@ check_call(@$_) for (
 my $big_dead = sql(q{SELECT min(id) FROM dlq.dead_letters WHERE endpoint = 'big413' AND requeued_at IS NULL AND discarded_at IS NULL});
 my ($rq_state, $rq_out) = check_call('requeue a 413 dead letter with a 10 MB payload',
 	"SELECT dlq.requeue($big_dead, $mb10)", 'ok');
-ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = " . ($rq_out =~ /(\d+)/)[0] . " AND status <> 'sent'", 60),
+ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = " . ($rq_out =~ /(\d+)/)[0] . " AND status <> 'sent'"),
 	'... and settles');
 
 # ---------------------------------------------------------------------------
@@ -450,7 +450,7 @@ sub probe_delivered
 {
 	my ($what) = @_;
 	my $id = sql(q{SELECT outbox.enqueue('probe', '{"probe": true}')});
-	ok(wait_until(sub { grep { ($_->{headers}{'webhook-id'} // '') eq "msg_$id" } @{ $recv->requests(path => '/hooks/plain') } }, 20),
+	ok(wait_until(sub { grep { ($_->{headers}{'webhook-id'} // '') eq "msg_$id" } @{ $recv->requests(path => '/hooks/plain') } }),
 		"the worker delivers after $what");
 }
 
@@ -496,17 +496,12 @@ my %maximum = (
 for my $set ([ 'every GUC at its minimum', \%minimum ], [ 'every GUC at its maximum', \%maximum ])
 {
 	my ($what, $values) = @$set;
-	sql("ALTER SYSTEM SET $_ = '$values->{$_}'") for sort keys %$values;
-	sql('SELECT pg_reload_conf()');
-	ok( wait_sql($node, 
-			"SELECT current_setting('pg_outbox.batch_size') = '$values->{'pg_outbox.batch_size'}'", 10),
-		"$what: reloaded");
-	sleep(0.5);
+	# reload_conf waits until the worker itself has re-read its configuration.
+	ok(reload_conf($node, map { ($_ => $values->{$_}) } sort keys %$values), "$what: the worker reloaded");
 	probe_delivered($what);
 }
-sql('ALTER SYSTEM RESET ALL');
-sql('SELECT pg_reload_conf()');
-ok(wait_sql($node, q{SELECT current_setting('pg_outbox.batch_size') = '500'}, 10), 'settings reset');
+ok(reload_conf($node, map { ($_ => undef) } sort keys %minimum), 'settings reset: the worker reloaded');
+is(sql(q{SELECT current_setting('pg_outbox.batch_size')}), '500', 'settings reset');
 probe_delivered('the reset');
 
 # ---------------------------------------------------------------------------
@@ -537,14 +532,14 @@ my $next = sql(q{SELECT outbox.enqueue('plain', '{"next to": "infinity"}')});
 {
 	is($inf_state, '22023', "deliver_at infinity is refused at enqueue");
 	ok($inf_state ne '00000'
-		  || wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $next AND status <> 'sent'", 10),
+		  || wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $next AND status <> 'sent'"),
 		"deliver_at infinity: refused at enqueue, or another endpoint's message is marked sent");
 	ok($inf_state ne '00000'
 		  || scalar(grep { ($_->{headers}{'webhook-id'} // '') eq "msg_$next" } @{ $recv->requests(path => '/hooks/plain') }) == 1,
 		'... and delivered once');
 }
 sql(q{SELECT outbox.drop_endpoint('never', force => true)});
-ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $next AND status <> 'sent'", 30),
+ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $next AND status <> 'sent'"),
 	'once that message is gone, the worker recovers');
 
 my $before_poison = worker_pid($node);
@@ -553,7 +548,6 @@ $recv->add_rule(path => '/hooks/poison', status => 400);
 my ($p1_state, $p1_out) = try_sql(q{SELECT outbox.enqueue('poison', '{}',
                      event_type => (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 100) i))});
 my ($p2_state, $p2_out) = try_sql(q{SELECT outbox.enqueue('hdr', '{}', event_type => repeat('e', 1048576))});
-sleep(1);
 my $after = sql(q{SELECT outbox.enqueue('plain', '{"after": "poison"}')});
 {
 	for my $p ([ '3 kB hex event_type', $p1_state, $p1_out ], [ '1 MB event_type', $p2_state, $p2_out ])
@@ -562,10 +556,10 @@ my $after = sql(q{SELECT outbox.enqueue('plain', '{"after": "poison"}')});
 		my ($id) = ($out // '') =~ /^(\d+)$/m;
 		is($state, '22023', "$what: refused at enqueue");
 		ok( $state ne '00000' || wait_until(
-				sub { sql("SELECT count(*) FROM dlq.dead_letters WHERE message_id = $id") eq '1' }, 10),
+				sub { sql("SELECT count(*) FROM dlq.dead_letters WHERE message_id = $id") eq '1' }),
 			"$what: refused at enqueue, or dead-lettered");
 	}
-	ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $after AND status <> 'sent'", 10),
+	ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $after AND status <> 'sent'"),
 		'a normal message after them is delivered');
 }
 is(worker_pid($node), $before_poison, 'the worker did not crash on them');

@@ -24,7 +24,10 @@
 #    statement text.  The limit of that promise is shown too: a literal secret in a
 #    failing statement is logged by log_min_error_statement;
 #  - the worker's own queries cannot be redirected by objects planted in its
-#    search_path (the worker pins search_path = pg_catalog, pg_temp).
+#    search_path (the worker pins search_path = pg_catalog, pg_temp);
+#  - TLS is verified (libcurl's defaults): an https receiver with a self-signed
+#    certificate never gets a request, while the same receiver serves a client that
+#    skips verification (the control).
 use strict;
 use warnings;
 
@@ -81,7 +84,7 @@ my %PROXY_ENV = (
 	# The test command installs the curl command line (test/lib.sh).
 	local @ENV{ keys %PROXY_ENV } = values %PROXY_ENV;
 	delete @ENV{qw(no_proxy NO_PROXY)};
-	system('curl', '-s', '-o', '/dev/null', '-m', '5', '-d', '{}',
+	system('curl', '-s', '-o', '/dev/null', '-m', '60', '-d', '{}',
 		$recv->url('/control-via-curl'));
 	ok($proxy->stats->{requests} >= 1,
 		'control: the curl command line, with the same environment, goes through the proxy');
@@ -131,12 +134,7 @@ sub sql_s_out
 	return $out;
 }
 
-sub endpoint
-{
-	my ($name, $url, %opt) = @_;
-	my $args = join '', map { ", $_ => $opt{$_}" } sort keys %opt;
-	sql("SELECT outbox.create_endpoint('$name', url => '$url'$args)");
-}
+sub endpoint { my ($name, $url, %opt) = @_; return create_endpoint($node, $name, $url, %opt) }
 
 sub all_requests { return $recv->requests }
 
@@ -220,8 +218,7 @@ for my $name (sort keys %schemes)
 }
 my $n_schemes = keys %schemes;
 ok( wait_sql($node, 
-		"SELECT count(*) = $n_schemes FROM dlq.dead_letters WHERE endpoint LIKE 'scheme-%'",
-		30),
+		"SELECT count(*) = $n_schemes FROM dlq.dead_letters WHERE endpoint LIKE 'scheme-%'"),
 	'every message to another scheme ends in the DLQ');
 my %dead = map { my @f = split /\|/; ($f[0] => [ @f[ 1 .. $#f ] ]) } split /\n/,
   sql(q{SELECT endpoint, reason_code, coalesce(http_status, 0), attempts,
@@ -246,7 +243,7 @@ sql("INSERT INTO outbox.endpoints (name, url, max_attempts, timeout_ms)
      VALUES ('scheme-http-control', 'http://127.0.0.1:$lport/x', 1, 300)");
 sql(q{SELECT outbox.enqueue('scheme-http-control', '{}')});
 my $control_connections = 0;
-ok(wait_until(sub { ($control_connections += listener_connections()) > 0 }, 10),
+ok(wait_until(sub { ($control_connections += listener_connections()) > 0 }),
 	'control: an http:// URL to the listener does connect');
 ok(wait_sql($node, q{SELECT count(*) = 1 FROM dlq.dead_letters WHERE endpoint = 'scheme-http-control'}),
 	'control message settles (timeout, RETRY_EXHAUSTED)');
@@ -278,14 +275,17 @@ for my $value (q{E'e\r\nX-Injected: event-type'}, q{E'e\nX-Injected: event-type-
 		"INSERT INTO outbox.messages (endpoint, payload, event_type) VALUES ('inj', '{}', $value)");
 	like($err, qr/messages_event_type_check/, "a plain INSERT of event_type $value is refused");
 }
-# Endpoint headers and URL edited directly.
+# Endpoint headers and URL edited directly.  outbox._request_wake() in the same
+# transaction tells the worker, at commit, to re-read the endpoints before its next
+# claim (as the endpoint functions do), so no sleep is needed.
 endpoint('inj-ep-headers', $recv->url('/hooks/inj-ep-headers'));
-sql(q{UPDATE outbox.endpoints SET headers = '{"X-A": "1\r\nX-Injected: endpoint-header"}'
-       WHERE name = 'inj-ep-headers'});
 endpoint('inj-ep-url', $recv->url('/hooks/inj-ep-url'), max_attempts => 2);
-sql(sprintf(q{UPDATE outbox.endpoints SET url = E'%s\r\nX-Injected: url' WHERE name = 'inj-ep-url'},
-	$recv->url('/hooks/inj-ep-url')));
-sleep(0.5);    # the worker re-reads endpoints at least once per poll interval
+sql(sprintf(q{BEGIN;
+	UPDATE outbox.endpoints SET headers = '{"X-A": "1\r\nX-Injected: endpoint-header"}'
+	 WHERE name = 'inj-ep-headers';
+	UPDATE outbox.endpoints SET url = E'%s\r\nX-Injected: url' WHERE name = 'inj-ep-url';
+	SELECT outbox._request_wake();
+	COMMIT;}, $recv->url('/hooks/inj-ep-url')));
 my $ep_headers_id = sql(q{SELECT outbox.enqueue('inj-ep-headers', '{"case": "endpoint headers"}')});
 my $ep_url_id     = sql(q{SELECT outbox.enqueue('inj-ep-url', '{"case": "endpoint url"}')});
 my $good_id       = sql(q{SELECT outbox.enqueue('inj', '{"case": "good"}', headers => '{"X-Good": "1"}')});
@@ -348,16 +348,19 @@ is($rc, 0, 'create_endpoint with a secret given as a server-side value') or diag
 is(sql_s_out(q{SELECT secret = current_setting('sectest.secret1') FROM outbox.endpoint_secrets
                  WHERE endpoint = 'signed'}), 't', 'secret stored');
 
-# pg_stat_activity while signed messages are delivered (each answer takes 2 s).
+# pg_stat_activity while signed messages are delivered (each answer takes 2 s),
+# sampled from one open session (no process start per sample).
 sql(q{SELECT outbox.enqueue('signed', jsonb_build_object('n', i)) FROM generate_series(1, 12) i});
 my @samples;
-my $deadline = time() + 20;
+my $sampler = $node->background_psql('postgres');
+my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
 while (time() < $deadline)
 {
-	push @samples, sql(q{SELECT string_agg(a::text, E'\n') FROM pg_stat_activity a});
-	last if sql(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'signed' AND status <> 'sent'}) eq '0';
+	push @samples, $sampler->query_safe(q{SELECT pg_stat_clear_snapshot(), string_agg(a::text, E'\n') FROM pg_stat_activity a});
+	last if $sampler->query_safe(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'signed' AND status <> 'sent'}) eq '0';
 	sleep(0.05);
 }
+$sampler->quit;
 ok(scalar(@samples) >= 5, scalar(@samples) . ' samples of pg_stat_activity during delivery');
 ok(grep({ /pg_outbox: / } @samples),
 	"the samples include the worker's own activity");
@@ -546,6 +549,34 @@ note('planted calls: '
 sql(q{DROP FUNCTION public.unnest(text[]), public.make_interval(integer)});
 sql(q{ALTER ROLE regress_app_owner NOSUPERUSER});
 sql(q{ALTER DATABASE postgres OWNER TO postgres});
+
+# ---------------------------------------------------------------------------
+# 7. TLS: peer verification is on.  A receiver serving HTTPS with a self-signed
+#    certificate for 127.0.0.1 (openssl, made here) is refused by the worker before
+#    any request; curl -k, which skips verification, is served (the control).
+
+{
+	my $dir = PostgreSQL::Test::Utils::tempdir('tls');
+	system('openssl', 'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1',
+		'-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1',
+		'-keyout', "$dir/key.pem", '-out', "$dir/cert.pem") == 0
+	  or BAIL_OUT('openssl could not make a certificate');
+	my $tls = start_receiver(tls_cert => "$dir/cert.pem", tls_key => "$dir/key.pem");
+	my $records = sub {
+		my @lines = -e $tls->log_file ? split /\n/, slurp_file($tls->log_file) : ();
+		return scalar grep { /"path": "\/hooks\/tls/ } @lines;
+	};
+	system('curl', '-s', '-k', '-o', '/dev/null', '-m', '60', '-d', '{}', $tls->url('/hooks/tls-control'));
+	ok(wait_until(sub { $records->() >= 1 }), 'control: the https receiver serves a client that skips verification');
+	endpoint('tls', $tls->url('/hooks/tls'), max_attempts => 2);
+	my $tls_id = sql(q{SELECT outbox.enqueue('tls', '{"case": "self-signed"}')});
+	ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $tls_id"),
+		'self-signed certificate: the message is dead-lettered');
+	like(sql("SELECT reason_code || ' ' || attempts || ' ' || error_message FROM dlq.dead_letters WHERE message_id = $tls_id"),
+		qr/^RETRY_EXHAUSTED 2 .*certificate/i, '... RETRY_EXHAUSTED after 2 attempts, naming the certificate');
+	is($records->(), 1, 'the worker never sent a request over the unverified connection');
+	$tls->stop;
+}
 
 # ---------------------------------------------------------------------------
 # The server never crashed.

@@ -54,6 +54,15 @@ TEST(SanitizeUtf8, KeepsValidTextAndCutsOnCharacterBoundary) {
   EXPECT_EQ(sanitize_utf8(std::string(2000, 'a'), 1024).size(), 1024u);
 }
 
+// The HTTP client keeps 1024 + 3 bytes of a body (http::kBodyHeadLimit), so a
+// character that straddles the 1 KiB mark arrives whole and is left out whole: the
+// DLQ keeps a prefix of the body, never a replacement for a character it cut.
+TEST(SanitizeUtf8, ACharacterAcrossTheLimitIsLeftOutWhole) {
+  const std::string head = std::string(1021, 'a') + "\xF0\x9F\x98\x80" + "zz";  // 1027 bytes
+  EXPECT_EQ(sanitize_utf8(head, 1024), std::string(1021, 'a'));
+  EXPECT_EQ(sanitize_utf8(std::string(1023, 'a') + "\xC3\xA9" + "z", 1024), std::string(1023, 'a'));
+}
+
 TEST(SanitizeUtf8, ReplacesNulAndInvalidBytes) {
   EXPECT_EQ(sanitize_utf8(std::string("a\0b", 3), 100), "a\xEF\xBF\xBD" "b");
   EXPECT_EQ(sanitize_utf8("\xFF\xC3", 100), "\xEF\xBF\xBD\xEF\xBF\xBD");

@@ -43,6 +43,14 @@ TEST(Url, Accepts) {
     EXPECT_EQ(check_url(ok), std::nullopt) << ok;
 }
 
+// SECURITY.md: the form of a URL is checked, not its address; these all pass (the
+// egress of the server's OS user is the deployer's to firewall).
+TEST(Url, AcceptsAnyAddressForm) {
+  for (const char* ok : {"http://127.0.0.1/", "http://[::1]/", "http://169.254.169.254/latest/meta-data",
+                         "http://0x7f000001/", "http://localhost:5432/"})
+    EXPECT_EQ(check_url(ok), std::nullopt) << ok;
+}
+
 TEST(Url, Rejects) {
   for (const char* bad :
        {"", "ftp://example.com/", "http://", "http:///x", "http://exa mple.com", "http://host:0",

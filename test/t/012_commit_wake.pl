@@ -1,0 +1,152 @@
+#!/usr/bin/perl
+# The wake at commit (README "How delivery works", "Wake at commit"):
+#   "A transaction callback sets the worker's latch at COMMIT, never on rollback, and
+#    an atomic flag collapses many commits into one wake.  pg_outbox.poll_interval is
+#    only the fallback, for example for a COMMIT PREPARED."
+# The node polls every 30 s, so a delivery within a few seconds proves a wake.
+#
+# A wake that finds nothing leaves no trace in the outbox, so the worker's own
+# activity is observed instead: pg_stat_statements (track = all) counts the
+# executions ("calls") of the worker's claim statement, the one SPI statement that
+# starts with "WITH due AS (" (src/pg/outbox_store.cpp kClaimSql).  The worker runs
+# it once per claim (src/pg/worker.cpp claim_and_deliver, for its HTTP endpoints);
+# housekeeping never claims (it expires leases, purges and dead-letters orphans with
+# other statements: worker.cpp housekeeping()).  Without a wake, the worker claims
+# only when its poll interval ends or a retry or deliver_at comes due.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $ROLLBACKS = 50;
+my $COMMITS   = 500;
+
+# Later lines of the appended configuration win: shared_preload_libraries replaces
+# the 'pg_outbox' that new_outbox_node writes first.
+my $node = new_outbox_node(
+	'wake',
+	'shared_preload_libraries'   => 'pg_outbox,pg_stat_statements',
+	'pg_stat_statements.track'   => 'all',
+	'pg_outbox.poll_interval'    => '30s',
+	'max_prepared_transactions'  => '2');
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements');
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+
+my $recv = start_receiver();
+my $PATH = '/hooks/wake';
+
+sub q1 { return $node->safe_psql('postgres', $_[0]) }
+
+# Executions of the worker's claim statement so far.
+my $CLAIMS_SQL = q{SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE 'WITH due AS (%'};
+sub claims { return q1($CLAIMS_SQL) }
+
+sub delivered { return scalar keys %{ $recv->answered_2xx($PATH) } }
+
+# The endpoint functions wake the worker at commit too: this first claim makes the
+# claim statement appear in pg_stat_statements.
+q1(sprintf(q{SELECT outbox.create_endpoint('wake', url => '%s')}, $recv->url($PATH)));
+ok(wait_sql($node, "SELECT ($CLAIMS_SQL) >= 1", 60),
+	"pg_stat_statements sees the worker's claim statement (the commit of create_endpoint woke it)");
+ok(wait_sql($node, q{SELECT state = 'idle' FROM outbox.worker_status()}, 60), 'the worker is idle');
+
+###############################################################################
+# #67: a rolled-back enqueue wakes nobody.
+###############################################################################
+# Each rolled-back transaction lasts at least 60 ms (pg_sleep inside it, which only
+# paces them): longer than the largest gap by which the worker coalesces the claims
+# that wakes trigger (50 ms while they find nothing, worker.cpp kWakeCoalesceMaxMs).
+# A rollback that woke the worker would therefore cost one claim each, about
+# $ROLLBACKS in all.  Without wakes the worker claims only when its 30 s poll ends:
+# at most once in these few seconds; 2 allows for one more.
+my $c0 = claims();
+my $t0 = time();
+q1(join '', map {
+		"BEGIN; SELECT outbox.enqueue('wake', '{\"rolled\": $_}'); SELECT pg_sleep(0.06); ROLLBACK;\n"
+} 1 .. $ROLLBACKS);
+my $c1 = claims();
+note sprintf('%d rolled-back enqueues in %.2f s: claim calls %d -> %d', $ROLLBACKS, time() - $t0, $c0, $c1);
+cmp_ok($c1 - $c0, '<=', 2, "$ROLLBACKS rolled-back enqueues do not wake the worker (claims grew by " . ($c1 - $c0) . ')');
+is(q1('SELECT count(*) FROM outbox.messages'), '0', 'nothing in the outbox');
+
+###############################################################################
+# Control: a committed enqueue wakes the worker (and the claim is counted).
+###############################################################################
+my $t_commit = time();
+q1(q{SELECT outbox.enqueue('wake', '{"committed": 1}')});
+ok(wait_until(sub { delivered() >= 1 }, 10, 'delivery after the commit'),
+	'a committed enqueue is delivered within 10 s although the worker polls every 30 s');
+note sprintf('commit -> answered: %.3f s', (values %{ $recv->answered_2xx($PATH) })[0] - $t_commit)
+  if delivered();
+my $c2 = claims();
+cmp_ok($c2, '>', $c1, "the commit's wake shows as claims ($c1 -> $c2)");
+
+###############################################################################
+# #68: many commits collapse into few wakes.
+###############################################################################
+# COMMITS single-message transactions from one session, as fast as it goes.  Their
+# deliver_at is an hour away, so every claim they trigger finds nothing and the only
+# thing that makes the worker claim is a wake (the poll is 30 s away, the next
+# due message an hour): no settle, no "more due", no HTTP in the count.
+# Every commit sets the wake flag; only the first since the worker last looked sets
+# its latch, and the worker claims at most once per 2 ms, up to 50 ms apart while the
+# claims find nothing (README "Performance", worker.cpp kWakeCoalesce*).  A claim per
+# commit would be COMMITS claims; collapsed, they are a few per 50 ms of the burst.
+# The bounds: fewer than a quarter of the commits (the burst would have to last about
+# 6 s, 12 ms per commit, for 50 ms gaps to reach it), and at most one claim per 2 ms
+# of the burst plus 2 (the README's rate; the burst is timed around the whole psql
+# run, so it is if anything longer than the commits took).  A worker that claimed on
+# every wake, a few tenths of a millisecond per empty claim, fails the second.
+my $c3 = claims();
+my $t3 = time();
+q1(join '', map {
+		"SELECT outbox.enqueue('wake', '{\"burst\": $_}', deliver_at => now() + interval '1 hour');\n"
+} 1 .. $COMMITS);
+my $burst_s = time() - $t3;
+# The last commits' wakes may still be on their way to a claim: wait until the worker
+# is idle again, reporting a loop after the burst ended.
+my $t3_end = q1('SELECT clock_timestamp()');
+ok(wait_sql($node, qq{SELECT state = 'idle' AND last_loop_at > '$t3_end' FROM outbox.worker_status()}, 30),
+	'the worker is idle after the burst');
+my $c4 = claims();
+my $grew = $c4 - $c3;
+note sprintf('%d single-message commits in %.3f s: claim calls %d -> %d (+%d)', $COMMITS, $burst_s, $c3, $c4,
+	$grew);
+is(q1(q{SELECT count(*) FROM outbox.messages WHERE status = 'pending' AND payload ? 'burst'}), $COMMITS,
+	"the $COMMITS messages were committed (and wait for their deliver_at)");
+cmp_ok($grew, '>=', 1, 'the burst of commits woke the worker');
+cmp_ok($grew, '<', $COMMITS / 4, "$COMMITS commits collapse into far fewer claims ($grew)");
+cmp_ok($grew, '<=', int(1000 * $burst_s / 2) + 2,
+	sprintf('at most one claim per 2 ms of the %.3f s burst, plus 2 (%d)', $burst_s, $grew));
+q1(q{DELETE FROM outbox.messages WHERE payload ? 'burst'});
+
+###############################################################################
+# #69: COMMIT PREPARED is found by the poll.
+###############################################################################
+# PREPARE TRANSACTION ends the session's transaction without a commit (the wake flag
+# is dropped, src/pg/commit_wake.cpp), and COMMIT PREPARED commits the rows
+# elsewhere: README says poll_interval is the fallback for it.  The poll is shortened
+# to 2 s so that the wait stays short; the message must be delivered within the poll
+# interval plus a margin for a loaded machine.
+ok(reload_conf($node, 'pg_outbox.poll_interval' => '2s'), 'poll_interval reloaded to 2 s');
+my $before = delivered();
+q1(q{BEGIN; SELECT outbox.enqueue('wake', '{"prepared": 1}'); PREPARE TRANSACTION 'wake_p1';});
+is(q1(q{SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'wake_p1'}), '1', 'the transaction is prepared');
+my $t_cp = time();
+q1(q{COMMIT PREPARED 'wake_p1'});
+ok(wait_until(sub { delivered() > $before }, 2 + 8, 'delivery after COMMIT PREPARED'),
+	'a message committed by COMMIT PREPARED is delivered within poll_interval (2 s) + 8 s');
+my @after = sort { $b <=> $a } values %{ $recv->answered_2xx($PATH) };
+note sprintf('COMMIT PREPARED -> answered: %.3f s', $after[0] - $t_cp) if @after;
+ok(wait_sql($node, q{SELECT count(*) = 2 FROM outbox.messages WHERE status = 'sent'}, 30),
+	'both committed messages are marked sent');
+is(delivered(), 2, 'the receiver got exactly the two committed messages');
+
+$recv->stop;
+$node->stop;
+done_testing();

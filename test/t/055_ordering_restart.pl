@@ -1,0 +1,180 @@
+#!/usr/bin/perl
+# Per-key ordering beyond one worker's life, and for requeued dead letters (README
+# "Per-key ordering", "Requeue and ordering"):
+#
+#  1. "The guarantee is therefore made by the database, not by worker memory, and it
+#     survives restarts": the head of a key hangs at the receiver, the worker is
+#     killed with SIGKILL (the postmaster reinitialises, restart_after_crash = on),
+#     and the new worker delivers the key in order: the head again, then the rest,
+#     none before the head's 2xx.
+#  2. "A requeued dead letter is a new message with a new id. It is ordered by that
+#     new id, but it keeps the original webhook-id": a message enqueued before the
+#     requeue goes out (and is answered) before the requeued one.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use OutboxTest;
+use Encode ();
+use JSON::PP;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_outbox_node(
+	'ordering_restart',
+	'restart_after_crash'         => 'on',      # a killed worker: the server comes back
+	'pg_outbox.backoff_base'      => '50ms',
+	'pg_outbox.backoff_max'       => '300ms',
+	'pg_outbox.breaker_threshold' => '1000');    # keep the breaker out of the way
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $recv = start_receiver();
+my $json = JSON::PP->new->utf8;
+
+sub sql { return $node->safe_psql('postgres', $_[0]) }
+
+# The receiver's records of one path, in arrival order, with the payload decoded:
+# [ {seq (payload), n (payload), wid, time, answered (undef: none), answered_at,
+#    settled (the receiver has recorded what became of the request)} ].
+sub receipts
+{
+	my ($path) = @_;
+	my @out;
+	for my $r (sort { $a->{seq} <=> $b->{seq} } @{ $recv->requests(path => $path) })
+	{
+		my $p = $json->decode(Encode::encode('UTF-8', $r->{body}));
+		push @out,
+		  {
+			seq         => $p->{seq},
+			n           => $p->{n},
+			wid         => $r->{headers}{'webhook-id'},
+			time        => $r->{time},
+			answered    => $r->{answered},
+			answered_at => $r->{answered_at},
+			settled     => exists $r->{outcome},
+		  };
+	}
+	return \@out;
+}
+
+# "seq:answered" per receipt, "none" for a request that got no answer.
+sub show { return join ' ', map { "$_->{seq}:" . ($_->{answered} // 'none') } @{ $_[0] } }
+
+###############################################################################
+# 1. Ordering survives a worker killed with SIGKILL while the key's head is in flight.
+###############################################################################
+sql(sprintf(q{SELECT outbox.create_endpoint('ledger', url => '%s', ordered => true, max_attempts => 20)},
+		$recv->url('/hooks/k')));
+# The first request of the path hangs (for far longer than the test waits).
+$recv->add_rule(path => '/hooks/k', action => 'hang', hang_ms => 60000, times => 1);
+
+# Separate transactions, so the ids follow seq and each commit wakes the worker.
+my @ids = map {
+	sql("SELECT outbox.enqueue('ledger', jsonb_build_object('key', 'k', 'seq', $_), ordering_key => 'k')")
+} 0 .. 4;
+is(join(',', map { $_ <=> $ids[0] } @ids), '0,1,1,1,1', 'the ids of key k increase with seq');
+
+ok( wait_until(
+		sub {
+			my $r = receipts('/hooks/k');
+			@$r >= 1 && $r->[0]{seq} == 0 && !$r->[0]{settled};
+		},
+		30,
+		'seq 0 hanging at the receiver'),
+	'seq 0 is in flight: the receiver holds it unanswered');
+ok(wait_sql($node, "SELECT status = 'in_flight' FROM outbox.messages WHERE id = $ids[0]", 30),
+	'... and the outbox shows it in_flight');
+is(show(receipts('/hooks/k')), '0:none', 'nothing else of key k went out while the head is in flight');
+
+my $old = worker_pid($node);
+ok(defined $old, 'worker pid known');
+ok(kill('KILL', $old), 'SIGKILL sent to the worker');
+my $new = wait_for_worker($node, $old, 60);
+ok(defined $new, 'a new worker runs after the crash restart');
+
+ok( wait_sql(
+		$node,
+		"SELECT count(*) = 5 FROM outbox.messages WHERE ordering_key = 'k' AND status = 'sent'", 60),
+	'all five messages of key k are sent after the restart');
+# The hung request ends when the dead worker's socket closes; wait for the receiver
+# to have recorded it (and every other request) as settled.
+ok(wait_until(sub { !grep { !$_->{settled} } @{ receipts('/hooks/k') } }, 30, 'receipts settled'),
+	'the receiver has settled every request of key k');
+
+my $k = receipts('/hooks/k');
+is(show($k), '0:none 0:200 1:200 2:200 3:200 4:200',
+	'receipts of key k in arrival order: seq 0 unanswered, then seq 0, 1, 2, 3, 4 each answered 2xx');
+my ($head_ok) = grep { $_->{seq} == 0 && ($_->{answered} // '') =~ /^2\d\d$/ } @$k;
+my @early = grep { $_->{seq} >= 1 && $head_ok && $_->{time} < $head_ok->{answered_at} } @$k;
+ok($head_ok && !@early, "no request for seq >= 1 arrived before seq 0's first 2xx")
+  or diag explain \@early;
+is(join(' ', map { $_->{wid} } @$k), join(' ', map { "msg_$_" } $ids[0], @ids),
+	'the same five messages (webhook-ids), the head twice');
+
+my $log = slurp_file($node->logfile);
+like($log, qr/\(PID $old\) was terminated by signal 9/, 'the log shows the worker killed by signal 9');
+like($log, qr/all server processes terminated; reinitializing/, '... and the server reinitialised');
+note('the new worker\'s recovery: '
+	  . join('; ', $log =~ /(claimed messages of a previous worker are pending again)/g));
+
+###############################################################################
+# 2. A requeued dead letter is a new message, ordered by its new id.
+###############################################################################
+sql(sprintf(q{SELECT outbox.create_endpoint('oreq', url => '%s', ordered => true)},
+		$recv->url('/hooks/r')));
+# The head of key r dies at once: a 400.
+$recv->add_rule(path => '/hooks/r', status => 400, times => 1);
+
+sub enqueue_r
+{
+	my ($n) = @_;
+	return sql("SELECT outbox.enqueue('oreq', jsonb_build_object('key', 'r', 'seq', '$n', 'n', '$n'), "
+		  . "event_type => 'test.requeue', ordering_key => 'r')");
+}
+
+my $a_id = enqueue_r('head');
+ok(wait_sql($node, "SELECT EXISTS (SELECT 1 FROM dlq.dead_letters WHERE message_id = $a_id)", 30),
+	'the head of key r is dead-lettered');
+is(sql("SELECT reason_code, http_status, attempts FROM dlq.dead_letters WHERE message_id = $a_id"),
+	'HTTP_CLIENT_ERROR|400|1', '... at once, after one 400');
+my $dl = sql("SELECT id FROM dlq.dead_letters WHERE message_id = $a_id");
+
+# The dead head no longer holds the key: the next message goes.
+my $b_id = enqueue_r('after-dead');
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $b_id", 30),
+	'a message of key r enqueued after the dead head is delivered');
+
+# Paused: one more message of key r, then the requeue, so both wait together.
+sql(q{SELECT outbox.pause_endpoint('oreq')});
+# The message enqueued before the requeue is answered after 500 ms: were the requeued
+# one not held behind it, it would arrive during that time.
+$recv->add_rule(path => '/hooks/r', status => 200, delay_ms => 500, times => 1);
+my $c_id = enqueue_r('before-requeue');
+my $e_id = sql("SELECT dlq.requeue($dl)");
+cmp_ok($e_id, '>', $c_id, "the requeued dead letter is a new message with a larger id ($e_id > $c_id)");
+is(sql("SELECT status, ordering_key, idempotency_key FROM outbox.messages WHERE id = $e_id"),
+	"pending|r|msg_$a_id", '... pending, key r, carrying the original webhook-id');
+is(sql("SELECT requeued_as FROM dlq.dead_letters WHERE id = $dl"), $e_id,
+	'the dead letter records the new id');
+is(scalar @{ $recv->requests(path => '/hooks/r') }, 2,
+	'nothing went out while the endpoint was paused');
+
+sql(q{SELECT outbox.resume_endpoint('oreq')});
+ok( wait_sql(
+		$node, "SELECT count(*) = 2 FROM outbox.messages WHERE id IN ($c_id, $e_id) AND status = 'sent'",
+		30),
+	'after resume both are sent');
+ok(wait_until(sub { !grep { !$_->{settled} } @{ receipts('/hooks/r') } }, 30, 'receipts settled'),
+	'the receiver has settled every request of key r');
+
+my $r = receipts('/hooks/r');
+is( join(' ', map { "$_->{wid}:$_->{n}:" . ($_->{answered} // 'none') } @$r),
+	"msg_$a_id:head:400 msg_$b_id:after-dead:200 msg_$c_id:before-requeue:200 msg_$a_id:head:200",
+	'arrival order: the dead head, the next, the message enqueued before the requeue, '
+	  . 'then the requeued one with the original webhook-id');
+ok($r->[3]{time} >= ($r->[2]{answered_at} // 9e9),
+	'the requeued message went out only after the earlier message was answered');
+
+$node->stop;
+$recv->stop;
+done_testing();
