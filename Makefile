@@ -8,10 +8,21 @@ DATA       = $(wildcard extension/pg_outbox--*.sql)
 SRCS = $(wildcard src/core/*.cpp) $(wildcard src/http/*.cpp) $(wildcard src/pg/*.cpp)
 OBJS = $(SRCS:.cpp=.o)
 
-# One regress file per topic, run in name order (the numeric prefix sets it).
+# `make installcheck`: the pg_regress suite (sql/ against expected/, one file per topic,
+# run in name order) against a running server, reached as psql reaches it (PGHOST,
+# PGPORT, PGUSER...).  The server must have shared_preload_libraries = 'pg_outbox' and
+# pg_outbox.database = 'postgres' (the default: the worker must not serve the suite's
+# database, contrib_regression), and PGUSER must be a superuser; installcheck-server
+# checks that first.  test/run_regress.sh does all this on a throwaway cluster.
 REGRESS      = $(basename $(notdir $(sort $(wildcard sql/*.sql))))
+REGRESS_PREP = installcheck-server
+# The TAP suite (test/t/*.pl) starts clusters of its own and refuses to run as root:
+# test/run_tap.sh runs it.  `make installcheck TAP=1` adds it to installcheck, run by a
+# user who may write to this directory (tmp_check/).
+ifdef TAP
 TAP_TESTS    = 1
 PROVE_TESTS  = test/t/*.pl
+endif
 
 # PostgreSQL headers as system headers: their C idioms (register, unused parameters)
 # warn under C++17, and we want warnings about our code only.
@@ -33,6 +44,11 @@ include $(PGXS)
 
 -include $(OBJS:.o=.d)
 EXTRA_CLEAN = $(OBJS:.o=.d) build
+
+# Before pg_regress: is the server one the suite can run against? (see REGRESS above)
+.PHONY: installcheck-server
+installcheck-server:
+	@'$(bindir)/psql' -X -d postgres -f test/installcheck_server.sql
 
 .PHONY: format unit bench bench-memory soak
 format:

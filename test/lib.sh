@@ -6,7 +6,7 @@
 PG_BIN=/usr/lib/postgresql/15/bin
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev libssl-dev libipc-run-perl
-          libgtest-dev cmake g++ make python3 perl curl openssl)
+          libgtest-dev cmake g++ make python3 perl curl openssl prometheus-postgres-exporter)
 
 log() { printf '\n=== %s\n' "$*"; }
 
@@ -24,6 +24,10 @@ ensure_packages() {
   # The server packages create a default cluster on install; it is not ours, keep it down.
   if command -v pg_lsclusters >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q online; then
     pg_lsclusters -h | awk '$4 == "online" {print $1, $2}' | while read -r v c; do pg_ctlcluster "$v" "$c" stop || true; done
+  fi
+  # The exporter's package starts its service (on :9187) where systemd runs; the tests run their own.
+  if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus-postgres-exporter 2>/dev/null; then
+    systemctl stop prometheus-postgres-exporter || true
   fi
 }
 

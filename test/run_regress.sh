@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The pg_regress suite (sql/ against expected/) on a throwaway cluster with pg_outbox
-# preloaded. The worker serves the database "postgres", so nothing the regress
-# database enqueues is delivered while the SQL contract is checked.
+# The pg_regress suite (sql/ against expected/) through `make installcheck`, the PGXS
+# way, against a throwaway cluster with pg_outbox preloaded. The worker serves the
+# database "postgres", so nothing the regress database enqueues is delivered while
+# the SQL contract is checked.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -11,12 +12,12 @@ work=$(mktemp -d /tmp/pg_outbox_regress.XXXXXX)
 trap 'stop_cluster' EXIT
 start_cluster "$work" "pg_outbox.database = 'postgres'"
 mkdir -p "$work/out" && chown postgres: "$work/out"
-tests=$(cd "$src/sql" && ls ./*.sql | sed 's|^\./||; s|\.sql$||' | sort)
-log "pg_regress"
+log "make installcheck"
 status=0
-as_postgres "$("$PG_BIN/pg_config" --pkglibdir)/pgxs/src/test/regress/pg_regress" \
-  --inputdir="$src" --outputdir="$work/out" --host="$work" --port="$CLUSTER_PORT" \
-  --user=postgres --dbname=contrib_regression $tests || status=$?
+# Results go to $work/out, so the checkout stays clean (and may be read-only).
+as_postgres env PGHOST="$work" PGPORT="$CLUSTER_PORT" PGUSER=postgres \
+  make -C "$src" --no-print-directory -s installcheck PG_CONFIG="$PG_BIN/pg_config" \
+  EXTRA_REGRESS_OPTS="--outputdir=$work/out" || status=$?
 if [ $status -ne 0 ] && [ -f "$work/out/regression.diffs" ]; then
   cat "$work/out/regression.diffs"
 fi

@@ -1,0 +1,30 @@
+-- `make installcheck` runs this first, against the server pg_regress is about to use
+-- (PGHOST, PGPORT, PGUSER...): is it a server the regress suite can run against?  A
+-- clear error now instead of a page of diffs later.
+\set ON_ERROR_STOP 1
+\set QUIET 1
+\set SHOW_CONTEXT never
+SET client_min_messages = warning;
+DO $check$
+BEGIN
+    IF NOT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
+        RAISE EXCEPTION 'make installcheck: role "%" is not a superuser', current_user
+            USING HINT = 'Set PGUSER to a superuser: the suite creates the extension and roles.';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_available_extensions WHERE name = 'pg_outbox') THEN
+        RAISE EXCEPTION 'make installcheck: pg_outbox is not installed on this server'
+            USING HINT = 'Run "make install" for this server''s PostgreSQL (PG_CONFIG), then restart it.';
+    END IF;
+    IF pg_catalog.current_setting('shared_preload_libraries')
+           !~ '(^|[\s,"/])pg_outbox(\.so)?([\s,"]|$)' THEN
+        RAISE EXCEPTION 'make installcheck: pg_outbox is not in shared_preload_libraries'
+            USING HINT = 'Set shared_preload_libraries = ''pg_outbox'' in postgresql.conf and restart the server.';
+    END IF;
+    IF pg_catalog.current_setting('pg_outbox.database', true) IS DISTINCT FROM 'postgres' THEN
+        RAISE EXCEPTION 'make installcheck: the worker serves database "%", the suite expects "postgres"',
+                        pg_catalog.current_setting('pg_outbox.database', true)
+            USING HINT = 'Set pg_outbox.database = ''postgres'' (the default) and restart the server: '
+                         'the suite runs in its own database, which the worker must not serve.';
+    END IF;
+END
+$check$;
