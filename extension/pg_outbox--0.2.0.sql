@@ -41,6 +41,13 @@ CREATE FUNCTION outbox._check_url(url text) RETURNS void
     AS 'MODULE_PATHNAME', 'pg_outbox_check_url'
     LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
+-- 42501 when the egress policy (pg_outbox.egress_allow / egress_deny) refuses the URL's
+-- host as written: an address literal, or a name a host pattern denies.  Names are
+-- checked again, with the addresses they resolve to, whenever the worker connects.
+CREATE FUNCTION outbox._check_egress(url text) RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_check_egress'
+    LANGUAGE C STABLE STRICT;
+
 -- 22023 unless headers is a JSON object of string values whose names are HTTP tokens,
 -- with no CR, LF or NUL in any name or value.
 CREATE FUNCTION outbox._check_headers(headers jsonb) RETURNS void
@@ -147,6 +154,19 @@ CREATE TABLE outbox.endpoint_secrets (
 COMMENT ON TABLE outbox.endpoint_secrets IS
     'pg_outbox webhook secrets (Standard Webhooks); readable by the extension owner only';
 
+-- Who may send to which endpoint (outbox.grant_send / outbox.revoke_send).  A role may
+-- enqueue to an endpoint when it has the privileges of a role listed for it (as for a
+-- GRANT: membership with INHERIT, or SET ROLE), or when PUBLIC ('-', oid 0) is listed.
+-- regrole, so that pg_dump writes role names, not oids; a row of a role since dropped
+-- grants nothing.
+CREATE TABLE outbox.endpoint_senders (
+    endpoint text    NOT NULL REFERENCES outbox.endpoints (name) ON DELETE CASCADE,
+    role     regrole NOT NULL,
+    PRIMARY KEY (endpoint, role)
+);
+COMMENT ON TABLE outbox.endpoint_senders IS
+    'pg_outbox send rights: the roles that may enqueue to each endpoint; manage with outbox.grant_send()';
+
 -- The outbox proper.  There is deliberately no foreign key to outbox.endpoints: every
 -- producer's INSERT would lock the endpoint row FOR KEY SHARE, and one hot endpoint
 -- shared by many concurrent producers turns that into multixact contention.  Instead
@@ -227,7 +247,7 @@ CREATE TABLE dlq.dead_letters (
     idempotency_key    text,
     reason_code        text NOT NULL CHECK (reason_code IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE',
                                                         'RETRY_EXHAUSTED', 'ENDPOINT_DROPPED',
-                                                        'INVALID_MESSAGE')),
+                                                        'INVALID_MESSAGE', 'EGRESS_DENIED')),
     error_message      text,
     http_status        int,
     response_body      text,                            -- the first 1 KiB
@@ -262,6 +282,7 @@ CREATE INDEX dead_letters_dead_at_idx ON dlq.dead_letters (dead_at);
 -- The tables hold user data: pg_dump must dump their rows (not their definitions).
 SELECT pg_catalog.pg_extension_config_dump('outbox.endpoints', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.endpoint_secrets', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.endpoint_senders', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.messages', '');
 SELECT pg_catalog.pg_extension_config_dump('dlq.dead_letters', '');
 -- ... and the identity sequences' positions, so restored ids are never handed out again.
@@ -337,6 +358,7 @@ BEGIN
     END IF;
     IF create_endpoint.url IS NOT NULL THEN
         PERFORM outbox._check_url(create_endpoint.url);
+        PERFORM outbox._check_egress(create_endpoint.url);
     ELSE
         PERFORM outbox._check_channel(create_endpoint.channel);
         IF create_endpoint.secret IS NOT NULL THEN
@@ -423,6 +445,7 @@ BEGIN
     END IF;
     IF alter_endpoint.url IS NOT NULL THEN
         PERFORM outbox._check_url(alter_endpoint.url);
+        PERFORM outbox._check_egress(alter_endpoint.url);
     END IF;
     PERFORM outbox._check_endpoint_options(alter_endpoint.headers, alter_endpoint.secret,
                                            alter_endpoint.timeout_ms, alter_endpoint.max_attempts,
@@ -558,20 +581,121 @@ COMMENT ON FUNCTION outbox.resume_endpoint(text) IS
     'resumes deliveries to a paused endpoint';
 
 ------------------------------------------------------------------------------------------
+-- Send rights
+------------------------------------------------------------------------------------------
+
+-- Whether caller may enqueue to endpoint: a superuser or the extension's owner always;
+-- anyone else with the privileges of a role granted the endpoint, or when PUBLIC is.
+CREATE FUNCTION outbox._may_send(endpoint text, caller regrole)
+    RETURNS boolean
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT EXISTS (SELECT FROM pg_catalog.pg_roles r
+                    WHERE r.oid = _may_send.caller
+                      AND (r.rolsuper OR r.oid = (SELECT x.extowner FROM pg_catalog.pg_extension x
+                                                   WHERE x.extname = 'pg_outbox')))
+        OR EXISTS (SELECT FROM outbox.endpoint_senders s
+                    WHERE s.endpoint = _may_send.endpoint
+                      AND (s.role = 0
+                           OR (EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = s.role)
+                               AND pg_catalog.pg_has_role(_may_send.caller, s.role, 'USAGE'))));
+$fn$;
+
+-- Lets role (a role name, or 'public') enqueue to endpoint.  Granting twice is not an
+-- error.  42704 for an unknown endpoint or role.
+CREATE FUNCTION outbox.grant_send(endpoint text, role name)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    INSERT INTO outbox.endpoint_senders (endpoint, role)
+    VALUES (outbox._sending_endpoint(grant_send.endpoint), outbox._sending_role(grant_send.role))
+    ON CONFLICT DO NOTHING;
+END
+$fn$;
+COMMENT ON FUNCTION outbox.grant_send(text, name) IS
+    'lets a role (or public) enqueue to an endpoint';
+
+-- Takes the right back.  Revoking what was not granted is not an error (as REVOKE).
+CREATE FUNCTION outbox.revoke_send(endpoint text, role name)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    DELETE FROM outbox.endpoint_senders s
+     WHERE s.endpoint = outbox._sending_endpoint(revoke_send.endpoint)
+       AND s.role = outbox._sending_role(revoke_send.role);
+END
+$fn$;
+COMMENT ON FUNCTION outbox.revoke_send(text, name) IS
+    'takes back a role''s right to enqueue to an endpoint';
+
+-- The endpoint argument of grant_send/revoke_send: must exist.
+CREATE FUNCTION outbox._sending_endpoint(endpoint text)
+    RETURNS text
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF _sending_endpoint.endpoint IS NULL THEN
+        RAISE EXCEPTION 'endpoint must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT EXISTS (SELECT FROM outbox.endpoints e WHERE e.name = _sending_endpoint.endpoint) THEN
+        RAISE EXCEPTION 'endpoint "%" does not exist', _sending_endpoint.endpoint
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN _sending_endpoint.endpoint;
+END
+$fn$;
+
+-- The role argument of grant_send/revoke_send: an existing role, or 'public' (0).
+CREATE FUNCTION outbox._sending_role(role name)
+    RETURNS regrole
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_oid oid;
+BEGIN
+    IF _sending_role.role IS NULL THEN
+        RAISE EXCEPTION 'role must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF _sending_role.role = 'public' THEN
+        RETURN 0::oid::regrole;
+    END IF;
+    SELECT r.oid INTO v_oid FROM pg_catalog.pg_roles r WHERE r.rolname = _sending_role.role;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'role "%" does not exist', _sending_role.role
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN v_oid::regrole;
+END
+$fn$;
+
+------------------------------------------------------------------------------------------
 -- Messages
 ------------------------------------------------------------------------------------------
 
--- The producer's hot path: one endpoint lookup by primary key, one INSERT.  SECURITY
--- DEFINER, so a producer needs EXECUTE on this function and no table privilege.
--- It does not lock the endpoint row (see outbox.messages); a message enqueued while
--- its endpoint is being dropped is dead-lettered by the worker as INVALID_MESSAGE.
-CREATE FUNCTION outbox.enqueue(endpoint text,
-                               payload jsonb,
-                               event_type text DEFAULT NULL,
-                               headers jsonb DEFAULT NULL,
-                               ordering_key text DEFAULT NULL,
-                               idempotency_key text DEFAULT NULL,
-                               deliver_at timestamptz DEFAULT NULL)
+-- The producer's hot path, called by outbox.enqueue() (below) with the role that
+-- really called it: one endpoint lookup by primary key, the send right, one INSERT.
+-- Executable by nobody but the owner: only outbox.enqueue, which switches to the owner
+-- after it has taken the caller's identity, reaches it, so no caller can claim to be
+-- another role.  It does not lock the endpoint row (see outbox.messages); a message
+-- enqueued while its endpoint is being dropped is dead-lettered by the worker as
+-- INVALID_MESSAGE.
+CREATE FUNCTION outbox._enqueue(endpoint text,
+                                payload jsonb,
+                                event_type text,
+                                headers jsonb,
+                                ordering_key text,
+                                idempotency_key text,
+                                deliver_at timestamptz,
+                                caller regrole)
     RETURNS bigint
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -581,11 +705,11 @@ DECLARE
     v_max_pending bigint;
     v_id          bigint;
 BEGIN
-    IF enqueue.endpoint IS NULL THEN
+    IF _enqueue.endpoint IS NULL THEN
         RAISE EXCEPTION 'endpoint must not be NULL'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF enqueue.payload IS NULL THEN
+    IF _enqueue.payload IS NULL THEN
         RAISE EXCEPTION 'payload must not be NULL'
             USING ERRCODE = 'null_value_not_allowed',
                   HINT = 'Use ''null''::jsonb for a JSON null payload.';
@@ -593,32 +717,38 @@ BEGIN
 
     SELECT e.max_pending INTO v_max_pending
       FROM outbox.endpoints e
-     WHERE e.name = enqueue.endpoint;
+     WHERE e.name = _enqueue.endpoint;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'endpoint "%" does not exist', enqueue.endpoint
+        RAISE EXCEPTION 'endpoint "%" does not exist', _enqueue.endpoint
             USING ERRCODE = 'undefined_object';
     END IF;
-
-    IF enqueue.headers IS NOT NULL THEN
-        PERFORM outbox._check_headers(enqueue.headers);
+    IF NOT outbox._may_send(_enqueue.endpoint, _enqueue.caller) THEN
+        RAISE EXCEPTION 'permission denied to send to endpoint "%"', _enqueue.endpoint
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = format('An operator grants it with outbox.grant_send(%L, %L).',
+                                _enqueue.endpoint, _enqueue.caller::text);
     END IF;
-    IF enqueue.idempotency_key IS NOT NULL THEN
-        PERFORM outbox._check_idempotency_key(enqueue.idempotency_key);
+
+    IF _enqueue.headers IS NOT NULL THEN
+        PERFORM outbox._check_headers(_enqueue.headers);
+    END IF;
+    IF _enqueue.idempotency_key IS NOT NULL THEN
+        PERFORM outbox._check_idempotency_key(_enqueue.idempotency_key);
     END IF;
     -- event_type travels in the outbox-event-type header and is indexed in the DLQ.
-    IF enqueue.event_type ~ '[[:cntrl:]]' THEN
+    IF _enqueue.event_type ~ '[[:cntrl:]]' THEN
         RAISE EXCEPTION 'event_type must not contain control characters (CR, LF, ...)'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF char_length(enqueue.event_type) NOT BETWEEN 1 AND 200 THEN
+    IF char_length(_enqueue.event_type) NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION 'event_type must be 1 to 200 characters long'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF char_length(enqueue.ordering_key) NOT BETWEEN 1 AND 200 THEN
+    IF char_length(_enqueue.ordering_key) NOT BETWEEN 1 AND 200 THEN
         RAISE EXCEPTION 'ordering_key must be 1 to 200 characters long'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF enqueue.deliver_at = 'infinity' THEN
+    IF _enqueue.deliver_at = 'infinity' THEN
         RAISE EXCEPTION 'deliver_at must not be infinity'
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Pause the endpoint to hold its messages back.';
@@ -628,17 +758,17 @@ BEGIN
     IF v_max_pending IS NOT NULL
        AND (SELECT count(*)
               FROM (SELECT 1 FROM outbox.messages m
-                     WHERE m.endpoint = enqueue.endpoint AND m.status <> 'sent'
+                     WHERE m.endpoint = _enqueue.endpoint AND m.status <> 'sent'
                      LIMIT v_max_pending) s) >= v_max_pending THEN
         -- A retried enqueue of a message that is already in is not new work.
-        IF enqueue.idempotency_key IS NOT NULL THEN
+        IF _enqueue.idempotency_key IS NOT NULL THEN
             SELECT m.id INTO v_id FROM outbox.messages m
-             WHERE m.endpoint = enqueue.endpoint AND m.idempotency_key = enqueue.idempotency_key;
+             WHERE m.endpoint = _enqueue.endpoint AND m.idempotency_key = _enqueue.idempotency_key;
             IF FOUND THEN
                 RETURN v_id;
             END IF;
         END IF;
-        RAISE EXCEPTION 'endpoint "%" has reached max_pending (%)', enqueue.endpoint, v_max_pending
+        RAISE EXCEPTION 'endpoint "%" has reached max_pending (%)', _enqueue.endpoint, v_max_pending
             USING ERRCODE = 'configuration_limit_exceeded',
                   DETAIL = 'The endpoint''s undelivered messages (pending or in flight) are at its limit.',
                   HINT = 'Retry later, check that the endpoint is receiving (outbox.endpoint_stats), or raise max_pending with outbox.alter_endpoint().';
@@ -646,11 +776,11 @@ BEGIN
 
     -- Without a key there is nothing to deduplicate: a plain INSERT, which costs far
     -- less than ON CONFLICT's speculative insertion (this is the hot path).
-    IF enqueue.idempotency_key IS NULL THEN
+    IF _enqueue.idempotency_key IS NULL THEN
         INSERT INTO outbox.messages AS m (endpoint, event_type, payload, headers,
                                           ordering_key, next_attempt_at)
-        VALUES (enqueue.endpoint, enqueue.event_type, enqueue.payload, enqueue.headers,
-                enqueue.ordering_key, greatest(now(), enqueue.deliver_at))
+        VALUES (_enqueue.endpoint, _enqueue.event_type, _enqueue.payload, _enqueue.headers,
+                _enqueue.ordering_key, greatest(now(), _enqueue.deliver_at))
         RETURNING m.id INTO v_id;
         RETURN v_id;
     END IF;
@@ -660,16 +790,16 @@ BEGIN
     FOR i IN 1..3 LOOP
         INSERT INTO outbox.messages AS m (endpoint, event_type, payload, headers,
                                           ordering_key, idempotency_key, next_attempt_at)
-        VALUES (enqueue.endpoint, enqueue.event_type, enqueue.payload, enqueue.headers,
-                enqueue.ordering_key, enqueue.idempotency_key,
-                greatest(now(), enqueue.deliver_at))
+        VALUES (_enqueue.endpoint, _enqueue.event_type, _enqueue.payload, _enqueue.headers,
+                _enqueue.ordering_key, _enqueue.idempotency_key,
+                greatest(now(), _enqueue.deliver_at))
         ON CONFLICT (endpoint, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
         RETURNING m.id INTO v_id;
         IF v_id IS NOT NULL THEN
             RETURN v_id;
         END IF;
         SELECT m.id INTO v_id FROM outbox.messages m
-         WHERE m.endpoint = enqueue.endpoint AND m.idempotency_key = enqueue.idempotency_key;
+         WHERE m.endpoint = _enqueue.endpoint AND m.idempotency_key = _enqueue.idempotency_key;
         IF v_id IS NOT NULL THEN
             RETURN v_id;
         END IF;
@@ -679,6 +809,24 @@ BEGIN
               HINT = 'Retry the transaction.';
 END
 $fn$;
+COMMENT ON FUNCTION outbox._enqueue(text, jsonb, text, jsonb, text, text, timestamptz, regrole) IS
+    'the work of outbox.enqueue(), for the role given; reached only through outbox.enqueue()';
+
+-- The producer's entry.  In C and NOT security definer: it takes the identity of the
+-- role that really calls it (SET ROLE and callers inside other SECURITY DEFINER
+-- functions included), then runs outbox._enqueue() as the extension's owner, as a
+-- SECURITY DEFINER function would.  A producer needs EXECUTE on this function, a send
+-- right on the endpoint (outbox.grant_send) and no table privilege.
+CREATE FUNCTION outbox.enqueue(endpoint text,
+                               payload jsonb,
+                               event_type text DEFAULT NULL,
+                               headers jsonb DEFAULT NULL,
+                               ordering_key text DEFAULT NULL,
+                               idempotency_key text DEFAULT NULL,
+                               deliver_at timestamptz DEFAULT NULL)
+    RETURNS bigint
+    AS 'MODULE_PATHNAME', 'pg_outbox_enqueue'
+    LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz) IS
     'adds a message to the outbox in the current transaction and returns its id; delivered after commit';
 
@@ -822,10 +970,10 @@ DECLARE
 BEGIN
     IF requeue_all.reason_code IS NOT NULL
        AND requeue_all.reason_code NOT IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE', 'RETRY_EXHAUSTED',
-                                           'ENDPOINT_DROPPED', 'INVALID_MESSAGE') THEN
+                                           'ENDPOINT_DROPPED', 'INVALID_MESSAGE', 'EGRESS_DENIED') THEN
         RAISE EXCEPTION 'unknown reason_code "%"', requeue_all.reason_code
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Use one of HTTP_CLIENT_ERROR, PAYLOAD_TOO_LARGE, RETRY_EXHAUSTED, ENDPOINT_DROPPED, INVALID_MESSAGE.';
+                  HINT = 'Use one of HTTP_CLIENT_ERROR, PAYLOAD_TOO_LARGE, RETRY_EXHAUSTED, ENDPOINT_DROPPED, INVALID_MESSAGE, EGRESS_DENIED.';
     END IF;
 
     FOR r IN
@@ -995,7 +1143,7 @@ BEGIN
             UNION
             SELECT DISTINCT dl.endpoint FROM dlq.dead_letters dl
              WHERE dl.requeued_at IS NULL AND dl.discarded_at IS NULL) n
-     CROSS JOIN (VALUES ('ENDPOINT_DROPPED'), ('HTTP_CLIENT_ERROR'), ('INVALID_MESSAGE'),
+     CROSS JOIN (VALUES ('EGRESS_DENIED'), ('ENDPOINT_DROPPED'), ('HTTP_CLIENT_ERROR'), ('INVALID_MESSAGE'),
                         ('PAYLOAD_TOO_LARGE'), ('RETRY_EXHAUSTED')) rc(reason_code)
       LEFT JOIN (SELECT dl.endpoint, dl.reason_code, count(*) AS n
                    FROM dlq.dead_letters dl
@@ -1067,9 +1215,11 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 -- The grants a deployment needs (documented in the README; the regress suite applies
 -- exactly these to its roles).  Replace producer/operator with your roles.
 --
---   -- producer: enqueues in its own transactions; reads nothing, creates nothing.
+--   -- producer: enqueues in its own transactions, to the endpoints it was granted;
+--   -- reads nothing, creates nothing.
 --   GRANT USAGE ON SCHEMA outbox TO producer;
 --   GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz) TO producer;
+--   SELECT outbox.grant_send('billing', 'producer');     -- per endpoint
 --
 --   -- operator: manages endpoints, inspects and redrives dead letters, reads stats and
 --   -- metrics.  Never the secrets (outbox.endpoint_secrets stays owner-only).
@@ -1083,10 +1233,12 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 --       outbox.purge(interval),
 --       outbox.metrics(),
 --       outbox.worker_status(),
+--       outbox.grant_send(text, name),
+--       outbox.revoke_send(text, name),
 --       dlq.requeue(bigint, jsonb),
 --       dlq.requeue_all(text, text, timestamptz),
 --       dlq.discard(bigint, text)
 --     TO operator;
---   GRANT SELECT ON outbox.endpoints, outbox.messages, outbox.endpoint_stats,
---                   dlq.dead_letters, dlq.summary
+--   GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages,
+--                   outbox.endpoint_stats, dlq.dead_letters, dlq.summary
 --     TO operator;

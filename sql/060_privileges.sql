@@ -30,16 +30,20 @@ GRANT EXECUTE ON FUNCTION
     outbox.purge(interval),
     outbox.metrics(),
     outbox.worker_status(),
+    outbox.grant_send(text, name),
+    outbox.revoke_send(text, name),
     dlq.requeue(bigint, jsonb),
     dlq.requeue_all(text, text, timestamptz),
     dlq.discard(bigint, text)
   TO regress_operator;
-GRANT SELECT ON outbox.endpoints, outbox.messages, outbox.endpoint_stats,
-                dlq.dead_letters, dlq.summary
+GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages,
+                outbox.endpoint_stats, dlq.dead_letters, dlq.summary
   TO regress_operator;
 
 SELECT outbox.create_endpoint('billing', url => 'http://127.0.0.1:8080/hooks/billing',
                               secret => 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw');
+-- producer, per endpoint
+SELECT outbox.grant_send('billing', 'regress_producer');
 SELECT outbox.create_endpoint('legacy', channel => 'legacy');
 SELECT outbox.enqueue('legacy', '{"secret_payload": "only for operators"}'::jsonb);
 SELECT outbox.drop_endpoint('legacy', force => true);

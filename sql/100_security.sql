@@ -37,9 +37,10 @@ GRANT EXECUTE ON FUNCTION
     outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint),
     outbox.drop_endpoint(text, boolean), outbox.pause_endpoint(text), outbox.resume_endpoint(text),
     outbox.purge(interval), outbox.metrics(), outbox.worker_status(),
+    outbox.grant_send(text, name), outbox.revoke_send(text, name),
     dlq.requeue(bigint, jsonb), dlq.requeue_all(text, text, timestamptz), dlq.discard(bigint, text)
   TO regress_sec_operator;
-GRANT SELECT ON outbox.endpoints, outbox.messages, outbox.endpoint_stats,
+GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages, outbox.endpoint_stats,
                 dlq.dead_letters, dlq.summary TO regress_sec_operator;
 
 ------------------------------------------------------------------------------------------
@@ -229,6 +230,11 @@ SELECT outbox.alter_endpoint('billing', timeout_ms => 0);
 \echo :SQLSTATE
 SELECT outbox.pause_endpoint('billing');
 SELECT outbox.resume_endpoint('billing');
+SELECT outbox.grant_send('billing', 'regress_sec_producer');
+SELECT outbox.grant_send('feed', 'regress_sec_producer');
+SELECT outbox.grant_send('nope', 'regress_sec_producer');
+\echo :SQLSTATE
+SELECT outbox.revoke_send('feed', 'regress_sec_attacker');
 RESET ROLE;
 
 SET ROLE regress_sec_producer;
@@ -325,6 +331,7 @@ RESET ROLE;
 SELECT outbox.alter_endpoint('billing', secret => 'whsec_cmVncmVzcy1zZWMta2V5LURPLU5PVC1MRUFLLTAwMDE=');
 SELECT outbox.create_endpoint('signed', url => 'http://127.0.0.1:8080/hooks/signed',
                               secret => 'whsec_cmVncmVzcy1zZWMta2V5LURPLU5PVC1MRUFLLTAwMDI=');
+SELECT outbox.grant_send('signed', 'regress_sec_producer');
 SELECT outbox.enqueue('signed', '{"n": 1}') IS NOT NULL AS enqueued;
 -- The secrets are stored (the superuser may look).
 SELECT endpoint, secret LIKE 'whsec_cmVncmVzcy1zZWMta2V5LURPLU5PVC1MRUFLLTAw%' AS stored

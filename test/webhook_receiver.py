@@ -6,7 +6,7 @@ Usage:
         [--log requests.jsonl [--resume]] [--max-seconds 3600] [--idle-timeout S] \
         [--tls-cert cert.pem --tls-key key.pem]
 
-Listens on 127.0.0.1 only.  --port 0 picks an ephemeral port; once the socket
+Listens on 127.0.0.1 (or another loopback address given with --host) only.  --port 0 picks an ephemeral port; once the socket
 is listening, the port number is written to --ready-file atomically (temp file
 + rename).  SO_REUSEADDR is set, so a restarted receiver can bind the same port
 at once.  HTTP/1.1 with keep-alive (every response carries Content-Length),
@@ -633,6 +633,8 @@ class Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
 
 def main():
     ap = argparse.ArgumentParser(description="pg_outbox test webhook receiver")
+    ap.add_argument("--host", default="127.0.0.1",
+                    help="loopback address to listen on (127.0.0.0/8 only)")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--ready-file")
     ap.add_argument("--log")
@@ -646,7 +648,9 @@ def main():
     args = ap.parse_args()
 
     threading.stack_size(512 * 1024)
-    server = Server(("127.0.0.1", args.port), Handler)
+    if not args.host.startswith("127."):
+        ap.error("--host must be a loopback address (127.0.0.0/8)")
+    server = Server((args.host, args.port), Handler)
     server.state = State(args.log, args.resume)
     server.idle_timeout = args.idle_timeout or None
     if args.tls_cert:
@@ -675,7 +679,7 @@ def main():
         with open(tmp, "w") as f:
             f.write("%d\n" % port)
         os.replace(tmp, args.ready_file)
-    sys.stderr.write("webhook_receiver listening on 127.0.0.1:%d\n" % port)
+    sys.stderr.write("webhook_receiver listening on %s:%d\n" % (args.host, port))
     sys.stderr.flush()
 
     # Poll: a signal may be delivered to another thread, which would not

@@ -18,6 +18,7 @@ const char* reason_code(DeadReason reason) {
     case DeadReason::RetryExhausted: return "RETRY_EXHAUSTED";
     case DeadReason::EndpointDropped: return "ENDPOINT_DROPPED";
     case DeadReason::InvalidMessage: return "INVALID_MESSAGE";
+    case DeadReason::EgressDenied: return "EGRESS_DENIED";
   }
   return "";
 }

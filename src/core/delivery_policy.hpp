@@ -11,7 +11,15 @@ namespace pg_outbox::core {
 
 enum class Verdict { Sent, Retry, Dead };
 
-enum class DeadReason { None, HttpClientError, PayloadTooLarge, RetryExhausted, EndpointDropped, InvalidMessage };
+enum class DeadReason {
+  None,
+  HttpClientError,
+  PayloadTooLarge,
+  RetryExhausted,
+  EndpointDropped,
+  InvalidMessage,
+  EgressDenied
+};
 
 // The dlq.dead_letters.reason_code text: "HTTP_CLIENT_ERROR", "PAYLOAD_TOO_LARGE",
 // "RETRY_EXHAUSTED", "ENDPOINT_DROPPED", "INVALID_MESSAGE"; "" for None.

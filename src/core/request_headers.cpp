@@ -60,13 +60,22 @@ std::vector<std::string> build_request_headers(const DeliveryHeaders& h, std::st
   require_valid("outbox-event-type", h.event_type);
   require_valid("User-Agent", h.user_agent);
 
+  auto set_by_endpoint = [&](std::string_view name) {
+    for (const auto& kv : h.endpoint_headers)
+      if (iequals(name, kv.first)) return true;
+    return false;
+  };
+  const size_t from_endpoint = h.endpoint_headers.size();
   std::vector<std::string> lines;
   lines.reserve(user.size() + 8);
   for (size_t i = 0; i < user.size(); ++i) {
     const auto& name = user[i]->first;
     if (is_reserved(name)) continue;
+    if (i >= from_endpoint && set_by_endpoint(name)) continue;  // the endpoint's header stands
+    // Within its own list, a later header of the same name wins.
+    size_t list_end = i < from_endpoint ? from_endpoint : user.size();
     bool overridden = false;
-    for (size_t j = i + 1; j < user.size() && !overridden; ++j) overridden = iequals(name, user[j]->first);
+    for (size_t j = i + 1; j < list_end && !overridden; ++j) overridden = iequals(name, user[j]->first);
     if (!overridden) lines.push_back(line(name, user[i]->second));
   }
 

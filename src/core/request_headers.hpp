@@ -22,9 +22,11 @@ struct DeliveryHeaders {
 };
 
 // Builds the header lines, in this order:
-//   1. endpoint headers, then message headers. A header replaces any earlier one of
-//      the same name (case-insensitive), so a message header overrides an endpoint
-//      header, and within one list the later one wins.
+//   1. endpoint headers, then message headers. Within one list a later header
+//      replaces an earlier one of the same name (case-insensitive). A message header
+//      never replaces (nor, with an empty value, removes) an endpoint header: the
+//      endpoint's headers (Authorization, say) are its administrator's, and a
+//      producer's message header of the same name is dropped.
 //   2. ours: Content-Type: application/json, User-Agent, webhook-id,
 //      webhook-timestamp, outbox-event-type, outbox-attempt, webhook-signature
 //      (only with a secret; signed over body), and finally "Expect:" (empty, which

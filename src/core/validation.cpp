@@ -220,6 +220,16 @@ std::optional<std::string> check_url(std::string_view url) {
   return std::nullopt;
 }
 
+std::string url_host(std::string_view url) {
+  if (check_url(url)) return {};
+  std::string_view rest = url.substr(url.find("://") + 3);
+  std::string_view authority = rest.substr(0, rest.find_first_of("/?"));
+  size_t at = authority.rfind('@');
+  if (at != std::string_view::npos) authority = authority.substr(at + 1);
+  if (authority[0] == '[') return std::string(authority.substr(1, authority.find(']') - 1));
+  return std::string(authority.substr(0, authority.find(':')));
+}
+
 std::optional<std::string> check_header(std::string_view name, std::string_view value) {
   if (name.empty()) return "header name must not be empty";
   for (char c : name) {

@@ -24,6 +24,11 @@ std::optional<std::string> check_endpoint_name(std::string_view name);
 // they are never sent to the server.
 std::optional<std::string> check_url(std::string_view url);
 
+// The host of a URL that check_url accepts, as written, without the brackets of an
+// IPv6 literal ("" for a URL it refuses): what the egress policy's host patterns and
+// IP-literal checks look at.
+std::string url_host(std::string_view url);
+
 // Maximum length of one header value, in bytes.
 constexpr size_t kMaxHeaderValueBytes = 8192;
 

@@ -22,7 +22,9 @@
 // removed exactly as asked.
 #include "http/http_client.hpp"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -37,6 +39,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/validation.hpp"
 #include "core/cpp_only.hpp"
 
 namespace pg_outbox::http {
@@ -123,6 +126,12 @@ struct Transfer {
     std::vector<curl_slist> header_nodes;
     char error_buffer[CURL_ERROR_SIZE] = {};
     size_t slot = 0;  // index in Client::Impl::active while in flight
+    // The egress check (see on_open_socket and on_prereq): the client's policy, this
+    // request's host as written in its URL, and the rule that refused it, if one did.
+    const core::EgressPolicy* egress = nullptr;
+    void* socket_owner = nullptr;  // the Client::Impl whose socket bookkeeping this uses
+    std::string host;
+    std::string egress_denied;
     EasyPtr easy;     // declared last: destroyed first, while what it points at still exists
 
     // CURLOPT_WRITEFUNCTION: keep the first kBodyHeadLimit bytes, accept (and drop) the rest.
@@ -158,7 +167,9 @@ struct Transfer {
     // never curl_easy_reset: configure() sets every per-request option each time, so nothing
     // of a previous request is left over.
     CURLcode setup(curl_opensocket_callback open_socket, curl_closesocket_callback close_socket,
-                   void* sockets_user) {
+                   void* sockets_user, const core::EgressPolicy* egress_policy) {
+        egress = egress_policy;
+        socket_owner = sockets_user;
         CURL* e = easy.get();
         CURLcode rc = CURLE_OK;
         auto check = [&rc](CURLcode c) {
@@ -184,16 +195,53 @@ struct Transfer {
         check(curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &Transfer::on_header));
         check(curl_easy_setopt(e, CURLOPT_HEADERDATA, static_cast<void*>(this)));
         check(curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket));
-        check(curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, sockets_user));
+        check(curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, static_cast<void*>(this)));
+        check(curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, &Transfer::on_prereq));
+        check(curl_easy_setopt(e, CURLOPT_PREREQDATA, static_cast<void*>(this)));
         check(curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, close_socket));
         check(curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, sockets_user));
         return rc;
+    }
+
+    // The egress decision for this request's host and one address; records the rule
+    // that refused it. Called by libcurl (C): nothing may throw out of it, and a check
+    // that cannot be made refuses (fails closed).
+    bool egress_allows(const struct sockaddr* address) noexcept {
+        if (egress == nullptr || egress->empty()) return true;
+        try {
+            core::EgressDecision decision = core::check_egress(*egress, host, address);
+            if (!decision.allowed && egress_denied.empty()) egress_denied = std::move(decision.rule);
+            return decision.allowed;
+        } catch (...) {
+            return false;  // out of memory: egress_denied stays empty, the transfer fails
+        }
+    }
+
+    // CURLOPT_PREREQFUNCTION: the connection is there (new, or reused from the cache) and
+    // the request is about to go out on it. A new connection's address was already
+    // checked when its socket was opened; a reused one may predate a stricter policy.
+    static int on_prereq(void* user, char* primary_ip, char*, int, int) noexcept {
+        auto* self = static_cast<Transfer*>(user);
+        if (self->egress == nullptr || self->egress->empty()) return CURL_PREREQFUNC_OK;
+        sockaddr_in6 v6{};
+        sockaddr_in v4{};
+        const struct sockaddr* address = nullptr;
+        if (inet_pton(AF_INET, primary_ip, &v4.sin_addr) == 1) {
+            v4.sin_family = AF_INET;
+            address = reinterpret_cast<const struct sockaddr*>(&v4);
+        } else if (inet_pton(AF_INET6, primary_ip, &v6.sin6_addr) == 1) {
+            v6.sin6_family = AF_INET6;
+            address = reinterpret_cast<const struct sockaddr*>(&v6);
+        }
+        return self->egress_allows(address) ? CURL_PREREQFUNC_OK : CURL_PREREQFUNC_ABORT;
     }
 
     // The options of this request (all of them: the handle may have run another one before).
     CURLcode configure() {
         CURL* e = easy.get();
         error_buffer[0] = '\0';
+        host = core::url_host(request.url);
+        egress_denied.clear();
 
         // Our own header lines, plus "Expect:" so that libcurl does not wait for a
         // "100 Continue" before sending bodies over 1 KiB (a round trip, or a 1 s stall against
@@ -230,6 +278,11 @@ struct Transfer {
         if (curl_easy_getinfo(easy.get(), CURLINFO_TOTAL_TIME_T, &total_us) == CURLE_OK)
             response.total_ms = static_cast<double>(total_us) / 1000.0;
         if (result != CURLE_OK) fail(result);
+        if (!egress_denied.empty()) {
+            response.transport_error = true;
+            response.egress_denied = egress_denied;
+            response.error = "the egress policy refused host \"" + host + "\" (rule \"" + egress_denied + "\")";
+        }
     }
 
     void fail(CURLcode result) {
@@ -245,6 +298,7 @@ struct Transfer {
         request = Request{};
         response = Response{};
         header_nodes.clear();
+        egress_denied.clear();
     }
 };
 
@@ -260,6 +314,8 @@ struct Client::Impl {
     // Transfers whose socket could not be added to epoll (ENOMEM, ENOSPC): they are failed
     // rather than left to hang until their timeout.
     std::vector<std::pair<CURL*, int>> unwatchable;
+    // Every Transfer points at it (Transfer::egress); replaced only between run() calls.
+    core::EgressPolicy egress;
 
     size_t max_concurrency = 1;
     std::deque<Request> waiting;                    // submitted, not started
@@ -364,10 +420,13 @@ struct Client::Impl {
         return 0;
     }
 
-    // CURLOPT_OPENSOCKETFUNCTION: what libcurl would do itself, plus close-on-exec, and a note
-    // that the socket is ours.
+    // CURLOPT_OPENSOCKETFUNCTION: the egress check on the address about to be connected to
+    // (a refused one is never contacted), then what libcurl would do itself, plus
+    // close-on-exec, and a note that the socket is ours.
     static curl_socket_t on_open_socket(void* user, curlsocktype, curl_sockaddr* address) {
-        auto* self = static_cast<Impl*>(user);
+        auto* transfer = static_cast<Transfer*>(user);
+        if (!transfer->egress_allows(&address->addr)) return CURL_SOCKET_BAD;
+        auto* self = static_cast<Impl*>(transfer->socket_owner);
         const int s = socket(address->family, address->socktype | SOCK_CLOEXEC, address->protocol);
         if (s < 0) return CURL_SOCKET_BAD;
         SocketState& st = self->socket_state(s);
@@ -451,7 +510,7 @@ struct Client::Impl {
         auto t = std::make_unique<Transfer>();
         t->easy.reset(curl_easy_init());
         if (!t->easy ||
-            t->setup(&Impl::on_open_socket, &Impl::on_close_socket, static_cast<void*>(this)) !=
+            t->setup(&Impl::on_open_socket, &Impl::on_close_socket, static_cast<void*>(this), &egress) !=
                 CURLE_OK)
             return nullptr;
         return t;
@@ -578,6 +637,8 @@ void Client::set_max_concurrency(int max_concurrency) {
     impl_->apply_limits();
     if (impl_->idle.size() > impl_->max_concurrency) impl_->idle.resize(impl_->max_concurrency);
 }
+
+void Client::set_egress_policy(core::EgressPolicy policy) { impl_->egress = std::move(policy); }
 
 void Client::submit(Request request) { impl_->waiting.push_back(std::move(request)); }
 

@@ -10,6 +10,8 @@
 // libcurl is told never to install signal handlers (CURLOPT_NOSIGNAL).
 #pragma once
 
+#include "core/egress_policy.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -42,6 +44,9 @@ struct Response {
     std::string error;             // curl's error text, empty on success
     std::string body_head;         // first kBodyHeadLimit bytes of the response body
     std::string retry_after;       // raw value of the final response's Retry-After, empty if none
+    // The egress rule that refused the address the request would have gone to (then
+    // transport_error is set and nothing was sent), empty otherwise.
+    std::string egress_denied;
     double total_ms = 0;           // transfer time
 };
 
@@ -56,6 +61,12 @@ public:
     // GUC reload. Values < 1 are taken as 1. Lowering it never cancels transfers already in
     // flight; it only delays starting queued ones.
     void set_max_concurrency(int max_concurrency);
+
+    // The egress policy, checked on the address of every connection before it is opened
+    // (CURLOPT_OPENSOCKETFUNCTION) and of every connection a request is about to use,
+    // reused ones included (CURLOPT_PREREQFUNCTION). Applies to every connection opened
+    // or reused from now on. An empty policy allows everything.
+    void set_egress_policy(core::EgressPolicy policy);
 
     // Queued; started (by run()) as soon as fewer than max_concurrency are in flight.
     void submit(Request request);

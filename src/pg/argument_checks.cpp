@@ -4,6 +4,7 @@
 #include "core/string_object.hpp"
 #include "core/validation.hpp"
 #include "pg/boundary.hpp"
+#include "pg/settings.hpp"
 
 extern "C" {
 #include "utils/builtins.h"
@@ -76,5 +77,22 @@ PG_OUTBOX_FUNCTION(pg_outbox_check_headers) {
   if (!parsed.pairs) throw SqlError(ERRCODE_INVALID_PARAMETER_VALUE, parsed.error);
   for (const auto& [name, value] : *parsed.pairs)
     refuse_if(pg_outbox::core::check_header(name, value), ERRCODE_INVALID_PARAMETER_VALUE);
+  PG_RETURN_VOID();
+}
+
+// url: refused (42501) when the egress policy denies its host as written (an address
+// literal, or a name a host pattern denies). The message names the rule, never the URL
+// (which may carry credentials).
+PG_OUTBOX_FUNCTION(pg_outbox_check_egress) {
+  const char* url = text_arg(fcinfo, 0);
+  if (url == nullptr) throw SqlError(ERRCODE_NULL_VALUE_NOT_ALLOWED, "url must not be null");
+  pg_outbox::core::EgressPolicy policy = pg_outbox::pg::egress_policy();
+  if (policy.empty()) PG_RETURN_VOID();
+  auto decision = pg_outbox::core::check_egress_host(policy, pg_outbox::core::url_host(url));
+  if (!decision.allowed)
+    throw SqlError(ERRCODE_INSUFFICIENT_PRIVILEGE,
+                   "the egress policy refuses this url's host (rule \"" + decision.rule + "\")",
+                   "The superuser settings pg_outbox.egress_allow and pg_outbox.egress_deny decide where the "
+                   "server may send.");
   PG_RETURN_VOID();
 }

@@ -8,12 +8,31 @@ extern "C" {
 }
 
 #include <climits>
+#include <stdexcept>
+#include <vector>
 
 namespace pg_outbox::pg {
 
 Settings settings;
 
 namespace {
+
+// GUC check hook of the egress lists: PostgreSQL's usual refusal, naming the rule.
+// PostgreSQL calls it: no C++ exception may leave it, and the message is reported
+// only after every C++ object of the check is gone (GUC_check_errmsg may longjmp).
+bool check_egress_rules(char** value, void**, GucSource) {
+  char message[512] = "";
+  try {
+    std::vector<core::EgressRule> rules;
+    if (auto error = core::parse_egress_rules(*value ? *value : "", rules))
+      strlcpy(message, error->c_str(), sizeof message);
+  } catch (...) {
+    strlcpy(message, "could not check the egress rules (out of memory)", sizeof message);
+  }
+  if (message[0] == '\0') return true;
+  GUC_check_errmsg("%s", message);
+  return false;
+}
 
 void define_int(const char* name, const char* description, int* target, int boot, int min, int max,
                 GucContext context, int flags) {
@@ -56,7 +75,27 @@ void define_settings() {
              &settings.sent_retention_s, 86400, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
   define_int("pg_outbox.dlq_retention", "How long handled (requeued or discarded) dead letters are kept (-1: for ever); open ones always are.",
              &settings.dlq_retention_s, -1, -1, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
+  // Where the server may send: superuser settings (SIGHUP context), hidden from other
+  // roles (GUC_SUPERUSER_ONLY), refused at SET/reload when a rule does not parse.
+  DefineCustomStringVariable("pg_outbox.egress_allow",
+                             "Host patterns and CIDR ranges deliveries may go to (empty: anywhere not denied).",
+                             nullptr, &settings.egress_allow, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY,
+                             check_egress_rules, nullptr, nullptr);
+  DefineCustomStringVariable("pg_outbox.egress_deny",
+                             "Host patterns and CIDR ranges deliveries may never go to (deny wins).", nullptr,
+                             &settings.egress_deny, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY, check_egress_rules,
+                             nullptr, nullptr);
   MarkGUCPrefixReserved("pg_outbox");
+}
+
+core::EgressPolicy egress_policy() {
+  core::EgressPolicy policy;
+  // Values that reached the variables passed check_egress_rules; a failure here
+  // would leave an empty list, so be loud rather than permissive.
+  if (core::parse_egress_rules(settings.egress_allow ? settings.egress_allow : "", policy.allow) ||
+      core::parse_egress_rules(settings.egress_deny ? settings.egress_deny : "", policy.deny))
+    throw std::runtime_error("pg_outbox: the egress policy settings do not parse");
+  return policy;
 }
 
 }  // namespace pg_outbox::pg

@@ -2,6 +2,8 @@
 // PostgreSQL's GUC machinery (at start and on SIGHUP) and read by everyone else.
 #pragma once
 
+#include "core/egress_policy.hpp"
+
 namespace pg_outbox::pg {
 
 struct Settings {
@@ -18,10 +20,15 @@ struct Settings {
   int breaker_threshold = 10;
   int sent_retention_s = 86400;  // 0: delete a message as soon as it is sent
   int dlq_retention_s = -1;      // -1: keep dead letters for ever
+  char* egress_allow = nullptr;  // rules (core/egress_policy.hpp); checked when set
+  char* egress_deny = nullptr;
 };
 
 extern Settings settings;
 
 void define_settings();
+
+// The egress policy the two GUCs hold now (they were checked when they were set).
+core::EgressPolicy egress_policy();
 
 }  // namespace pg_outbox::pg

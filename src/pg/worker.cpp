@@ -52,7 +52,9 @@ core::BreakerConfig breaker_config() {
 
 }  // namespace
 
-Worker::Worker() : client_(settings.max_concurrency), random_(std::random_device{}()) {}
+Worker::Worker() : client_(settings.max_concurrency), random_(std::random_device{}()) {
+  client_.set_egress_policy(egress_policy());
+}
 
 void Worker::run() {
   pg_call([] {
@@ -117,6 +119,7 @@ bool Worker::wait_for_work() {
     ConfigReloadPending = false;
     pg_call([] { ProcessConfigFile(PGC_SIGHUP); });
     client_.set_max_concurrency(settings.max_concurrency);
+    client_.set_egress_policy(egress_policy());
     more_due_ = true;  // batch size or enablement may have changed
     // Shown by worker_status(): tests and operators wait for this, not for a sleep.
     // PgReloadTime is this process's own last read of the files (a fresh worker
@@ -428,6 +431,14 @@ void Worker::record_outcome(const http::Response& response) {
   int64_t id = static_cast<int64_t>(response.tag);
   int64_t now = now_ms();
 
+  if (!response.egress_denied.empty()) {
+    // Nothing was sent: the destination is not allowed, and retrying cannot change that
+    // (the operator changes the policy or the URL, then requeues). No breaker result:
+    // the receiver was never asked.
+    pending_.dead.push_back({id, core::DeadReason::EgressDenied, response.error, 0, {}});
+    count(delivery.endpoint, core::Verdict::Dead);
+    return;
+  }
   core::Outcome outcome = response.transport_error ? core::classify_transport_error()
                                                    : core::classify_http_status(response.status);
   std::optional<int64_t> retry_after;

@@ -30,6 +30,7 @@ background with IPC::Run, with its ready-file and request log
 10 s for it to listen and returns an C<OutboxTest::Receiver> object.
 Options: C<port> (default 0 = ephemeral), C<log> (path of the jsonl log),
 C<max_seconds> (default 3600), C<idle_timeout> (seconds; default never),
+C<host> (a loopback address to listen on; default 127.0.0.1),
 C<tls_cert> and C<tls_key> (PEM files: serve HTTPS; control calls then need
 C<https>, so use the record log rather than the control API),
 C<python> (default C<$ENV{PYTHON}> or C<python3>).
@@ -230,6 +231,7 @@ sub start_receiver
 		max_seconds => $opts{max_seconds} // 3600,
 		idle_timeout => $opts{idle_timeout},
 		tls_cert     => $opts{tls_cert},
+		host         => $opts{host} // '127.0.0.1',
 		tls_key      => $opts{tls_key},
 		python      => $opts{python} // $ENV{PYTHON} // 'python3',
 		json        => JSON::PP->new->utf8->canonical,
@@ -426,7 +428,7 @@ sub url
 	my ($self, $path) = @_;
 	$path //= '/';
 	$path = "/$path" unless $path =~ m{^/};
-	return ($self->{tls_cert} ? 'https' : 'http') . "://127.0.0.1:$self->{port}$path";
+	return ($self->{tls_cert} ? 'https' : 'http') . "://$self->{host}:$self->{port}$path";
 }
 
 # Start the process; with $resume, reload records from the log.
@@ -436,6 +438,7 @@ sub _spawn
 	unlink $self->{ready_file};
 	my @cmd = (
 		$self->{python}, $OutboxTest::RECEIVER_SCRIPT,
+		'--host'        => $self->{host},
 		'--port'        => $self->{port},
 		'--ready-file'  => $self->{ready_file},
 		'--log'         => $self->{log},
@@ -501,7 +504,7 @@ sub stop_listening
 	my $self = shift;
 	$self->stop;
 	$self->{placeholder} = IO::Socket::INET->new(
-		LocalAddr => '127.0.0.1',
+		LocalAddr => $self->{host},
 		LocalPort => $self->{port},
 		Proto     => 'tcp',
 		ReuseAddr => 1) or croak "holding port $self->{port}: $!";

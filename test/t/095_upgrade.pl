@@ -37,6 +37,10 @@ is(sql(q{SELECT extversion FROM pg_extension WHERE extname = 'pg_outbox'}), '0.1
 sql(q{CREATE ROLE regress_upgrade_ops});
 sql(q{GRANT USAGE ON SCHEMA outbox, dlq TO regress_upgrade_ops});
 sql(q{GRANT EXECUTE ON FUNCTION outbox.worker_status(), dlq.requeue(bigint, jsonb) TO regress_upgrade_ops});
+# A producer of 0.1.0: it could enqueue to every endpoint.
+sql(q{CREATE ROLE regress_upgrade_producer});
+sql(q{GRANT USAGE ON SCHEMA outbox TO regress_upgrade_producer});
+sql(q{GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz) TO regress_upgrade_producer});
 
 sql("SELECT outbox.create_endpoint('up', url => '" . $recv->url('/hooks/up') . "')");
 sql("SELECT outbox.create_endpoint('bad', url => '" . $recv->url('/hooks/bad') . "')");
@@ -69,8 +73,19 @@ is(sql(q{SELECT has_function_privilege('public', 'outbox.worker_status()', 'EXEC
 is(sql(q{SET ROLE regress_upgrade_ops; SELECT config_loaded_at IS NOT NULL FROM outbox.worker_status()}), 't',
 	'the operator reads the new config_loaded_at column');
 
+# Send rights carried over: the 0.1.0 producer keeps every endpoint that existed; an
+# endpoint created after the update needs its own grant.
+is(sql(q{SET ROLE regress_upgrade_producer; SELECT outbox.enqueue('up', '{"n": "producer after update"}') > 0}), 't',
+	'a producer of 0.1.0 still sends to an endpoint that existed (right carried over)');
+push @pending, sql(q{SELECT max(id) FROM outbox.messages WHERE endpoint = 'up'});
+sql("SELECT outbox.create_endpoint('later', url => '" . $recv->url('/hooks/later') . "')");
+my ($rc, $out, $err) = $node->psql('postgres',
+	q{SET ROLE regress_upgrade_producer; SELECT outbox.enqueue('later', '{}')});
+like($err, qr/permission denied to send to endpoint "later"/, '... but not to an endpoint created after the update');
+is(sql(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'later'}), '0', '... and nothing was inserted');
+
 is(sql("SELECT string_agg(status, ',' ORDER BY id) FROM outbox.messages WHERE id IN (" . join(',', @pending) . ')'),
-	'pending,pending,pending,pending,pending', 'the pending messages are still pending');
+	'pending,pending,pending,pending,pending,pending', 'the pending messages are still pending');
 sql(q{SELECT outbox.resume_endpoint('up')});
 ok(wait_until(sub { my $ok = $recv->answered_2xx('/hooks/up'); !grep { !$ok->{"msg_$_"} } @pending }, 60),
 	'every message pending across the update is delivered (a 2xx reached the worker)');
@@ -132,6 +147,8 @@ sql(q{CREATE DATABASE fresh});
 sql(q{CREATE EXTENSION pg_outbox}, 'fresh');
 sql(q{GRANT USAGE ON SCHEMA outbox, dlq TO regress_upgrade_ops}, 'fresh');
 sql(q{GRANT EXECUTE ON FUNCTION outbox.worker_status(), dlq.requeue(bigint, jsonb) TO regress_upgrade_ops}, 'fresh');
+sql(q{GRANT USAGE ON SCHEMA outbox TO regress_upgrade_producer}, 'fresh');
+sql(q{GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz) TO regress_upgrade_producer}, 'fresh');
 my $fresh    = sql($describe, 'fresh');
 my $upgraded = sql($describe);
 cmp_ok(scalar(split /\n/, $fresh), '>', 100, 'the description covers the whole schema (over 100 lines)');

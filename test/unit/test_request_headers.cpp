@@ -71,14 +71,23 @@ TEST(RequestHeaders, EmptyEventTypeAndUserAgentAreOmitted) {
   }
 }
 
-TEST(RequestHeaders, EndpointThenMessageHeadersWithOverride) {
+TEST(RequestHeaders, EndpointHeadersCannotBeReplacedByMessageHeaders) {
   DeliveryHeaders h = basic();
   h.endpoint_headers = {{"Authorization", "Bearer endpoint"}, {"X-Team", "billing"}, {"X-Env", "prod"}};
-  h.message_headers = {{"x-team", "payments"}, {"X-Trace", "abc"}};
+  h.message_headers = {{"authorization", "Bearer producer"}, {"x-team", "payments"}, {"X-Env", ""},
+                       {"X-Trace", "abc"}};
   Lines lines = build_request_headers(h, "{}");
   Lines user(lines.begin(), lines.begin() + 4);
-  EXPECT_EQ(user, (Lines{"Authorization: Bearer endpoint", "X-Env: prod", "x-team: payments", "X-Trace: abc"}));
+  EXPECT_EQ(user, (Lines{"Authorization: Bearer endpoint", "X-Team: billing", "X-Env: prod", "X-Trace: abc"}));
   EXPECT_EQ(lines[4], "Content-Type: application/json");
+}
+
+TEST(RequestHeaders, LaterDuplicateWithinMessageHeadersWins) {
+  DeliveryHeaders h = basic();
+  h.message_headers = {{"X-B", "1"}, {"x-b", "2"}};
+  Lines lines = build_request_headers(h, "{}");
+  EXPECT_EQ(lines[0], "x-b: 2");
+  EXPECT_EQ(lines[1], "Content-Type: application/json");
 }
 
 TEST(RequestHeaders, LaterDuplicateWithinOneListWins) {

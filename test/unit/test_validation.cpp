@@ -43,6 +43,16 @@ TEST(Url, Accepts) {
     EXPECT_EQ(check_url(ok), std::nullopt) << ok;
 }
 
+TEST(Url, Host) {
+  using pg_outbox::core::url_host;
+  EXPECT_EQ(url_host("http://127.0.0.1:8080/hooks"), "127.0.0.1");
+  EXPECT_EQ(url_host("https://user:p%40ss@Example.COM/a?b=c"), "Example.COM");
+  EXPECT_EQ(url_host("http://[::ffff:127.0.0.1]:80/"), "::ffff:127.0.0.1");
+  EXPECT_EQ(url_host("http://localhost?x=1"), "localhost");
+  EXPECT_EQ(url_host("ftp://example.com/"), "");
+  EXPECT_EQ(url_host("not a url"), "");
+}
+
 // SECURITY.md: the form of a URL is checked, not its address; these all pass (the
 // egress of the server's OS user is the deployer's to firewall).
 TEST(Url, AcceptsAnyAddressForm) {

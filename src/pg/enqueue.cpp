@@ -1,0 +1,74 @@
+// outbox.enqueue(): the producer's entry point. It is not SECURITY DEFINER, so that it
+// sees the role that really calls it (GetUserId: SET ROLE, and callers inside other
+// SECURITY DEFINER functions, included). It passes that role to outbox._enqueue(),
+// which checks the send right and writes the message, and runs it as the function's
+// owner (the extension's owner) exactly as a SECURITY DEFINER call would: only this
+// function can name the caller, and no producer can execute _enqueue() itself.
+#include "pg/boundary.hpp"
+
+extern "C" {
+#include "access/htup_details.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/syscache.h"
+}
+
+namespace {
+
+constexpr int kArguments = 7;  // outbox.enqueue's own arguments; _enqueue adds the caller
+
+Oid function_owner(Oid function) {
+  HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
+  if (!HeapTupleIsValid(tuple)) elog(ERROR, "cache lookup failed for function %u", function);
+  Oid owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->proowner;
+  ReleaseSysCache(tuple);
+  return owner;
+}
+
+// Runs outbox._enqueue() with the caller's arguments and identity; all of it inside one
+// pg_call, since it is PostgreSQL code from start to end. An ERROR leaves through the
+// transaction's abort, which also restores the user the switch below changed.
+Datum enqueue_as_owner(FunctionCallInfo fcinfo) {
+  static SPIPlanPtr plan = nullptr;
+  Oid caller = GetUserId();
+  Oid saved_user;
+  int saved_context;
+  GetUserIdAndSecContext(&saved_user, &saved_context);
+  SetUserIdAndSecContext(function_owner(fcinfo->flinfo->fn_oid), saved_context | SECURITY_LOCAL_USERID_CHANGE);
+
+  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_outbox: SPI_connect failed");
+  if (plan == nullptr) {
+    Oid types[kArguments + 1] = {TEXTOID, JSONBOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, REGROLEOID};
+    SPIPlanPtr prepared =
+        SPI_prepare("SELECT outbox._enqueue($1, $2, $3, $4, $5, $6, $7, $8)", kArguments + 1, types);
+    if (prepared == nullptr) elog(ERROR, "pg_outbox: preparing enqueue failed: %s", SPI_result_code_string(SPI_result));
+    if (SPI_keepplan(prepared) != 0) elog(ERROR, "pg_outbox: keeping the enqueue plan failed");
+    plan = prepared;
+  }
+  Datum values[kArguments + 1];
+  char nulls[kArguments + 1];
+  for (int i = 0; i < kArguments; ++i) {
+    values[i] = PG_ARGISNULL(i) ? Datum(0) : PG_GETARG_DATUM(i);
+    nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+  }
+  values[kArguments] = ObjectIdGetDatum(caller);
+  nulls[kArguments] = ' ';
+  int rc = SPI_execute_plan(plan, values, nulls, false, 1);
+  if (rc != SPI_OK_SELECT || SPI_processed != 1) elog(ERROR, "pg_outbox: enqueue returned no row");
+  bool isnull = false;
+  Datum id = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+  int64 message_id = isnull ? 0 : DatumGetInt64(id);  // bigint is passed by value
+  SPI_finish();
+
+  SetUserIdAndSecContext(saved_user, saved_context);
+  if (isnull) elog(ERROR, "pg_outbox: enqueue returned NULL");
+  return Int64GetDatum(message_id);
+}
+
+}  // namespace
+
+PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
+  return pg_outbox::pg::pg_call([&] { return enqueue_as_owner(fcinfo); });
+}
