@@ -80,24 +80,6 @@ COMMENT ON TABLE outbox.endpoint_senders IS
     'pg_outbox send rights: the roles that may enqueue to each endpoint; manage with outbox.grant_send()';
 SELECT pg_catalog.pg_extension_config_dump('outbox.endpoint_senders', '');
 
--- Whether caller may enqueue to endpoint: a superuser or the extension's owner always;
--- anyone else with the privileges of a role granted the endpoint, or when PUBLIC is.
-CREATE FUNCTION outbox._may_send(endpoint text, caller regrole)
-    RETURNS boolean
-    LANGUAGE sql STABLE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp
-AS $fn$
-    SELECT EXISTS (SELECT FROM pg_catalog.pg_roles r
-                    WHERE r.oid = _may_send.caller
-                      AND (r.rolsuper OR r.oid = (SELECT x.extowner FROM pg_catalog.pg_extension x
-                                                   WHERE x.extname = 'pg_outbox')))
-        OR EXISTS (SELECT FROM outbox.endpoint_senders s
-                    WHERE s.endpoint = _may_send.endpoint
-                      AND (s.role = 0
-                           OR (EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = s.role)
-                               AND pg_catalog.pg_has_role(_may_send.caller, s.role, 'USAGE'))));
-$fn$;
-
 -- Lets role (a role name, or 'public') enqueue to endpoint.  Granting twice is not an
 -- error.  42704 for an unknown endpoint or role.
 CREATE FUNCTION outbox.grant_send(endpoint text, role name)
@@ -187,7 +169,8 @@ CREATE FUNCTION outbox._enqueue(endpoint text,
                                 ordering_key text,
                                 idempotency_key text,
                                 deliver_at timestamptz,
-                                caller regrole)
+                                caller regrole,
+                                privileged boolean)
     RETURNS bigint
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -214,7 +197,13 @@ BEGIN
         RAISE EXCEPTION 'endpoint "%" does not exist', _enqueue.endpoint
             USING ERRCODE = 'undefined_object';
     END IF;
-    IF NOT outbox._may_send(_enqueue.endpoint, _enqueue.caller) THEN
+    -- The send right: privileged (a superuser or the extension's owner, which
+    -- outbox.enqueue works out in C) or the privileges of a granted role, or PUBLIC.
+    -- pg_has_role is false, not an error, for a role dropped since it was granted.
+    IF NOT _enqueue.privileged
+       AND NOT EXISTS (SELECT FROM outbox.endpoint_senders s
+                        WHERE s.endpoint = _enqueue.endpoint
+                          AND (s.role = 0 OR pg_catalog.pg_has_role(_enqueue.caller, s.role, 'USAGE'))) THEN
         RAISE EXCEPTION 'permission denied to send to endpoint "%"', _enqueue.endpoint
             USING ERRCODE = 'insufficient_privilege',
                   HINT = format('An operator grants it with outbox.grant_send(%L, %L).',
@@ -301,7 +290,7 @@ BEGIN
               HINT = 'Retry the transaction.';
 END
 $fn$;
-COMMENT ON FUNCTION outbox._enqueue(text, jsonb, text, jsonb, text, text, timestamptz, regrole) IS
+COMMENT ON FUNCTION outbox._enqueue(text, jsonb, text, jsonb, text, text, timestamptz, regrole, boolean) IS
     'the work of outbox.enqueue(), for the role given; reached only through outbox.enqueue()';
 
 -- The producer's entry.  In C and NOT security definer: it takes the identity of the
@@ -324,9 +313,9 @@ COMMENT ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timesta
 
 -- New functions are executable by PUBLIC until told otherwise.
 REVOKE ALL ON outbox.endpoint_senders FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION outbox._may_send(text, regrole), outbox.grant_send(text, name),
-    outbox.revoke_send(text, name), outbox._sending_endpoint(text), outbox._sending_role(name),
-    outbox._enqueue(text, jsonb, text, jsonb, text, text, timestamptz, regrole) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION outbox.grant_send(text, name), outbox.revoke_send(text, name),
+    outbox._sending_endpoint(text), outbox._sending_role(name),
+    outbox._enqueue(text, jsonb, text, jsonb, text, text, timestamptz, regrole, boolean) FROM PUBLIC;
 
 -- Rights carried over: whoever could enqueue before may still send to every endpoint
 -- that exists now.

@@ -584,24 +584,6 @@ COMMENT ON FUNCTION outbox.resume_endpoint(text) IS
 -- Send rights
 ------------------------------------------------------------------------------------------
 
--- Whether caller may enqueue to endpoint: a superuser or the extension's owner always;
--- anyone else with the privileges of a role granted the endpoint, or when PUBLIC is.
-CREATE FUNCTION outbox._may_send(endpoint text, caller regrole)
-    RETURNS boolean
-    LANGUAGE sql STABLE SECURITY DEFINER
-    SET search_path = pg_catalog, pg_temp
-AS $fn$
-    SELECT EXISTS (SELECT FROM pg_catalog.pg_roles r
-                    WHERE r.oid = _may_send.caller
-                      AND (r.rolsuper OR r.oid = (SELECT x.extowner FROM pg_catalog.pg_extension x
-                                                   WHERE x.extname = 'pg_outbox')))
-        OR EXISTS (SELECT FROM outbox.endpoint_senders s
-                    WHERE s.endpoint = _may_send.endpoint
-                      AND (s.role = 0
-                           OR (EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = s.role)
-                               AND pg_catalog.pg_has_role(_may_send.caller, s.role, 'USAGE'))));
-$fn$;
-
 -- Lets role (a role name, or 'public') enqueue to endpoint.  Granting twice is not an
 -- error.  42704 for an unknown endpoint or role.
 CREATE FUNCTION outbox.grant_send(endpoint text, role name)
@@ -695,7 +677,8 @@ CREATE FUNCTION outbox._enqueue(endpoint text,
                                 ordering_key text,
                                 idempotency_key text,
                                 deliver_at timestamptz,
-                                caller regrole)
+                                caller regrole,
+                                privileged boolean)
     RETURNS bigint
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -722,7 +705,13 @@ BEGIN
         RAISE EXCEPTION 'endpoint "%" does not exist', _enqueue.endpoint
             USING ERRCODE = 'undefined_object';
     END IF;
-    IF NOT outbox._may_send(_enqueue.endpoint, _enqueue.caller) THEN
+    -- The send right: privileged (a superuser or the extension's owner, which
+    -- outbox.enqueue works out in C) or the privileges of a granted role, or PUBLIC.
+    -- pg_has_role is false, not an error, for a role dropped since it was granted.
+    IF NOT _enqueue.privileged
+       AND NOT EXISTS (SELECT FROM outbox.endpoint_senders s
+                        WHERE s.endpoint = _enqueue.endpoint
+                          AND (s.role = 0 OR pg_catalog.pg_has_role(_enqueue.caller, s.role, 'USAGE'))) THEN
         RAISE EXCEPTION 'permission denied to send to endpoint "%"', _enqueue.endpoint
             USING ERRCODE = 'insufficient_privilege',
                   HINT = format('An operator grants it with outbox.grant_send(%L, %L).',
@@ -809,7 +798,7 @@ BEGIN
               HINT = 'Retry the transaction.';
 END
 $fn$;
-COMMENT ON FUNCTION outbox._enqueue(text, jsonb, text, jsonb, text, text, timestamptz, regrole) IS
+COMMENT ON FUNCTION outbox._enqueue(text, jsonb, text, jsonb, text, text, timestamptz, regrole, boolean) IS
     'the work of outbox.enqueue(), for the role given; reached only through outbox.enqueue()';
 
 -- The producer's entry.  In C and NOT security definer: it takes the identity of the

@@ -17,7 +17,7 @@ extern "C" {
 
 namespace {
 
-constexpr int kArguments = 7;  // outbox.enqueue's own arguments; _enqueue adds the caller
+constexpr int kArguments = 7;  // outbox.enqueue's own arguments; _enqueue adds two (below)
 
 Oid function_owner(Oid function) {
   HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
@@ -33,28 +33,34 @@ Oid function_owner(Oid function) {
 Datum enqueue_as_owner(FunctionCallInfo fcinfo) {
   static SPIPlanPtr plan = nullptr;
   Oid caller = GetUserId();
+  Oid owner = function_owner(fcinfo->flinfo->fn_oid);
+  // Superusers and the extension's owner need no send right: decided here, from the
+  // role caches, so that their enqueues (and every other caller's) skip a lookup.
+  bool privileged = caller == owner || superuser_arg(caller);
   Oid saved_user;
   int saved_context;
   GetUserIdAndSecContext(&saved_user, &saved_context);
-  SetUserIdAndSecContext(function_owner(fcinfo->flinfo->fn_oid), saved_context | SECURITY_LOCAL_USERID_CHANGE);
+  SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
 
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_outbox: SPI_connect failed");
   if (plan == nullptr) {
-    Oid types[kArguments + 1] = {TEXTOID, JSONBOID, TEXTOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, REGROLEOID};
+    Oid types[kArguments + 2] = {TEXTOID, JSONBOID,       TEXTOID,    JSONBOID, TEXTOID,
+                                 TEXTOID, TIMESTAMPTZOID, REGROLEOID, BOOLOID};
     SPIPlanPtr prepared =
-        SPI_prepare("SELECT outbox._enqueue($1, $2, $3, $4, $5, $6, $7, $8)", kArguments + 1, types);
+        SPI_prepare("SELECT outbox._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9)", kArguments + 2, types);
     if (prepared == nullptr) elog(ERROR, "pg_outbox: preparing enqueue failed: %s", SPI_result_code_string(SPI_result));
     if (SPI_keepplan(prepared) != 0) elog(ERROR, "pg_outbox: keeping the enqueue plan failed");
     plan = prepared;
   }
-  Datum values[kArguments + 1];
-  char nulls[kArguments + 1];
+  Datum values[kArguments + 2];
+  char nulls[kArguments + 2];
   for (int i = 0; i < kArguments; ++i) {
     values[i] = PG_ARGISNULL(i) ? Datum(0) : PG_GETARG_DATUM(i);
     nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
   }
   values[kArguments] = ObjectIdGetDatum(caller);
-  nulls[kArguments] = ' ';
+  values[kArguments + 1] = BoolGetDatum(privileged);
+  nulls[kArguments] = nulls[kArguments + 1] = ' ';
   int rc = SPI_execute_plan(plan, values, nulls, false, 1);
   if (rc != SPI_OK_SELECT || SPI_processed != 1) elog(ERROR, "pg_outbox: enqueue returned no row");
   bool isnull = false;
