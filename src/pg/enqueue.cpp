@@ -35,7 +35,7 @@ Datum enqueue_as_owner(FunctionCallInfo fcinfo) {
   Oid caller = GetUserId();
   Oid owner = function_owner(fcinfo->flinfo->fn_oid);
   // Superusers and the extension's owner need no send right: decided here, from the
-  // role caches, so that their enqueues (and every other caller's) skip a lookup.
+  // role caches, so that their enqueues skip the lookup of endpoint_senders.
   bool privileged = caller == owner || superuser_arg(caller);
   Oid saved_user;
   int saved_context;
