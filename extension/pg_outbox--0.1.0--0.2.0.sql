@@ -9,6 +9,8 @@
 --   * The egress policy (pg_outbox.egress_allow / egress_deny): create_endpoint and
 --     alter_endpoint refuse a host it denies; dead letters may have reason_code
 --     EGRESS_DENIED (it refused the address at connect time).
+--   * dlq.requeue_all skips (and counts, in a WARNING) a dead letter it cannot requeue
+--     instead of failing whole.
 --   * Send rights per endpoint (outbox.grant_send / outbox.revoke_send).  So that an
 --     installation keeps working, every role that could execute outbox.enqueue before
 --     the update (PUBLIC included, if it was granted) is granted every endpoint that
@@ -334,7 +336,6 @@ ALTER TABLE dlq.dead_letters
         CHECK (reason_code IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE', 'RETRY_EXHAUSTED',
                                'ENDPOINT_DROPPED', 'INVALID_MESSAGE', 'EGRESS_DENIED'));
 
--- ... which requeue_all accepts and metrics() reports (CREATE OR REPLACE keeps their grants).
 -- Requeues every open dead letter matching all the filters that are not NULL
 -- (since: dead_at >= since), in id order, all or nothing; returns how many.
 CREATE OR REPLACE FUNCTION dlq.requeue_all(endpoint text DEFAULT NULL,
@@ -346,8 +347,10 @@ CREATE OR REPLACE FUNCTION dlq.requeue_all(endpoint text DEFAULT NULL,
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    r       record;
-    v_count bigint := 0;
+    r         record;
+    v_count   bigint := 0;
+    v_skipped bigint := 0;
+    v_first   text;
 BEGIN
     IF requeue_all.reason_code IS NOT NULL
        AND requeue_all.reason_code NOT IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE', 'RETRY_EXHAUSTED',
@@ -367,14 +370,26 @@ BEGIN
          ORDER BY dl.id
            FOR UPDATE
     LOOP
-        PERFORM dlq.requeue(r.id);
-        v_count := v_count + 1;
+        -- One that cannot be requeued now (its endpoint is gone, its idempotency key is
+        -- back in the outbox) stays open and is counted; the redrive goes on.
+        BEGIN
+            PERFORM dlq.requeue(r.id);
+            v_count := v_count + 1;
+        EXCEPTION WHEN undefined_object OR unique_violation THEN
+            v_skipped := v_skipped + 1;
+            v_first := coalesce(v_first, format('dead letter %s: %s', r.id, SQLERRM));
+        END;
     END LOOP;
+    IF v_skipped > 0 THEN
+        RAISE WARNING 'requeue_all requeued %, skipped % that cannot be requeued now', v_count, v_skipped
+            USING DETAIL = 'The first: ' || v_first || '.',
+                  HINT = 'They stay open: fix the cause, then requeue or discard them.';
+    END IF;
     RETURN v_count;
 END
 $fn$;
 COMMENT ON FUNCTION dlq.requeue_all(text, text, timestamptz) IS
-    'requeues the open dead letters matching every filter given; returns how many';
+    'requeues the open dead letters matching every filter given; returns how many; skips (and counts) the ones it cannot requeue now';
 
 -- Prometheus text exposition format (version 0.0.4).  Every endpoint gets every series
 -- of the gauges, zeros included, so an alert never sees a series vanish.  Series of

@@ -954,8 +954,10 @@ CREATE FUNCTION dlq.requeue_all(endpoint text DEFAULT NULL,
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    r       record;
-    v_count bigint := 0;
+    r         record;
+    v_count   bigint := 0;
+    v_skipped bigint := 0;
+    v_first   text;
 BEGIN
     IF requeue_all.reason_code IS NOT NULL
        AND requeue_all.reason_code NOT IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE', 'RETRY_EXHAUSTED',
@@ -975,14 +977,26 @@ BEGIN
          ORDER BY dl.id
            FOR UPDATE
     LOOP
-        PERFORM dlq.requeue(r.id);
-        v_count := v_count + 1;
+        -- One that cannot be requeued now (its endpoint is gone, its idempotency key is
+        -- back in the outbox) stays open and is counted; the redrive goes on.
+        BEGIN
+            PERFORM dlq.requeue(r.id);
+            v_count := v_count + 1;
+        EXCEPTION WHEN undefined_object OR unique_violation THEN
+            v_skipped := v_skipped + 1;
+            v_first := coalesce(v_first, format('dead letter %s: %s', r.id, SQLERRM));
+        END;
     END LOOP;
+    IF v_skipped > 0 THEN
+        RAISE WARNING 'requeue_all requeued %, skipped % that cannot be requeued now', v_count, v_skipped
+            USING DETAIL = 'The first: ' || v_first || '.',
+                  HINT = 'They stay open: fix the cause, then requeue or discard them.';
+    END IF;
     RETURN v_count;
 END
 $fn$;
 COMMENT ON FUNCTION dlq.requeue_all(text, text, timestamptz) IS
-    'requeues the open dead letters matching every filter given; returns how many';
+    'requeues the open dead letters matching every filter given; returns how many; skips (and counts) the ones it cannot requeue now';
 
 -- Marks an open dead letter as handled without sending it; the row stays as evidence.
 CREATE FUNCTION dlq.discard(id bigint, note text DEFAULT NULL)

@@ -127,15 +127,23 @@ SELECT * FROM dlq.summary ORDER BY endpoint, reason_code, event_type;
 DELETE FROM outbox.messages;
 UPDATE dlq.dead_letters SET requeued_at = NULL, requeued_as = NULL, discarded_at = NULL, note = NULL;
 
--- Bad reason code; and a match whose endpoint is gone makes the whole call fail.
+-- Bad reason code: refused.
 SELECT dlq.requeue_all(reason_code => 'NOT_A_REASON');
 \echo :SQLSTATE
+-- One that cannot be requeued now does not stop the redrive: dead letter 7's endpoint
+-- is gone, and an idempotency key of another is back in the outbox.  Both are skipped,
+-- counted in a WARNING, and stay open; the rest are requeued.
+SELECT id, endpoint, idempotency_key FROM dlq.dead_letters
+ WHERE requeued_at IS NULL AND idempotency_key IS NOT NULL ORDER BY id LIMIT 1 \gset key_
+SELECT outbox.enqueue(:'key_endpoint', '{"live": true}', idempotency_key => :'key_idempotency_key') > 0 AS key_taken;
 SELECT dlq.requeue_all(reason_code => 'ENDPOINT_DROPPED');
-\echo :SQLSTATE
 SELECT dlq.requeue_all();
-\echo :SQLSTATE
-SELECT count(*) AS requeued FROM dlq.dead_letters WHERE requeued_at IS NOT NULL;
+SELECT id FROM dlq.dead_letters WHERE requeued_at IS NULL AND discarded_at IS NULL ORDER BY id;
 SELECT count(*) AS messages FROM outbox.messages;
+-- Back to where it was for the filters below.
+DELETE FROM outbox.messages;
+UPDATE dlq.dead_letters SET requeued_at = NULL, requeued_as = NULL, discarded_at = NULL, note = NULL;
+SELECT count(*) AS requeued FROM dlq.dead_letters WHERE requeued_at IS NOT NULL;
 -- Nothing matches: 0.
 SELECT dlq.requeue_all(endpoint => 'nope');
 SELECT dlq.requeue_all(endpoint => 'billing', reason_code => 'PAYLOAD_TOO_LARGE');
