@@ -127,7 +127,7 @@ struct Transfer {
     char error_buffer[CURL_ERROR_SIZE] = {};
     size_t slot = 0;  // index in Client::Impl::active while in flight
     // The egress check (see on_open_socket and on_prereq): the client's policy, this
-    // request's host as written in its URL, and the rule that refused it, if one did.
+    // request's host as written in its URL (once needed), and the rule that refused it.
     const core::EgressPolicy* egress = nullptr;
     void* socket_owner = nullptr;  // the Client::Impl whose socket bookkeeping this uses
     std::string host;
@@ -209,6 +209,9 @@ struct Transfer {
     bool egress_allows(const struct sockaddr* address) noexcept {
         if (egress == nullptr || egress->empty()) return true;
         try {
+            // Worked out on first need, so that requests under an empty policy (the
+            // default) never parse their URL again.
+            if (host.empty()) host = core::url_host(request.url);
             core::EgressDecision decision = core::check_egress(*egress, host, address);
             if (!decision.allowed && egress_denied.empty()) egress_denied = std::move(decision.rule);
             return decision.allowed;
@@ -240,7 +243,7 @@ struct Transfer {
     CURLcode configure() {
         CURL* e = easy.get();
         error_buffer[0] = '\0';
-        host = core::url_host(request.url);
+        host.clear();
         egress_denied.clear();
 
         // Our own header lines, plus "Expect:" so that libcurl does not wait for a
