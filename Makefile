@@ -3,7 +3,17 @@
 PG_CONFIG ?= pg_config
 EXTENSION  = pg_outbox
 MODULE_big = pg_outbox
-DATA       = $(wildcard extension/pg_outbox--*.sql)
+# The install script of the current version and its update from the previous one are
+# built from ordered sources (extension/src, extension/upgrade); the scripts of earlier
+# releases are frozen as they shipped.
+OUTBOX_VERSION = 0.3.0
+DATA       = extension/pg_outbox--0.1.0.sql extension/pg_outbox--0.2.0.sql \
+             extension/pg_outbox--0.1.0--0.2.0.sql
+DATA_built = extension/pg_outbox--$(OUTBOX_VERSION).sql extension/pg_outbox--0.2.0--$(OUTBOX_VERSION).sql
+INSTALL_SOURCES = $(sort $(wildcard extension/src/*.sql))
+# What an update re-runs: every function, view and privilege file (CREATE OR REPLACE),
+# not the schemas and tables, which the update script changes itself.
+REPLAYED_SOURCES = $(filter-out extension/src/00_% extension/src/10_% extension/src/3%,$(INSTALL_SOURCES))
 
 SRCS = $(wildcard src/core/*.cpp) $(wildcard src/http/*.cpp) $(wildcard src/pg/*.cpp)
 OBJS = $(SRCS:.cpp=.o)
@@ -44,6 +54,13 @@ include $(PGXS)
 
 -include $(OBJS:.o=.d)
 EXTRA_CLEAN = $(OBJS:.o=.d) build
+
+extension/pg_outbox--$(OUTBOX_VERSION).sql: $(INSTALL_SOURCES)
+	cat $^ > $@
+
+extension/pg_outbox--0.2.0--$(OUTBOX_VERSION).sql: extension/upgrade/0.2.0--$(OUTBOX_VERSION).pre.sql \
+		extension/src/35_engine_tables.sql extension/upgrade/0.2.0--$(OUTBOX_VERSION).post.sql $(REPLAYED_SOURCES)
+	cat $^ > $@
 
 # Before pg_regress: is the server one the suite can run against? (see REGRESS above)
 .PHONY: installcheck-server

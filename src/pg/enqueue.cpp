@@ -5,8 +5,10 @@
 // owner (the extension's owner) exactly as a SECURITY DEFINER call would: only this
 // function can name the caller, and no producer can execute _enqueue() itself.
 #include "pg/boundary.hpp"
+#include "pg/settings.hpp"
 
 extern "C" {
+#include "access/detoast.h"
 #include "access/htup_details.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -27,11 +29,20 @@ Oid function_owner(Oid function) {
   return owner;
 }
 
+// The size of a stored value uncompressed, from its header alone (never detoasted).
+int64 stored_size(Datum value) { return static_cast<int64>(toast_raw_datum_size(value)) - VARHDRSZ; }
+
 // Runs outbox._enqueue() with the caller's arguments and identity; all of it inside one
 // pg_call, since it is PostgreSQL code from start to end. An ERROR leaves through the
 // transaction's abort, which also restores the user the switch below changed.
 Datum enqueue_as_owner(FunctionCallInfo fcinfo) {
   static SPIPlanPtr plan = nullptr;
+  if (!PG_ARGISNULL(1) && stored_size(PG_GETARG_DATUM(1)) > pg_outbox::pg::settings.max_payload_size)
+    ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+                    errmsg("payload of %lld bytes exceeds pg_outbox.max_payload_size (%d bytes)",
+                           static_cast<long long>(stored_size(PG_GETARG_DATUM(1))),
+                           pg_outbox::pg::settings.max_payload_size),
+                    errhint("Store large documents elsewhere and send a reference to them.")));
   Oid caller = GetUserId();
   Oid owner = function_owner(fcinfo->flinfo->fn_oid);
   // Superusers and the extension's owner need no send right: decided here, from the
@@ -77,4 +88,8 @@ Datum enqueue_as_owner(FunctionCallInfo fcinfo) {
 
 PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
   return pg_outbox::pg::pg_call([&] { return enqueue_as_owner(fcinfo); });
+}
+
+PG_OUTBOX_FUNCTION(pg_outbox_payload_size) {
+  return pg_outbox::pg::pg_call([&] { return Int64GetDatum(stored_size(PG_GETARG_DATUM(0))); });
 }

@@ -59,180 +59,204 @@ std::vector<EndpointRow> OutboxStore::load_endpoints() {
   return endpoints;
 }
 
-int64_t OutboxStore::recover_in_flight() {
+std::string OutboxStore::extension_version() {
+  static Statement statement("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pg_outbox'", {});
+  Rows rows = statement.run({});
+  return rows.size() == 0 ? std::string() : rows.text(0, 0);
+}
+
+int64_t OutboxStore::recover_claims() {
   // Only one worker serves a database, so at its start every claim is a dead one.
   static Statement statement(
-      "WITH r AS (UPDATE outbox.messages SET status = 'pending', lease_until = NULL"
-      "            WHERE status = 'in_flight' RETURNING 1) SELECT count(*) FROM r",
+      "WITH c AS (DELETE FROM outbox.claims RETURNING message_ids, attempts),"
+      " a AS (SELECT u.id, max(u.attempt) AS attempt"
+      "         FROM c CROSS JOIN LATERAL unnest(c.message_ids, c.attempts) AS u(id, attempt) GROUP BY u.id),"
+      " r AS (UPDATE outbox.messages m SET attempts = a.attempt FROM a"
+      "        WHERE m.id = ANY (ARRAY(SELECT id FROM a)) AND m.id = a.id AND m.attempts < a.attempt RETURNING 1)"
+      " SELECT count(*) FROM a",
       {});
   return statement.run({}).int64(0, 0);
 }
 
-int64_t OutboxStore::expire_leases() {
-  static Statement statement(
-      "WITH r AS (UPDATE outbox.messages SET status = 'pending', lease_until = NULL"
-      "            WHERE status = 'in_flight' AND lease_until < now() RETURNING 1) SELECT count(*) FROM r",
-      {});
-  return statement.run({}).int64(0, 0);
-}
-
-// The claim. For each endpoint in turn (the worker rotates their order, so no
-// endpoint starves another), the LATERAL subquery walks that endpoint's part of the
-// partial index of pending messages, oldest due first, skipping rows another
-// transaction holds; for ordered endpoints it keeps a message only when no earlier
-// undelivered message has its key (the key's head). The outer LIMIT stops as soon as
-// enough are found. The attempt is counted here, at claim time, so a crash
-// mid-delivery still counts. Every statement that writes rows by id names them with
-// "m.id = ANY (...)", so that the kept generic plan reaches them through the primary
-// key: joined to a CTE or unnest() of unknown size, the planner may otherwise choose a
-// hash join over the whole table, hundreds of milliseconds per batch. Their status
-// checks are written "(status = 'in_flight') IS TRUE" so that they filter the rows
-// found, and never make the planner walk a status index (PostgreSQL 15 has no skip
-// scan: the (endpoint, status) index would be read whole for every batch).
+// The claim, which writes nothing: the worker is the only one to claim in its
+// database, and it knows what it has in flight (`excluded`). For each endpoint in
+// turn (the worker rotates their order, so no endpoint starves another), the LATERAL
+// subquery walks that endpoint's part of the claim index, oldest due first; for
+// ordered endpoints it keeps a message only when no earlier undelivered message has
+// its key (the key's head). The outer LIMIT stops as soon as enough are found. Then
+// the byte budget: rows are taken, oldest due first, while the payloads before them
+// stay under it. A payload over max_payload_size counts nothing and is not read.
+// Rows are fetched by "m.id = ANY (...)", so that the kept generic plan reaches them
+// through the primary key.
 static const char* const kClaimSql =
     "WITH due AS ("
-    "  SELECT d.id FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ("
-    "    SELECT m.id FROM outbox.messages m"
-    "     WHERE m.endpoint = e.name AND m.status = 'pending' AND m.next_attempt_at <= now()"
+    "  SELECT d.id, d.next_attempt_at, d.size FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ("
+    "    SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m"
+    "     WHERE m.endpoint = e.name AND m.next_attempt_at <= now() AND m.id <> ALL ($4)"
     "       AND (m.ordering_key IS NULL OR NOT (e.name = ANY($2)) OR NOT EXISTS ("
     "            SELECT 1 FROM outbox.messages h"
-    "             WHERE h.endpoint = m.endpoint AND h.ordering_key = m.ordering_key"
-    "               AND h.status <> 'sent' AND h.id < m.id))"
+    "             WHERE h.endpoint = m.endpoint AND h.ordering_key = m.ordering_key AND h.id < m.id))"
     "     ORDER BY m.next_attempt_at, m.id"
-    "     LIMIT $3"
-    "     FOR UPDATE SKIP LOCKED) d"
-    "  LIMIT $3)"
-    " UPDATE outbox.messages m"
-    "    SET status = 'in_flight', attempts = m.attempts + 1,"
-    "        lease_until = now() + make_interval(secs => $4)"
-    "  WHERE m.id = ANY (ARRAY(SELECT id FROM due))"
-    " RETURNING m.id, m.endpoint, m.event_type, %s, m.headers::text, m.idempotency_key, m.attempts";
+    "     LIMIT $3) d"
+    "  LIMIT $3),"
+    " counted AS (SELECT due.id, due.next_attempt_at, CASE WHEN due.size <= $6 THEN due.size ELSE 0 END AS size"
+    "               FROM due),"
+    " budgeted AS (SELECT b.id FROM (SELECT c.id, c.size, sum(c.size) OVER (ORDER BY c.next_attempt_at, c.id) AS total"
+    "                                  FROM counted c) b"
+    "               WHERE b.total - b.size < $5)"
+    " SELECT m.id, m.endpoint, m.event_type, CASE WHEN outbox._payload_size(m.payload) <= $6 THEN %s END,"
+    "        m.headers::text, m.idempotency_key, m.attempts + 1, outbox._payload_size(m.payload)"
+    "   FROM outbox.messages m WHERE m.id = ANY (ARRAY(SELECT id FROM budgeted))";
 
 std::vector<ClaimedMessage> OutboxStore::claim(const std::vector<std::string>& endpoints,
-                                               const std::vector<std::string>& ordered, int limit, int lease_s,
-                                               bool notify) {
+                                               const std::vector<std::string>& ordered, int limit,
+                                               const std::vector<int64_t>& excluded, int64_t budget_bytes,
+                                               int64_t max_payload_size, bool notify) {
   static std::string http_sql = [] {
-    char buffer[2048];
+    char buffer[4096];
     snprintf(buffer, sizeof buffer, kClaimSql, "m.payload::text");
     return std::string(buffer);
   }();
   // NOTIFY sends the envelope of SPEC §3, built by PostgreSQL so that it is valid JSON.
   static std::string notify_sql = [] {
-    char buffer[2048];
+    char buffer[4096];
     snprintf(buffer, sizeof buffer, kClaimSql,
              "jsonb_build_object('id', m.id, 'event_type', m.event_type, 'payload', m.payload)::text");
     return std::string(buffer);
   }();
-  static Statement http_statement(http_sql.c_str(), {kTextArray, kTextArray, kInt4, kInt4});
-  static Statement notify_statement(notify_sql.c_str(), {kTextArray, kTextArray, kInt4, kInt4});
+  const std::vector<Oid> types = {kTextArray, kTextArray, kInt4, kInt8Array, INT8OID, INT8OID};
+  static Statement http_statement(http_sql.c_str(), types);
+  static Statement notify_statement(notify_sql.c_str(), types);
   Statement& statement = notify ? notify_statement : http_statement;
-  Rows rows = statement.run({text_array(endpoints), text_array(ordered), Int32GetDatum(limit), Int32GetDatum(lease_s)});
+  Rows rows = statement.run({text_array(endpoints), text_array(ordered), Int32GetDatum(limit), int8_array(excluded),
+                             Int64GetDatum(budget_bytes), Int64GetDatum(max_payload_size)});
   std::vector<ClaimedMessage> claimed(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     ClaimedMessage& m = claimed[r];
     m.id = rows.int64(r, 0);
     m.endpoint = rows.text(r, 1);
     m.event_type = rows.text(r, 2);
+    m.too_large = !rows.at(r, 3);
     m.payload = rows.text(r, 3);
     m.headers_json = rows.text(r, 4);
     m.idempotency_key = rows.text(r, 5);
     m.attempts = static_cast<int>(rows.int64(r, 6));
+    m.payload_size = rows.int64(r, 7);
   }
   return claimed;
 }
 
-std::optional<int64_t> OutboxStore::next_due_ms(const std::vector<std::string>& endpoints) {
-  // One index probe per endpoint: the oldest pending message of each.
+int64_t OutboxStore::record_claim(const std::vector<int64_t>& ids, const std::vector<int32_t>& attempts) {
+  static Statement statement("INSERT INTO outbox.claims (message_ids, attempts) VALUES ($1, $2) RETURNING id",
+                             {kInt8Array, kInt4Array});
+  return statement.run({int8_array(ids), int4_array(attempts)}).int64(0, 0);
+}
+
+std::optional<int64_t> OutboxStore::next_due_ms(const std::vector<std::string>& endpoints,
+                                                const std::vector<int64_t>& excluded) {
+  // One index probe per endpoint: the oldest message of each that is not in flight.
   static Statement statement(
       "SELECT (extract(epoch FROM min(n.next_attempt_at)) * 1000)::bigint"
       "  FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ("
       "    SELECT m.next_attempt_at FROM outbox.messages m"
-      "     WHERE m.endpoint = e.name AND m.status = 'pending'"
+      "     WHERE m.endpoint = e.name AND m.id <> ALL ($2)"
       "     ORDER BY m.next_attempt_at LIMIT 1) n",
-      {kTextArray});
-  Rows rows = statement.run({text_array(endpoints)});
+      {kTextArray, kInt8Array});
+  Rows rows = statement.run({text_array(endpoints), int8_array(excluded)});
   if (rows.size() == 0 || !rows.at(0, 0)) return std::nullopt;
   return rows.int64(0, 0);
 }
 
-void OutboxStore::settle(const Settlements& s, bool delete_sent) {
+void OutboxStore::settle(const Settlements& s, bool keep_history) {
   if (!s.sent.empty()) {
     std::vector<int64_t> ids;
-    std::vector<int32_t> statuses;
+    std::vector<int32_t> statuses, attempts;
     for (const auto& sent : s.sent) {
       ids.push_back(sent.id);
       statuses.push_back(sent.http_status);
+      attempts.push_back(sent.attempts);
     }
-    if (delete_sent) {
+    if (keep_history) {
+      // One statement: the rows leave the queue for the history, and the counts of
+      // their partitions (one row per partition and endpoint) grow by as many.
       static Statement statement(
-          "DELETE FROM outbox.messages WHERE id = ANY($1) AND (status = 'in_flight') IS TRUE", {kInt8Array});
-      statement.run({int8_array(ids)});
+          "WITH s AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(id, http_status, attempts)),"
+          " moved AS (DELETE FROM outbox.messages m USING s WHERE m.id = ANY ($1) AND m.id = s.id"
+          "           RETURNING m.*, s.http_status AS sent_status, s.attempts AS sent_attempts),"
+          " kept AS (INSERT INTO outbox.history (id, endpoint, event_type, payload, headers, ordering_key,"
+          "                 idempotency_key, attempts, last_http_status, created_at, sent_at)"
+          "          SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key,"
+          "                 sent_attempts, NULLIF(sent_status, 0), created_at, now() FROM moved"
+          "          RETURNING tableoid, endpoint)"
+          " INSERT INTO outbox.history_counts AS hc (partition, endpoint, sent)"
+          " SELECT k.tableoid::regclass, k.endpoint, count(*) FROM kept k"
+          "  WHERE k.tableoid <> 'outbox.history_default'::regclass GROUP BY 1, 2"
+          " ON CONFLICT (partition, endpoint) DO UPDATE SET sent = hc.sent + excluded.sent",
+          {kInt8Array, kInt4Array, kInt4Array});
+      statement.run({int8_array(ids), int4_array(statuses), int4_array(attempts)});
     } else {
-      static Statement statement(
-          "UPDATE outbox.messages m SET status = 'sent', sent_at = now(), lease_until = NULL,"
-          "       last_http_status = NULLIF(s.http_status, 0)"
-          "  FROM unnest($1::bigint[], $2::int[]) AS s(id, http_status)"
-          " WHERE m.id = ANY ($1) AND m.id = s.id AND (m.status = 'in_flight') IS TRUE",
-          {kInt8Array, kInt4Array});
-      statement.run({int8_array(ids), int4_array(statuses)});
+      static Statement statement("DELETE FROM outbox.messages WHERE id = ANY($1)", {kInt8Array});
+      statement.run({int8_array(ids)});
     }
   }
   if (!s.retry.empty()) {
     std::vector<int64_t> ids, delays;
     std::vector<std::string> errors;
-    std::vector<int32_t> statuses;
+    std::vector<int32_t> statuses, attempts;
     for (const auto& retry : s.retry) {
       ids.push_back(retry.id);
       delays.push_back(retry.delay_ms);
       errors.push_back(retry.error);
       statuses.push_back(retry.http_status);
+      attempts.push_back(retry.attempts);
     }
     static Statement statement(
-        "UPDATE outbox.messages m SET status = 'pending', lease_until = NULL,"
+        "UPDATE outbox.messages m SET attempts = r.attempts,"
         "       next_attempt_at = now() + r.delay_ms * interval '1 millisecond',"
         "       last_error = r.error, last_http_status = NULLIF(r.http_status, 0),"
         "       first_failed_at = coalesce(m.first_failed_at, now())"
-        "  FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[]) AS r(id, delay_ms, error, http_status)"
-        " WHERE m.id = ANY ($1) AND m.id = r.id AND (m.status = 'in_flight') IS TRUE",
-        {kInt8Array, kInt8Array, kTextArray, kInt4Array});
-    statement.run({int8_array(ids), int8_array(delays), text_array(errors), int4_array(statuses)});
+        "  FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::int[])"
+        "       AS r(id, delay_ms, error, http_status, attempts)"
+        " WHERE m.id = ANY ($1) AND m.id = r.id",
+        {kInt8Array, kInt8Array, kTextArray, kInt4Array, kInt4Array});
+    statement.run({int8_array(ids), int8_array(delays), text_array(errors), int4_array(statuses),
+                   int4_array(attempts)});
   }
   if (!s.dead.empty()) {
     std::vector<int64_t> ids;
     std::vector<std::string> reasons, errors, bodies;
-    std::vector<int32_t> statuses;
+    std::vector<int32_t> statuses, attempts;
     for (const auto& dead : s.dead) {
       ids.push_back(dead.id);
       reasons.push_back(core::reason_code(dead.reason));
       errors.push_back(dead.error);
       statuses.push_back(dead.http_status);
       bodies.push_back(dead.body);
+      attempts.push_back(dead.attempts);
     }
     // One statement moves the rows: deleted from the outbox and inserted into the
     // DLQ together, with every field an operator needs to fix and requeue them.
     static Statement statement(
-        "WITH d AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[])"
-        "             AS d(id, reason, error, http_status, body)),"
+        "WITH d AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])"
+        "             AS d(id, reason, error, http_status, body, attempts)),"
         " moved AS (DELETE FROM outbox.messages m USING d"
-        "           WHERE m.id = ANY ($1) AND m.id = d.id AND (m.status = 'in_flight') IS TRUE"
-        "           RETURNING m.*, d.reason, d.error, d.http_status AS dead_status, d.body)"
+        "           WHERE m.id = ANY ($1) AND m.id = d.id"
+        "           RETURNING m.*, d.reason, d.error, d.http_status AS dead_status, d.body,"
+        "                     d.attempts AS dead_attempts)"
         " INSERT INTO dlq.dead_letters (message_id, endpoint, event_type, payload, headers, ordering_key,"
         "        idempotency_key, reason_code, error_message, http_status, response_body, attempts,"
         "        first_failed_at, last_failed_at, message_created_at)"
         " SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key, reason,"
-        "        error, NULLIF(dead_status, 0), NULLIF(body, ''), attempts,"
+        "        error, NULLIF(dead_status, 0), NULLIF(body, ''), dead_attempts,"
         "        coalesce(first_failed_at, now()), now(), created_at"
         "   FROM moved",
-        {kInt8Array, kTextArray, kTextArray, kInt4Array, kTextArray});
+        {kInt8Array, kTextArray, kTextArray, kInt4Array, kTextArray, kInt4Array});
     statement.run({int8_array(ids), text_array(reasons), text_array(errors), int4_array(statuses),
-                   text_array(bodies)});
+                   text_array(bodies), int4_array(attempts)});
   }
-  if (!s.released.empty()) {
-    static Statement statement(
-        "UPDATE outbox.messages SET status = 'pending', lease_until = NULL, attempts = attempts - 1"
-        " WHERE id = ANY($1) AND (status = 'in_flight') IS TRUE",
-        {kInt8Array});
-    statement.run({int8_array(s.released)});
+  if (!s.finished_claims.empty()) {
+    static Statement statement("DELETE FROM outbox.claims WHERE id = ANY($1)", {kInt8Array});
+    statement.run({int8_array(s.finished_claims)});
   }
 }
 
@@ -252,20 +276,20 @@ void OutboxStore::notify(const std::string& channel, const std::string& payload)
   pg_call([&] { Async_Notify(channel.c_str(), payload.c_str()); });
 }
 
-// The bounded deletes below pick their ids in an ARRAY() subquery: it runs once, as an
+int64_t OutboxStore::prepare_history(int width_s) {
+  static Statement statement("SELECT (extract(epoch FROM outbox._history_prepare($1)) * 1000)::bigint", {kInt4});
+  return statement.run({Int32GetDatum(width_s)}).int64(0, 0);
+}
+
+int64_t OutboxStore::retire_history(int retention_s) {
+  static Statement statement("SELECT outbox._history_retire(now() - make_interval(secs => $1), false)", {kInt4});
+  return statement.run({Int32GetDatum(retention_s)}).int64(0, 0);
+}
+
+// The bounded delete below picks its ids in an ARRAY() subquery: it runs once, as an
 // InitPlan, and the delete is then primary-key lookups. The ORDER BY keeps the kept
 // generic plan on the time index: without it, the planner may pick a sequential scan
 // "until LIMIT rows match", which reads the whole table every second when none do.
-int64_t OutboxStore::purge_sent(int retention_s, int limit) {
-  static Statement statement(
-      "WITH p AS (DELETE FROM outbox.messages WHERE id = ANY (ARRAY("
-      "   SELECT id FROM outbox.messages WHERE status = 'sent'"
-      "      AND sent_at < now() - make_interval(secs => $1) ORDER BY sent_at LIMIT $2)) RETURNING 1)"
-      " SELECT count(*) FROM p",
-      {kInt4, kInt4});
-  return statement.run({Int32GetDatum(retention_s), Int32GetDatum(limit)}).int64(0, 0);
-}
-
 int64_t OutboxStore::purge_dead_letters(int retention_s, int limit) {
   static Statement statement(
       "WITH p AS (DELETE FROM dlq.dead_letters WHERE id = ANY (ARRAY("
@@ -279,19 +303,27 @@ int64_t OutboxStore::purge_dead_letters(int retention_s, int limit) {
   return statement.run({Int32GetDatum(retention_s), Int32GetDatum(limit)}).int64(0, 0);
 }
 
-std::vector<int64_t> OutboxStore::claim_orphans(int limit) {
+std::vector<std::pair<int64_t, int>> OutboxStore::find_orphans(const std::vector<int64_t>& excluded, int limit) {
+  // The queue's distinct endpoints, one index probe each (a loose index scan), then
+  // the rows of those that are not in outbox.endpoints.
   static Statement statement(
-      "UPDATE outbox.messages m SET status = 'in_flight', attempts = m.attempts + 1, lease_until = now()"
-      " WHERE m.id = ANY (ARRAY(SELECT o.id FROM outbox.messages o"
-      "                 WHERE o.status = 'pending'"
-      "                   AND NOT EXISTS (SELECT 1 FROM outbox.endpoints e WHERE e.name = o.endpoint)"
-      "                 LIMIT $1 FOR UPDATE SKIP LOCKED))"
-      " RETURNING m.id",
-      {kInt4});
-  Rows rows = statement.run({Int32GetDatum(limit)});
-  std::vector<int64_t> ids(rows.size());
-  for (size_t r = 0; r < rows.size(); ++r) ids[r] = rows.int64(r, 0);
-  return ids;
+      "WITH RECURSIVE names AS ("
+      "  (SELECT m.endpoint FROM outbox.messages m ORDER BY m.endpoint LIMIT 1)"
+      "  UNION ALL"
+      "  SELECT (SELECT m.endpoint FROM outbox.messages m WHERE m.endpoint > n.endpoint"
+      "           ORDER BY m.endpoint LIMIT 1)"
+      "    FROM names n WHERE n.endpoint IS NOT NULL)"
+      " SELECT o.id, o.attempts FROM names n CROSS JOIN LATERAL ("
+      "   SELECT m.id, m.attempts FROM outbox.messages m WHERE m.endpoint = n.endpoint AND m.id <> ALL ($1)"
+      "    ORDER BY m.endpoint, m.next_attempt_at, m.id LIMIT $2) o"
+      "  WHERE n.endpoint IS NOT NULL"
+      "    AND NOT EXISTS (SELECT 1 FROM outbox.endpoints e WHERE e.name = n.endpoint)"
+      "  LIMIT $2",
+      {kInt8Array, kInt4});
+  Rows rows = statement.run({int8_array(excluded), Int32GetDatum(limit)});
+  std::vector<std::pair<int64_t, int>> orphans(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) orphans[r] = {rows.int64(r, 0), static_cast<int>(rows.int64(r, 1))};
+  return orphans;
 }
 
 }  // namespace pg_outbox::pg

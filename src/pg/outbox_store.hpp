@@ -30,22 +30,33 @@ struct ClaimedMessage {
   int64_t id = 0;
   std::string endpoint;
   std::string event_type;
-  std::string payload;       // HTTP: the jsonb text; NOTIFY: the whole envelope
+  std::string payload;       // HTTP: the jsonb text; NOTIFY: the whole envelope; empty when too large
   std::string headers_json;  // empty: none
   std::string idempotency_key;
-  int attempts = 0;  // including this one
+  int attempts = 0;            // including this one
+  int64_t payload_size = 0;    // as stored, uncompressed (outbox._payload_size)
+  bool too_large = false;      // over pg_outbox.max_payload_size: not read, never sent
 };
 
-// The results of a round of deliveries, written back in one transaction.
+// The results of a round of deliveries, written back in one transaction. Every result
+// carries the attempt number it settles: the queue's row records it (a retry), or it
+// travels with the row to the history or the DLQ.
 struct Settlements {
-  struct Sent { int64_t id; int32_t http_status; };
-  struct Retry { int64_t id; int64_t delay_ms; std::string error; int32_t http_status; };
-  struct Dead { int64_t id; core::DeadReason reason; std::string error; int32_t http_status; std::string body; };
+  struct Sent { int64_t id; int32_t http_status; int attempts; };
+  struct Retry { int64_t id; int64_t delay_ms; std::string error; int32_t http_status; int attempts; };
+  struct Dead {
+    int64_t id;
+    core::DeadReason reason;
+    std::string error;
+    int32_t http_status;
+    std::string body;
+    int attempts;
+  };
   std::vector<Sent> sent;
   std::vector<Retry> retry;
   std::vector<Dead> dead;
-  std::vector<int64_t> released;  // claimed but never attempted: the attempt is given back
-  bool empty() const { return sent.empty() && retry.empty() && dead.empty() && released.empty(); }
+  std::vector<int64_t> finished_claims;  // outbox.claims rows whose every message is settled
+  bool empty() const { return sent.empty() && retry.empty() && dead.empty() && finished_claims.empty(); }
 };
 
 class OutboxStore {
@@ -53,25 +64,37 @@ class OutboxStore {
   // The OID of pg_outbox in this database (0 while it does not exist). A new OID
   // means the extension was dropped and created again: new tables, ids from 1.
   uint32_t extension_oid();
+  std::string extension_version();
   std::vector<EndpointRow> load_endpoints();
-  int64_t recover_in_flight();  // at start: the previous worker's claims go back to pending
-  int64_t expire_leases();
+  // At start: the claims a previous worker left. Their attempts are recorded on the
+  // messages still in the queue (the requests may have reached the receiver), and the
+  // claims go. Returns how many messages were in them.
+  int64_t recover_claims();
 
-  // Claims due pending messages of the given endpoints. Messages of `ordered`
-  // endpoints are claimed only when they head their ordering key.
-  std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints,
-                                    const std::vector<std::string>& ordered, int limit, int lease_s, bool notify);
-  // Earliest next_attempt_at (unix ms) among pending messages of these endpoints.
-  std::optional<int64_t> next_due_ms(const std::vector<std::string>& endpoints);
+  // Due messages of the given endpoints, oldest first, none of `excluded` (in flight).
+  // Messages of `ordered` endpoints only when they head their ordering key. Payloads
+  // are read while their total stays under budget_bytes (the first always is); a
+  // payload over max_payload_size is not read at all.
+  std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, const std::vector<std::string>& ordered,
+                                    int limit, const std::vector<int64_t>& excluded, int64_t budget_bytes,
+                                    int64_t max_payload_size, bool notify);
+  // Records a batch handed to HTTP (outbox.claims); returns its id.
+  int64_t record_claim(const std::vector<int64_t>& ids, const std::vector<int32_t>& attempts);
+  // Earliest next_attempt_at (unix ms) among the messages of these endpoints not excluded.
+  std::optional<int64_t> next_due_ms(const std::vector<std::string>& endpoints, const std::vector<int64_t>& excluded);
 
-  void settle(const Settlements& settlements, bool delete_sent);
+  // keep_history: delivered messages go to outbox.history (else they are deleted).
+  void settle(const Settlements& settlements, bool keep_history);
   void save_breaker(const std::string& endpoint, const core::Breaker& breaker);
   void notify(const std::string& channel, const std::string& payload);
 
-  int64_t purge_sent(int retention_s, int limit);
+  // History partitions of width_s seconds exist up to the returned time (unix ms).
+  int64_t prepare_history(int width_s);
+  int64_t retire_history(int retention_s);
   int64_t purge_dead_letters(int retention_s, int limit);
-  // Pending messages whose endpoint no longer exists (a plain INSERT may name any endpoint).
-  std::vector<int64_t> claim_orphans(int limit);
+  // Messages whose endpoint no longer exists (a plain INSERT may name any endpoint),
+  // found through the distinct endpoints of the queue, not by reading every row.
+  std::vector<std::pair<int64_t, int>> find_orphans(const std::vector<int64_t>& excluded, int limit);
 };
 
 }  // namespace pg_outbox::pg

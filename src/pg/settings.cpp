@@ -75,6 +75,12 @@ void define_settings() {
              &settings.sent_retention_s, 86400, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
   define_int("pg_outbox.dlq_retention", "How long handled (requeued or discarded) dead letters are kept (-1: for ever); open ones always are.",
              &settings.dlq_retention_s, -1, -1, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
+  define_int("pg_outbox.max_payload_size",
+             "Largest payload enqueue accepts; a larger row inserted directly is dead-lettered.",
+             &settings.max_payload_size, 1 << 20, 1, INT_MAX, PGC_SIGHUP, GUC_UNIT_BYTE);
+  define_int("pg_outbox.max_inflight_bytes",
+             "Most bytes of payload the worker holds at once (claimed and not yet settled).",
+             &settings.max_inflight_bytes, 64 << 20, 1 << 20, INT_MAX, PGC_SIGHUP, GUC_UNIT_BYTE);
   // Where the server may send: superuser settings (SIGHUP context), hidden from other
   // roles (GUC_SUPERUSER_ONLY), refused at SET/reload when a rule does not parse.
   DefineCustomStringVariable("pg_outbox.egress_allow",

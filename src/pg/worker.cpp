@@ -1,5 +1,6 @@
 #include "pg/worker.hpp"
 
+#include "core/history_layout.hpp"
 #include "core/request_headers.hpp"
 #include "pg/boundary.hpp"
 #include "pg/settings.hpp"
@@ -29,7 +30,8 @@ struct ExtensionChanged : std::runtime_error {
   ExtensionChanged() : std::runtime_error("pg_outbox was dropped or created again") {}
 };
 
-constexpr const char* kUserAgent = "pg_outbox/0.2.0";
+constexpr const char* kVersion = "0.3.0";  // the extension version this library serves
+constexpr const char* kUserAgent = "pg_outbox/0.3.0";
 constexpr size_t kResponseBodyLimit = 1024;     // dlq.dead_letters.response_body keeps the first 1 KiB
 constexpr int kSettleBatch = 1000;              // results written back per transaction, at most
 constexpr int kHttpSliceMs = 20;                // longest the worker is deaf to its latch
@@ -40,6 +42,7 @@ constexpr int kWakeCoalesceMaxMs = 50;
 constexpr int kHousekeepingEveryMs = 1000;
 constexpr int kOrphanCheckEveryMs = 10000;
 constexpr int kPurgeBatch = 1000;
+constexpr int kOrphanBatch = 1000;
 
 int64_t now_ms() {
   using namespace std::chrono;
@@ -75,6 +78,13 @@ void Worker::run() {
     // The worker is a superuser: its queries must never resolve a name through a
     // schema that another role can create objects in (public, "$user").
     SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+    // Plans that cannot flip: every statement of the worker has an index path, and a
+    // queue's statistics are always wrong (an ANALYZE of the drained queue says "empty",
+    // a minute later it holds 20,000 rows). Sequential and bitmap scans are priced out
+    // of the worker's plans, so that the claim and the settle cost the same whatever
+    // autovacuum last saw; a table with no usable index is still read.
+    SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    SetConfigOption("enable_bitmapscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
     ereport(LOG, (errmsg("pg_outbox worker started for database \"%s\"", MyBgworkerEntry->bgw_extra)));
   });
 
@@ -98,6 +108,7 @@ void Worker::run() {
                       errdetail("Deliveries in flight for the old tables were abandoned.")));
       });
     } catch (const PgError& e) {
+      history_covered_ms_ = 0;  // a partition may be what is missing
       // Copied now: the error lives in the transaction's memory, which the abort frees.
       recover_from_error(e.data()->sqlerrcode, e.what());
     } catch (const std::exception& e) {
@@ -190,10 +201,28 @@ void Worker::iterate(bool woken) {
 bool Worker::prepare_database() {
   if (ready_) return true;
   int64_t recovered = 0;
+  std::string version;
   in_transaction("pg_outbox: checking for the extension", [&] {
     extension_oid_ = store_.extension_oid();
-    if (extension_oid_ != 0) recovered = store_.recover_in_flight();
+    if (extension_oid_ != 0) version = store_.extension_version();
+    if (extension_oid_ != 0 && version == kVersion) recovered = store_.recover_claims();
   });
+  if (extension_oid_ != 0 && version != kVersion) {
+    // Tables of another version: touch nothing until ALTER EXTENSION ... UPDATE. Said
+    // once per version seen, not every poll.
+    if (waiting_for_version_ != version) {
+      waiting_for_version_ = version;
+      pg_call([&] {
+        ereport(LOG, (errmsg("pg_outbox worker: the extension in database \"%s\" is version %s; this library "
+                             "delivers for version %s only",
+                             MyBgworkerEntry->bgw_extra, version.c_str(), kVersion),
+                      errhint("Run ALTER EXTENSION pg_outbox UPDATE in that database; its messages wait until then.")));
+      });
+    }
+    publish_status("waiting for ALTER EXTENSION pg_outbox UPDATE");
+    return false;
+  }
+  waiting_for_version_.clear();
   if (extension_oid_ == 0) {
     forget_deliveries();
     endpoints_.clear();
@@ -203,7 +232,8 @@ bool Worker::prepare_database() {
   }
   if (recovered > 0)
     pg_call([&] {
-      ereport(LOG, (errmsg("pg_outbox worker: %lld claimed messages of a previous worker are pending again",
+      ereport(LOG, (errmsg("pg_outbox worker: %lld claimed messages of a previous worker are pending again, "
+                           "their attempt counted",
                            static_cast<long long>(recovered))));
     });
   ready_ = true;
@@ -226,6 +256,9 @@ void Worker::require_same_extension() {
 void Worker::forget_deliveries() {
   client_.abandon_all();
   deliveries_.clear();
+  claims_.clear();
+  held_bytes_ = 0;
+  history_covered_ms_ = 0;
   pending_ = Settlements{};
   counted_.clear();
 }
@@ -273,6 +306,7 @@ size_t Worker::claim_and_deliver() {
   std::vector<ClaimedMessage> to_send;
   std::vector<std::string> probed;
   size_t claimed_notify = 0;
+  int64_t claim_id = 0;
   in_settling_transaction("pg_outbox: claiming messages", [&] {
     require_same_extension();
     refresh_endpoints();
@@ -307,8 +341,13 @@ size_t Worker::claim_and_deliver() {
     if (!notify.empty()) std::rotate(notify.begin(), notify.begin() + (claim_round_ % notify.size()), notify.end());
     size_t room = claim_target() - std::min(claim_target(), client_.in_flight() + client_.queued());
     int limit = static_cast<int>(std::min<size_t>(room, static_cast<size_t>(settings.batch_size)));
+    // Payload bytes the worker may still take on: what it holds counts until settled.
+    int64_t budget = std::max<int64_t>(0, settings.max_inflight_bytes - held_bytes_);
+    if (budget == 0) limit = 0;
+    std::vector<int64_t> excluded = in_flight_ids();
     if (!notify.empty()) {
-      auto claimed = store_.claim(notify, ordered, settings.batch_size, settings.lease_s, true);
+      auto claimed = store_.claim(notify, ordered, settings.batch_size, excluded, settings.max_inflight_bytes,
+                                  settings.max_payload_size, true);
       claimed_notify = claimed.size();
       deliver_notify(claimed);
       more_due_ = claimed.size() == static_cast<size_t>(settings.batch_size);
@@ -316,13 +355,14 @@ size_t Worker::claim_and_deliver() {
       more_due_ = false;
     }
     if (!http.empty() && limit > 0) {
-      auto claimed = store_.claim(http, ordered, limit, settings.lease_s, false);
+      auto claimed = store_.claim(http, ordered, limit, excluded, budget, settings.max_payload_size, false);
       more_due_ = more_due_ || claimed.size() == static_cast<size_t>(limit);
       std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
     }
     for (const std::string& name : probes) {
       // One message goes out as the probe; its result closes or reopens the circuit.
-      auto claimed = store_.claim({name}, ordered, 1, settings.lease_s, false);
+      auto claimed = store_.claim({name}, ordered, 1, excluded, settings.max_inflight_bytes,
+                                  settings.max_payload_size, false);
       if (claimed.empty()) continue;
       probed.push_back(name);
       std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
@@ -331,27 +371,66 @@ size_t Worker::claim_and_deliver() {
       // Nothing more is due now: sleep until the next retry or deliver_at comes due.
       // A past time means blocked rows (ordered keys whose head is out); a settle or
       // a commit wakes us for those.
-      std::optional<int64_t> due = all_active.empty() ? std::nullopt : store_.next_due_ms(all_active);
+      std::optional<int64_t> due = all_active.empty() ? std::nullopt : store_.next_due_ms(all_active, excluded);
       int64_t poll = now + settings.poll_interval_ms;
       next_claim_ms_ = std::min({poll, next_breaker_ms, due && *due > now ? *due : poll});
     }
+    if (!to_send.empty()) {
+      // The batch's record: its attempts count even if the worker dies mid-delivery.
+      std::vector<int64_t> ids;
+      std::vector<int32_t> attempts;
+      for (const ClaimedMessage& m : to_send) {
+        ids.push_back(m.id);
+        attempts.push_back(m.attempts);
+      }
+      claim_id = store_.record_claim(ids, attempts);
+    }
     settle_pending();  // NOTIFY results settle in this transaction
   });
+  if (claim_id != 0) claims_[claim_id] = to_send.size();
   for (const std::string& name : probed) {
     Endpoint& endpoint = endpoints_.at(name);
     core::on_probe_claimed(endpoint.row.breaker);
     endpoint.breaker_dirty = true;
   }
-  start_http(to_send);
+  start_http(to_send, claim_id);
   return claimed_notify + to_send.size();
 }
 
-void Worker::start_http(const std::vector<ClaimedMessage>& claimed) {
+// The messages handed to libcurl: the next claim must not take them again.
+std::vector<int64_t> Worker::in_flight_ids() const {
+  std::vector<int64_t> ids;
+  ids.reserve(deliveries_.size());
+  for (const auto& [tag, delivery] : deliveries_) ids.push_back(static_cast<int64_t>(tag));
+  return ids;
+}
+
+// One more message of a claim is settled; the claim's row goes with the last one.
+void Worker::claim_member_settled(int64_t claim_id) {
+  auto claim = claims_.find(claim_id);
+  if (claim == claims_.end()) return;
+  if (--claim->second == 0) {
+    pending_.finished_claims.push_back(claim_id);
+    claims_.erase(claim);
+  }
+}
+
+void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t claim_id) {
   int64_t now_s = now_ms() / 1000;
   for (const ClaimedMessage& m : claimed) {
-    auto found = endpoints_.find(m.endpoint);
-    if (found == endpoints_.end()) continue;  // cannot happen: claimed by endpoint name
-    Endpoint& endpoint = found->second;
+    Endpoint& endpoint = endpoints_.at(m.endpoint);  // claimed by endpoint name
+    if (m.too_large) {
+      // Never read, never sent: the receiver would refuse it and the worker must not
+      // hold it. No attempt was made.
+      pending_.dead.push_back({m.id, core::DeadReason::PayloadTooLarge,
+                               "payload of " + std::to_string(m.payload_size) +
+                                   " bytes exceeds pg_outbox.max_payload_size (" +
+                                   std::to_string(settings.max_payload_size) + " bytes)",
+                               0, {}, m.attempts - 1});
+      count(m.endpoint, core::Verdict::Dead);
+      claim_member_settled(claim_id);
+      continue;
+    }
     core::DeliveryHeaders headers;
     std::string invalid;
     if (!endpoint.headers) invalid = "endpoint headers: " + endpoint.headers_error;
@@ -377,13 +456,16 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed) {
     }
     if (!invalid.empty()) {
       // Never sendable as it stands: to the DLQ at once, the worker goes on.
-      pending_.dead.push_back({m.id, core::DeadReason::InvalidMessage, invalid, 0, {}});
+      pending_.dead.push_back({m.id, core::DeadReason::InvalidMessage, invalid, 0, {}, m.attempts - 1});
       count(m.endpoint, core::Verdict::Dead);
+      claim_member_settled(claim_id);
       continue;
     }
     long timeout = endpoint.row.timeout_ms.value_or(settings.http_timeout_ms);
     client_.submit({static_cast<uint64_t>(m.id), endpoint.row.url, std::move(lines), m.payload, timeout});
-    deliveries_[static_cast<uint64_t>(m.id)] = {m.endpoint, m.attempts, max_attempts_of(endpoint)};
+    deliveries_[static_cast<uint64_t>(m.id)] = {m.endpoint, m.attempts, max_attempts_of(endpoint), claim_id,
+                                                 m.payload_size};
+    held_bytes_ += m.payload_size;
   }
 }
 
@@ -395,16 +477,17 @@ void Worker::deliver_notify(const std::vector<ClaimedMessage>& claimed) {
   std::sort(in_order.begin(), in_order.end(), [](auto* a, auto* b) { return a->id < b->id; });
   for (const ClaimedMessage* m : in_order) {
     const Endpoint& endpoint = endpoints_.at(m->endpoint);
-    if (m->payload.size() >= kNotifyPayloadLimit) {
-      pending_.dead.push_back({m->id, core::DeadReason::PayloadTooLarge,
-                               "NOTIFY envelope of " + std::to_string(m->payload.size()) +
-                                   " bytes exceeds PostgreSQL's limit of 7999",
-                               0, {}});
+    if (m->too_large || m->payload.size() >= kNotifyPayloadLimit) {
+      std::string error = m->too_large ? "payload of " + std::to_string(m->payload_size) +
+                                             " bytes exceeds pg_outbox.max_payload_size"
+                                       : "NOTIFY envelope of " + std::to_string(m->payload.size()) +
+                                             " bytes exceeds PostgreSQL's limit of 7999";
+      pending_.dead.push_back({m->id, core::DeadReason::PayloadTooLarge, error, 0, {}, m->attempts - 1});
       count(m->endpoint, core::Verdict::Dead);
       continue;
     }
     store_.notify(endpoint.row.channel, m->payload);
-    pending_.sent.push_back({m->id, 0});
+    pending_.sent.push_back({m->id, 0, m->attempts});
     count(m->endpoint, core::Verdict::Sent);
   }
 }
@@ -428,6 +511,8 @@ void Worker::record_outcome(const http::Response& response) {
   if (found == deliveries_.end()) return;
   Delivery delivery = std::move(found->second);
   deliveries_.erase(found);
+  held_bytes_ -= delivery.payload_bytes;
+  claim_member_settled(delivery.claim_id);
   int64_t id = static_cast<int64_t>(response.tag);
   int64_t now = now_ms();
 
@@ -435,7 +520,7 @@ void Worker::record_outcome(const http::Response& response) {
     // Nothing was sent: the destination is not allowed, and retrying cannot change that
     // (the operator changes the policy or the URL, then requeues). No breaker result:
     // the receiver was never asked.
-    pending_.dead.push_back({id, core::DeadReason::EgressDenied, response.error, 0, {}});
+    pending_.dead.push_back({id, core::DeadReason::EgressDenied, response.error, 0, {}, delivery.attempts});
     count(delivery.endpoint, core::Verdict::Dead);
     return;
   }
@@ -462,14 +547,14 @@ void Worker::record_outcome(const http::Response& response) {
   std::string error = response.transport_error ? response.error : "HTTP " + std::to_string(response.status);
   switch (settlement.verdict) {
     case core::Verdict::Sent:
-      pending_.sent.push_back({id, status});
+      pending_.sent.push_back({id, status, delivery.attempts});
       break;
     case core::Verdict::Retry:
-      pending_.retry.push_back({id, settlement.retry_delay_ms, error, status});
+      pending_.retry.push_back({id, settlement.retry_delay_ms, error, status, delivery.attempts});
       break;
     case core::Verdict::Dead:
       pending_.dead.push_back({id, settlement.reason, error, status,
-                               core::sanitize_utf8(response.body_head, kResponseBodyLimit)});
+                               core::sanitize_utf8(response.body_head, kResponseBodyLimit), delivery.attempts});
       break;
   }
   count(delivery.endpoint, settlement.verdict);
@@ -500,9 +585,13 @@ void Worker::on_breaker_transition(Endpoint& endpoint, core::Transition transiti
     auto d = deliveries_.find(tag);
     return d != deliveries_.end() && d->second.endpoint == name;
   });
+  // They were never started: the message stays as it is in the queue (its attempt
+  // was never recorded) and is claimed again once the circuit lets it.
   for (uint64_t tag : cancelled) {
-    deliveries_.erase(tag);
-    pending_.released.push_back(static_cast<int64_t>(tag));
+    auto d = deliveries_.find(tag);
+    held_bytes_ -= d->second.payload_bytes;
+    claim_member_settled(d->second.claim_id);
+    deliveries_.erase(d);
   }
 }
 
@@ -512,7 +601,9 @@ void Worker::settle_pending() {
   if (pending_.empty() && !dirty_breakers) return;
   auto settle = [&] {
     require_same_extension();
-    store_.settle(pending_, settings.sent_retention_s == 0);
+    bool keep_history = settings.sent_retention_s > 0;
+    if (keep_history && !pending_.sent.empty()) prepare_history_if_due();
+    store_.settle(pending_, keep_history);
     for (auto& [name, endpoint] : endpoints_) {
       if (!endpoint.breaker_dirty) continue;
       store_.save_breaker(name, endpoint.row.breaker);
@@ -526,7 +617,7 @@ void Worker::settle_pending() {
     publish_counts();
   }
   for (const auto& r : pending_.retry) next_claim_ms_ = std::min(next_claim_ms_, now_ms() + r.delay_ms);
-  bool unblocks = !pending_.sent.empty() || !pending_.dead.empty() || !pending_.released.empty();
+  bool unblocks = !pending_.sent.empty() || !pending_.dead.empty() || !pending_.finished_claims.empty();
   pending_ = Settlements{};
   if (unblocks) more_due_ = true;  // an ordered key's next message, or room for more
 }
@@ -580,24 +671,32 @@ void Worker::count(const std::string& endpoint, core::Verdict verdict) {
   counts[verdict == core::Verdict::Sent ? 0 : verdict == core::Verdict::Retry ? 1 : 2]++;
 }
 
+// The history has partitions for the coming minutes (or hours, for a long retention)
+// before a delivery needs one: created when less than two widths remain.
+void Worker::prepare_history_if_due() {
+  int width_s = core::history_partition_width_s(settings.sent_retention_s);
+  if (now_ms() + 2000LL * width_s < history_covered_ms_) return;
+  history_covered_ms_ = store_.prepare_history(width_s);
+}
+
 void Worker::housekeeping() {
   int64_t now = now_ms();
   next_housekeeping_ms_ = now + kHousekeepingEveryMs;
   bool orphans_due = now >= next_orphan_check_ms_;
   if (orphans_due) next_orphan_check_ms_ = now + kOrphanCheckEveryMs;
-  int64_t expired = 0;
   in_settling_transaction("pg_outbox: housekeeping", [&] {
-    expired = store_.expire_leases();
-    if (settings.sent_retention_s > 0) store_.purge_sent(settings.sent_retention_s, kPurgeBatch);
+    require_same_extension();
+    if (settings.sent_retention_s > 0) {
+      prepare_history_if_due();
+      store_.retire_history(settings.sent_retention_s);
+    }
     if (settings.dlq_retention_s >= 0) store_.purge_dead_letters(settings.dlq_retention_s, kPurgeBatch);
     if (orphans_due) {
-      for (int64_t id : store_.claim_orphans(kPurgeBatch)) {
-        pending_.dead.push_back({id, core::DeadReason::InvalidMessage, "endpoint does not exist", 0, {}});
-      }
+      for (auto [id, attempts] : store_.find_orphans(in_flight_ids(), kOrphanBatch))
+        pending_.dead.push_back({id, core::DeadReason::InvalidMessage, "endpoint does not exist", 0, {}, attempts});
       settle_pending();
     }
   });
-  if (expired > 0) more_due_ = true;
 }
 
 void Worker::publish_status(const char* state) {

@@ -36,6 +36,8 @@ class Worker {
     std::string endpoint;
     int attempts = 0;
     int max_attempts = 0;
+    int64_t claim_id = 0;        // its row in outbox.claims
+    int64_t payload_bytes = 0;   // counted in held_bytes_
   };
 
   bool wait_for_work();
@@ -46,7 +48,10 @@ class Worker {
   void forget_deliveries();
   void refresh_endpoints();
   size_t claim_and_deliver();  // returns how many messages it claimed
-  void start_http(const std::vector<ClaimedMessage>& claimed);
+  void start_http(const std::vector<ClaimedMessage>& claimed, int64_t claim_id);
+  void claim_member_settled(int64_t claim_id);
+  std::vector<int64_t> in_flight_ids() const;
+  void prepare_history_if_due();
   void deliver_notify(const std::vector<ClaimedMessage>& claimed);
   void collect_http_results(int wait_ms);
   void record_outcome(const http::Response& response);
@@ -67,9 +72,13 @@ class Worker {
   std::unordered_map<std::string, Endpoint> endpoints_;
   std::unordered_map<uint64_t, Delivery> deliveries_;
   Settlements pending_;  // results not yet written back (kept across a failed settle)
+  std::unordered_map<int64_t, size_t> claims_;  // outbox.claims id -> its messages not yet settled
+  int64_t held_bytes_ = 0;                      // payload bytes of deliveries_
+  int64_t history_covered_ms_ = 0;              // history partitions exist until then
   std::unordered_map<std::string, std::array<uint64_t, 3>> counted_;  // to publish: sent, retried, dead
 
-  bool ready_ = false;         // the extension exists and in-flight claims were recovered
+  bool ready_ = false;         // the extension exists at our version and claims were recovered
+  std::string waiting_for_version_;  // the version we last logged waiting on
   uint32_t extension_oid_ = 0;  // of the extension whose tables the deliveries belong to
   bool more_due_ = true;       // the last claim was full: claim again as soon as there is room
   int64_t next_claim_ms_ = 0;  // otherwise: when something becomes due (or the poll interval)

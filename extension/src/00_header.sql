@@ -1,0 +1,25 @@
+-- pg_outbox 0.3.0: the transactional outbox and dead letter queue, as SQL.
+--
+-- Built by `make` from extension/src/*.sql, in name order (see the Makefile); edit
+-- those files, never the generated script.
+--
+-- What this script creates:
+--   schema outbox   endpoints, their secrets, the messages waiting for delivery, the
+--                   worker's claims, the history of delivered messages, the producer's
+--                   enqueue(), endpoint administration, stats, metrics, purge
+--   schema dlq      the dead letters and the functions that requeue or discard them
+--
+-- Conventions:
+--   * Every function a producer or an operator calls is SECURITY DEFINER with
+--     search_path = pg_catalog, pg_temp, and names every object with its schema, so a
+--     caller's search_path can never redirect it.
+--   * Nothing is granted to PUBLIC (see the end of the file, with the grants a
+--     deployment needs).
+--   * Functions whose parameters share a name with a column use
+--     "#variable_conflict use_column" and always qualify their parameters with the
+--     function's name (enqueue.endpoint), so a column reference is never mistaken for
+--     a parameter or the other way round.
+--   * Errors follow PostgreSQL's style: a fitting SQLSTATE, a lower-case message,
+--     DETAIL/HINT as sentences.  A failed call changes nothing.
+
+\echo Use "CREATE EXTENSION pg_outbox" to load this file. \quit

@@ -1,0 +1,97 @@
+------------------------------------------------------------------------------------------
+-- Validators written in C++ (src/pg).  They return nothing and raise an error when the
+-- value is not acceptable.  They are STRICT: callers handle NULL themselves, so that a
+-- NULL never reaches C code that does not expect it.
+------------------------------------------------------------------------------------------
+
+-- 42602 invalid_name unless name matches ^[a-z0-9][a-z0-9_.-]{0,62}$.
+CREATE OR REPLACE FUNCTION outbox._check_endpoint_name(name text) RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_check_endpoint_name'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- 22023 unless url is an absolute http:// or https:// URL with a host.
+CREATE OR REPLACE FUNCTION outbox._check_url(url text) RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_check_url'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- 42501 when the egress policy (pg_outbox.egress_allow / egress_deny) refuses the URL's
+-- host as written: an address literal, or a name a host pattern denies.  Names are
+-- checked again, with the addresses they resolve to, whenever the worker connects.
+CREATE OR REPLACE FUNCTION outbox._check_egress(url text) RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_check_egress'
+    LANGUAGE C STABLE STRICT;
+
+-- 22023 unless headers is a JSON object of string values whose names are HTTP tokens,
+-- with no CR, LF or NUL in any name or value.
+CREATE OR REPLACE FUNCTION outbox._check_headers(headers jsonb) RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_check_headers'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- 22023 unless secret is a Standard Webhooks secret ("whsec_" + base64).  The error
+-- never contains the secret.
+CREATE OR REPLACE FUNCTION outbox._check_secret(secret text) RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_check_secret'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- 22023 unless key has 1-200 characters, no ".", no whitespace, no control character
+-- (it becomes the webhook-id header).
+CREATE OR REPLACE FUNCTION outbox._check_idempotency_key(key text) RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_check_idempotency_key'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- 22023 unless channel is a name LISTEN/NOTIFY can use.
+CREATE OR REPLACE FUNCTION outbox._check_channel(channel text) RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_check_channel'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+------------------------------------------------------------------------------------------
+-- The worker's side, in C++: waking it, its status and its counters.
+------------------------------------------------------------------------------------------
+
+-- Statement trigger on outbox.messages: wakes the worker when the transaction commits
+-- (nothing happens on rollback, and many inserts in one transaction wake it once).
+CREATE OR REPLACE FUNCTION outbox._wake_at_commit() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'pg_outbox_wake_at_commit'
+    LANGUAGE C;
+
+-- Asks the worker, at commit, to wake up and re-read the endpoints.
+CREATE OR REPLACE FUNCTION outbox._request_wake() RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_request_wake'
+    LANGUAGE C VOLATILE;
+
+-- config_loaded_at: when the configuration the worker runs with was read (its own
+-- re-read after a SIGHUP, or the server's last load before the worker started; the
+-- worker's pg_conf_load_time()).  A change made with ALTER SYSTEM + pg_reload_conf()
+-- has reached the worker once this is later than the moment ALTER SYSTEM returned.
+CREATE OR REPLACE FUNCTION outbox.worker_status(
+        OUT pid int, OUT database text, OUT state text,
+        OUT started_at timestamptz, OUT last_loop_at timestamptz, OUT in_flight int,
+        OUT sent bigint, OUT retried bigint, OUT dead_lettered bigint,
+        OUT config_loaded_at timestamptz)
+    RETURNS record
+    AS 'MODULE_PATHNAME', 'pg_outbox_worker_status'
+    LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION outbox.worker_status() IS
+    'the background worker: pid, database, state, start and last loop time, messages in flight, counters since start, when it last read its configuration';
+
+-- Deliveries since the worker started, per endpoint and result ('sent', 'retry', 'dead').
+CREATE OR REPLACE FUNCTION outbox._delivery_counters(OUT endpoint text, OUT result text, OUT count bigint)
+    RETURNS SETOF record
+    AS 'MODULE_PATHNAME', 'pg_outbox_delivery_counters'
+    LANGUAGE C VOLATILE ROWS 30;
+
+-- Test-only: proves that C++ exceptions and PostgreSQL errors cross the C++/PostgreSQL
+-- boundary as ordinary errors and leave the backend usable.  Kinds: 'ok',
+-- 'std_exception', 'bad_alloc', 'unknown' (XX000 "pg_outbox internal error: ...") and
+-- 'pg_error_in_cpp' (the PostgreSQL error keeps its own SQLSTATE).
+CREATE OR REPLACE FUNCTION outbox._boundary_selftest(kind text) RETURNS text
+    AS 'MODULE_PATHNAME', 'pg_outbox_boundary_selftest'
+    LANGUAGE C VOLATILE STRICT;
+
+-- The size in bytes of a payload as stored, uncompressed, read from its header: a
+-- 50 MB payload is measured without being read.  The worker's byte budget and
+-- pg_outbox.max_payload_size are counted in it.
+CREATE OR REPLACE FUNCTION outbox._payload_size(payload jsonb) RETURNS bigint
+    AS 'MODULE_PATHNAME', 'pg_outbox_payload_size'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+

@@ -1,0 +1,74 @@
+------------------------------------------------------------------------------------------
+-- The engine's tables of 0.3.0: the worker's claims and the history of delivered
+-- messages (in the install script and in the update from 0.2.0)
+------------------------------------------------------------------------------------------
+
+-- The worker's claims: one row per batch of HTTP messages handed to libcurl, written in
+-- the claim's transaction and deleted in the transaction that settles the batch's last
+-- message.  It replaces a per-message "in flight" write: a message is in flight while
+-- a claim lists it.  attempts[i] is the attempt message_ids[i] is on; a worker that
+-- starts again finds the claims of the one before it and records those attempts on the
+-- messages (the requests may have reached the receiver), so a message that keeps
+-- crashing the worker still ends in the DLQ.  Only one worker serves a database, so
+-- nothing else claims rows; NOTIFY messages are claimed, sent and settled in one
+-- transaction and need no claim row.
+CREATE TABLE outbox.claims (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    message_ids bigint[] NOT NULL,
+    attempts    int[] NOT NULL,
+    claimed_at  timestamptz NOT NULL DEFAULT now(),
+    CHECK (cardinality(message_ids) = cardinality(attempts))
+);
+COMMENT ON TABLE outbox.claims IS
+    'pg_outbox: batches of messages the worker has claimed and not yet fully settled';
+
+-- Delivered messages, kept for pg_outbox.sent_retention (never when it is 0).  The
+-- worker moves a message here in the transaction that records its delivery.  Range
+-- partitions by sent_at are created ahead by the worker (outbox._history_prepare) and
+-- dropped whole once retention has passed (outbox._history_retire): retention costs
+-- one DROP per partition whatever the rate, and never a DELETE per row.  The default
+-- partition catches what no partition covers (rows carried over by an upgrade, or a
+-- partition that could not be created in time); its rows are deleted one by one.
+CREATE TABLE outbox.history (
+    id               bigint NOT NULL,
+    endpoint         text NOT NULL,
+    event_type       text,
+    payload          jsonb NOT NULL,
+    headers          jsonb,
+    ordering_key     text,
+    idempotency_key  text,
+    attempts         int NOT NULL,
+    last_http_status int,
+    created_at       timestamptz NOT NULL,
+    sent_at          timestamptz NOT NULL
+) PARTITION BY RANGE (sent_at);
+COMMENT ON TABLE outbox.history IS
+    'pg_outbox delivered messages, kept for pg_outbox.sent_retention; partitioned by sent_at';
+-- outbox.message(id): one probe per partition.
+CREATE INDEX history_id_idx ON outbox.history (id);
+CREATE TABLE outbox.history_default PARTITION OF outbox.history DEFAULT;
+
+-- Delivered messages per history partition and endpoint, kept by the worker as it
+-- settles (one row per endpoint and batch, not per message), so that endpoint_stats
+-- and metrics() count the retained history without reading it.  A partition's rows go
+-- when it is dropped.  The default partition is counted by reading it (it is empty
+-- but for rows carried over by an upgrade).
+CREATE TABLE outbox.history_counts (
+    partition regclass NOT NULL,
+    endpoint  text NOT NULL,
+    sent      bigint NOT NULL,
+    PRIMARY KEY (partition, endpoint)
+);
+COMMENT ON TABLE outbox.history_counts IS
+    'pg_outbox: delivered messages per history partition and endpoint (kept by the worker)';
+
+-- outbox.message(id) of a dead message.
+CREATE INDEX dead_letters_message_id_idx ON dlq.dead_letters (message_id);
+
+-- The history is user data that pg_dump must keep: the default partition and the
+-- counts are the extension's; the time partitions, created by the worker, are ordinary
+-- tables that pg_dump dumps whole.  The claims are not dumped: a restored message is
+-- pending.
+SELECT pg_catalog.pg_extension_config_dump('outbox.history_default', '');
+SELECT pg_catalog.pg_extension_config_dump('outbox.history_counts', '');
+

@@ -1,0 +1,369 @@
+------------------------------------------------------------------------------------------
+-- Endpoints
+------------------------------------------------------------------------------------------
+
+-- Validation shared by create_endpoint and alter_endpoint.  Not SECURITY DEFINER and
+-- not granted: only the functions below call it.
+CREATE OR REPLACE FUNCTION outbox._check_endpoint_options(headers jsonb, secret text, timeout_ms int,
+                                               max_attempts int, max_pending bigint)
+    RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF _check_endpoint_options.headers IS NOT NULL THEN
+        PERFORM outbox._check_headers(_check_endpoint_options.headers);
+    END IF;
+    -- '' is accepted by alter_endpoint to clear the secret; it is never stored.
+    IF _check_endpoint_options.secret IS NOT NULL AND _check_endpoint_options.secret <> '' THEN
+        PERFORM outbox._check_secret(_check_endpoint_options.secret);
+    END IF;
+    IF _check_endpoint_options.timeout_ms <= 0 THEN
+        RAISE EXCEPTION 'timeout_ms must be greater than zero'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('timeout_ms is %s.', _check_endpoint_options.timeout_ms),
+                  HINT = 'Pass NULL to use pg_outbox.http_timeout.';
+    END IF;
+    IF _check_endpoint_options.max_attempts <= 0 THEN
+        RAISE EXCEPTION 'max_attempts must be greater than zero'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('max_attempts is %s.', _check_endpoint_options.max_attempts),
+                  HINT = 'Pass NULL to use pg_outbox.max_attempts.';
+    END IF;
+    IF _check_endpoint_options.max_pending <= 0 THEN
+        RAISE EXCEPTION 'max_pending must be greater than zero'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('max_pending is %s.', _check_endpoint_options.max_pending),
+                  HINT = 'Pass NULL for no limit.';
+    END IF;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION outbox.create_endpoint(name text,
+                                       url text DEFAULT NULL,
+                                       channel text DEFAULT NULL,
+                                       headers jsonb DEFAULT '{}',
+                                       secret text DEFAULT NULL,
+                                       timeout_ms int DEFAULT NULL,
+                                       max_attempts int DEFAULT NULL,
+                                       ordered boolean DEFAULT false,
+                                       max_pending bigint DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    IF create_endpoint.name IS NULL THEN
+        RAISE EXCEPTION 'endpoint name must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    PERFORM outbox._check_endpoint_name(create_endpoint.name);
+
+    IF (create_endpoint.url IS NULL) = (create_endpoint.channel IS NULL) THEN
+        RAISE EXCEPTION 'exactly one of url or channel must be given'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Give url for HTTP delivery, or channel for NOTIFY.';
+    END IF;
+    IF create_endpoint.url IS NOT NULL THEN
+        PERFORM outbox._check_url(create_endpoint.url);
+        PERFORM outbox._check_egress(create_endpoint.url);
+    ELSE
+        PERFORM outbox._check_channel(create_endpoint.channel);
+        IF create_endpoint.secret IS NOT NULL THEN
+            RAISE EXCEPTION 'a secret can only be set on a url endpoint'
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'NOTIFY deliveries are not signed.';
+        END IF;
+    END IF;
+    IF create_endpoint.secret = '' THEN
+        RAISE EXCEPTION 'secret must not be empty'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL for an endpoint without a secret.';
+    END IF;
+    PERFORM outbox._check_endpoint_options(create_endpoint.headers, create_endpoint.secret,
+                                           create_endpoint.timeout_ms, create_endpoint.max_attempts,
+                                           create_endpoint.max_pending);
+
+    INSERT INTO outbox.endpoints (name, url, channel, headers, timeout_ms, max_attempts,
+                                  ordered, max_pending)
+    VALUES (create_endpoint.name, create_endpoint.url, create_endpoint.channel,
+            coalesce(create_endpoint.headers, '{}'), create_endpoint.timeout_ms,
+            create_endpoint.max_attempts, coalesce(create_endpoint.ordered, false),
+            create_endpoint.max_pending)
+    ON CONFLICT (name) DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'endpoint "%" already exists', create_endpoint.name
+            USING ERRCODE = 'duplicate_object',
+                  HINT = 'Use outbox.alter_endpoint() to change it.';
+    END IF;
+
+    IF create_endpoint.secret IS NOT NULL THEN
+        INSERT INTO outbox.endpoint_secrets (endpoint, secret)
+        VALUES (create_endpoint.name, create_endpoint.secret);
+    END IF;
+
+    PERFORM outbox._request_wake();
+END
+$fn$;
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint) IS
+    'creates an endpoint: exactly one of url (http/https) or channel (NOTIFY); NULL options use the GUCs';
+
+-- Changes only the arguments that are not NULL.  secret => '' removes the secret (the
+-- endpoint's deliveries are no longer signed); any other secret replaces it.  An
+-- endpoint cannot change between url and channel delivery: drop and create it.
+-- timeout_ms, max_attempts and max_pending cannot be set back to NULL here.
+CREATE OR REPLACE FUNCTION outbox.alter_endpoint(name text,
+                                      url text DEFAULT NULL,
+                                      headers jsonb DEFAULT NULL,
+                                      secret text DEFAULT NULL,
+                                      timeout_ms int DEFAULT NULL,
+                                      max_attempts int DEFAULT NULL,
+                                      ordered boolean DEFAULT NULL,
+                                      max_pending bigint DEFAULT NULL)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_channel text;
+BEGIN
+    IF alter_endpoint.name IS NULL THEN
+        RAISE EXCEPTION 'endpoint name must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT e.channel INTO v_channel
+      FROM outbox.endpoints e
+     WHERE e.name = alter_endpoint.name
+       FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'endpoint "%" does not exist', alter_endpoint.name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+
+    IF v_channel IS NOT NULL AND alter_endpoint.url IS NOT NULL THEN
+        RAISE EXCEPTION 'endpoint "%" delivers by NOTIFY and cannot be given a url', alter_endpoint.name
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Drop the endpoint and create it again with a url.';
+    END IF;
+    IF v_channel IS NOT NULL AND alter_endpoint.secret IS NOT NULL THEN
+        RAISE EXCEPTION 'a secret can only be set on a url endpoint'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'NOTIFY deliveries are not signed.';
+    END IF;
+    IF alter_endpoint.url IS NOT NULL THEN
+        PERFORM outbox._check_url(alter_endpoint.url);
+        PERFORM outbox._check_egress(alter_endpoint.url);
+    END IF;
+    PERFORM outbox._check_endpoint_options(alter_endpoint.headers, alter_endpoint.secret,
+                                           alter_endpoint.timeout_ms, alter_endpoint.max_attempts,
+                                           alter_endpoint.max_pending);
+
+    UPDATE outbox.endpoints e
+       SET url          = coalesce(alter_endpoint.url, e.url),
+           headers      = coalesce(alter_endpoint.headers, e.headers),
+           timeout_ms   = coalesce(alter_endpoint.timeout_ms, e.timeout_ms),
+           max_attempts = coalesce(alter_endpoint.max_attempts, e.max_attempts),
+           ordered      = coalesce(alter_endpoint.ordered, e.ordered),
+           max_pending  = coalesce(alter_endpoint.max_pending, e.max_pending)
+     WHERE e.name = alter_endpoint.name;
+
+    IF alter_endpoint.secret = '' THEN
+        DELETE FROM outbox.endpoint_secrets s WHERE s.endpoint = alter_endpoint.name;
+    ELSIF alter_endpoint.secret IS NOT NULL THEN
+        INSERT INTO outbox.endpoint_secrets AS s (endpoint, secret)
+        VALUES (alter_endpoint.name, alter_endpoint.secret)
+        ON CONFLICT (endpoint) DO UPDATE SET secret = excluded.secret;
+    END IF;
+
+    PERFORM outbox._request_wake();
+END
+$fn$;
+COMMENT ON FUNCTION outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint) IS
+    'changes the arguments that are not NULL; secret => '''' removes the secret';
+
+-- Refuses while the endpoint has undelivered (pending or in-flight) messages.  With
+-- force they are moved to the DLQ as ENDPOINT_DROPPED, and then the endpoint and its
+-- secret go.  Its delivered messages stay in outbox.history until retention.
+CREATE OR REPLACE FUNCTION outbox.drop_endpoint(name text, force boolean DEFAULT false)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_undelivered bigint;
+BEGIN
+    IF drop_endpoint.name IS NULL THEN
+        RAISE EXCEPTION 'endpoint name must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    -- Lock the endpoint first: a concurrent alter/drop/requeue waits for us.
+    PERFORM 1 FROM outbox.endpoints e WHERE e.name = drop_endpoint.name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'endpoint "%" does not exist', drop_endpoint.name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+
+    IF NOT coalesce(drop_endpoint.force, false) THEN
+        SELECT count(*) INTO v_undelivered
+          FROM outbox.messages m
+         WHERE m.endpoint = drop_endpoint.name;
+        IF v_undelivered > 0 THEN
+            RAISE EXCEPTION 'cannot drop endpoint "%" because it has undelivered messages', drop_endpoint.name
+                USING ERRCODE = 'dependent_objects_still_exist',
+                      DETAIL = format('%s message(s) are pending or in flight.', v_undelivered),
+                      HINT = 'Wait for them to be delivered, or use force => true to move them to the dead letter queue.';
+        END IF;
+    END IF;
+
+    -- One statement: every message of the endpoint leaves the outbox and arrives in
+    -- the DLQ, in id order.
+    WITH gone AS (
+        DELETE FROM outbox.messages m
+         WHERE m.endpoint = drop_endpoint.name
+        RETURNING m.*
+    )
+    INSERT INTO dlq.dead_letters (message_id, endpoint, event_type, payload, headers,
+                                  ordering_key, idempotency_key, reason_code, error_message,
+                                  http_status, attempts, first_failed_at, message_created_at)
+    SELECT g.id, g.endpoint, g.event_type, g.payload, g.headers,
+           g.ordering_key, g.idempotency_key, 'ENDPOINT_DROPPED',
+           'endpoint dropped' || coalesce(' (last delivery error: ' || g.last_error || ')', ''),
+           g.last_http_status, g.attempts, g.first_failed_at, g.created_at
+      FROM gone g
+     ORDER BY g.id;
+
+    DELETE FROM outbox.endpoints e WHERE e.name = drop_endpoint.name;  -- and its secret
+
+    PERFORM outbox._request_wake();
+END
+$fn$;
+COMMENT ON FUNCTION outbox.drop_endpoint(text, boolean) IS
+    'drops an endpoint; with force => true its undelivered messages move to the DLQ (ENDPOINT_DROPPED)';
+
+-- A paused endpoint keeps accepting messages but the worker delivers none of them.
+CREATE OR REPLACE FUNCTION outbox.pause_endpoint(name text)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    IF pause_endpoint.name IS NULL THEN
+        RAISE EXCEPTION 'endpoint name must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    UPDATE outbox.endpoints e SET paused = true WHERE e.name = pause_endpoint.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'endpoint "%" does not exist', pause_endpoint.name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    PERFORM outbox._request_wake();
+END
+$fn$;
+COMMENT ON FUNCTION outbox.pause_endpoint(text) IS
+    'stops deliveries to an endpoint; enqueue still accepts messages';
+
+CREATE OR REPLACE FUNCTION outbox.resume_endpoint(name text)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    IF resume_endpoint.name IS NULL THEN
+        RAISE EXCEPTION 'endpoint name must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    UPDATE outbox.endpoints e SET paused = false WHERE e.name = resume_endpoint.name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'endpoint "%" does not exist', resume_endpoint.name
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    PERFORM outbox._request_wake();   -- deliver what waited, at commit
+END
+$fn$;
+COMMENT ON FUNCTION outbox.resume_endpoint(text) IS
+    'resumes deliveries to a paused endpoint';
+
+------------------------------------------------------------------------------------------
+-- Send rights
+------------------------------------------------------------------------------------------
+
+-- Lets role (a role name, or 'public') enqueue to endpoint.  Granting twice is not an
+-- error.  42704 for an unknown endpoint or role.
+CREATE OR REPLACE FUNCTION outbox.grant_send(endpoint text, role name)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    INSERT INTO outbox.endpoint_senders (endpoint, role)
+    VALUES (outbox._sending_endpoint(grant_send.endpoint), outbox._sending_role(grant_send.role))
+    ON CONFLICT DO NOTHING;
+END
+$fn$;
+COMMENT ON FUNCTION outbox.grant_send(text, name) IS
+    'lets a role (or public) enqueue to an endpoint';
+
+-- Takes the right back.  Revoking what was not granted is not an error (as REVOKE).
+CREATE OR REPLACE FUNCTION outbox.revoke_send(endpoint text, role name)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    DELETE FROM outbox.endpoint_senders s
+     WHERE s.endpoint = outbox._sending_endpoint(revoke_send.endpoint)
+       AND s.role = outbox._sending_role(revoke_send.role);
+END
+$fn$;
+COMMENT ON FUNCTION outbox.revoke_send(text, name) IS
+    'takes back a role''s right to enqueue to an endpoint';
+
+-- The endpoint argument of grant_send/revoke_send: must exist.
+CREATE OR REPLACE FUNCTION outbox._sending_endpoint(endpoint text)
+    RETURNS text
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF _sending_endpoint.endpoint IS NULL THEN
+        RAISE EXCEPTION 'endpoint must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT EXISTS (SELECT FROM outbox.endpoints e WHERE e.name = _sending_endpoint.endpoint) THEN
+        RAISE EXCEPTION 'endpoint "%" does not exist', _sending_endpoint.endpoint
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN _sending_endpoint.endpoint;
+END
+$fn$;
+
+-- The role argument of grant_send/revoke_send: an existing role, or 'public' (0).
+CREATE OR REPLACE FUNCTION outbox._sending_role(role name)
+    RETURNS regrole
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_oid oid;
+BEGIN
+    IF _sending_role.role IS NULL THEN
+        RAISE EXCEPTION 'role must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF _sending_role.role = 'public' THEN
+        RETURN 0::oid::regrole;
+    END IF;
+    SELECT r.oid INTO v_oid FROM pg_catalog.pg_roles r WHERE r.rolname = _sending_role.role;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'role "%" does not exist', _sending_role.role
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN v_oid::regrole;
+END
+$fn$;
+

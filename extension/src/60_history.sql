@@ -1,0 +1,106 @@
+------------------------------------------------------------------------------------------
+-- History partitions: created ahead and dropped whole by the worker's housekeeping
+------------------------------------------------------------------------------------------
+
+-- The partitions of outbox.history with their bounds (the default partition is not one
+-- of them).  The bounds come from the catalog, printed and read back in the same
+-- session, so no naming convention is relied on.
+CREATE OR REPLACE FUNCTION outbox._history_partitions(OUT partition regclass, OUT from_at timestamptz,
+                                                      OUT to_at timestamptz)
+    RETURNS SETOF record
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT c.oid::regclass, b[1]::timestamptz, b[2]::timestamptz
+      FROM pg_inherits i
+      JOIN pg_class c ON c.oid = i.inhrelid
+     CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                                     '^FOR VALUES FROM \(''([^'']*)''\) TO \(''([^'']*)''\)$') AS b
+     WHERE i.inhparent = 'outbox.history'::regclass
+$fn$;
+
+-- Makes sure that partitions of width_s seconds, aligned on multiples of it since the
+-- epoch, cover the history from now to at least three widths ahead; returns until when
+-- the history is covered.  A range that cannot get its partition (the default
+-- partition already holds rows of it, or a reader holds the history longer than the
+-- lock timeout) is left to the default partition, and the next range is tried.
+CREATE OR REPLACE FUNCTION outbox._history_prepare(width_s int)
+    RETURNS timestamptz
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET lock_timeout = '200ms'
+AS $fn$
+DECLARE
+    v_from    timestamptz;
+    v_to      timestamptz;
+    v_covered timestamptz;
+BEGIN
+    IF width_s IS NULL OR width_s < 1 THEN
+        RAISE EXCEPTION 'width_s must be a positive number of seconds'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_from := to_timestamp(floor(extract(epoch FROM now()) / width_s) * width_s);
+    SELECT max(p.to_at) INTO v_covered FROM outbox._history_partitions() p;
+    IF v_covered > v_from THEN
+        v_from := v_covered;
+    END IF;
+    WHILE v_from < now() + make_interval(secs => 3 * width_s) LOOP
+        v_to := to_timestamp((floor(extract(epoch FROM v_from) / width_s) + 1) * width_s);
+        BEGIN
+            EXECUTE format('CREATE TABLE outbox.%I PARTITION OF outbox.history FOR VALUES FROM (%L) TO (%L)',
+                           'history_' || to_char(v_from AT TIME ZONE 'UTC', 'YYYYMMDD_HH24MISS'),
+                           v_from, v_to);
+        EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table THEN
+            NULL;
+        END;
+        v_from := v_to;
+    END LOOP;
+    RETURN (SELECT max(p.to_at) FROM outbox._history_partitions() p);
+END
+$fn$;
+
+-- Removes the delivered messages sent before cutoff: each partition wholly before it is
+-- dropped (its count read from outbox.history_counts, not from its rows), and the
+-- default partition's rows before it are deleted.  With exact, the rows before cutoff
+-- in the partition that straddles it are deleted too (outbox.purge); the worker leaves
+-- them for the drop of their partition.  A partition that cannot be locked within the
+-- lock timeout (a long reader of the history) waits for the next call.  Returns how
+-- many messages were removed.
+CREATE OR REPLACE FUNCTION outbox._history_retire(cutoff timestamptz, exact boolean)
+    RETURNS bigint
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET lock_timeout = '200ms'
+AS $fn$
+DECLARE
+    p       record;
+    v_count bigint := 0;
+    v_n     bigint;
+BEGIN
+    FOR p IN SELECT * FROM outbox._history_partitions() hp
+              WHERE hp.from_at < cutoff ORDER BY hp.from_at LOOP
+        IF p.to_at <= cutoff THEN
+            BEGIN
+                SELECT coalesce(sum(hc.sent), 0) INTO v_n
+                  FROM outbox.history_counts hc WHERE hc.partition = p.partition;
+                DELETE FROM outbox.history_counts hc WHERE hc.partition = p.partition;
+                EXECUTE format('DROP TABLE %s', p.partition);
+                v_count := v_count + v_n;
+            EXCEPTION WHEN lock_not_available THEN
+                EXIT;
+            END;
+        ELSIF exact THEN
+            EXECUTE format('WITH gone AS (DELETE FROM %s h WHERE h.sent_at < $1 RETURNING h.endpoint),'
+                           '     n AS (SELECT g.endpoint, count(*) AS n FROM gone g GROUP BY g.endpoint),'
+                           '     counted AS (UPDATE outbox.history_counts hc SET sent = hc.sent - n.n FROM n'
+                           '                  WHERE hc.partition = $2 AND hc.endpoint = n.endpoint RETURNING 1)'
+                           ' SELECT coalesce(sum(n.n), 0) FROM n', p.partition)
+               INTO v_n USING cutoff, p.partition;
+            v_count := v_count + v_n;
+        END IF;
+    END LOOP;
+    DELETE FROM outbox.history_default h WHERE h.sent_at < cutoff;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_count + v_n;
+END
+$fn$;

@@ -1,0 +1,39 @@
+------------------------------------------------------------------------------------------
+-- Privileges: nothing for PUBLIC.
+------------------------------------------------------------------------------------------
+
+REVOKE ALL ON SCHEMA outbox, dlq FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA outbox, dlq FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA outbox, dlq FROM PUBLIC;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
+
+-- The grants a deployment needs (documented in the README; the regress suite applies
+-- exactly these to its roles).  Replace producer/operator with your roles.
+--
+--   -- producer: enqueues in its own transactions, to the endpoints it was granted;
+--   -- reads nothing, creates nothing.
+--   GRANT USAGE ON SCHEMA outbox TO producer;
+--   GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz) TO producer;
+--   SELECT outbox.grant_send('billing', 'producer');     -- per endpoint
+--
+--   -- operator: manages endpoints, inspects and redrives dead letters, reads stats and
+--   -- metrics.  Never the secrets (outbox.endpoint_secrets stays owner-only).
+--   GRANT USAGE ON SCHEMA outbox, dlq TO operator;
+--   GRANT EXECUTE ON FUNCTION
+--       outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint),
+--       outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint),
+--       outbox.drop_endpoint(text, boolean),
+--       outbox.pause_endpoint(text),
+--       outbox.resume_endpoint(text),
+--       outbox.purge(interval),
+--       outbox.metrics(),
+--       outbox.worker_status(),
+--       outbox.grant_send(text, name),
+--       outbox.revoke_send(text, name),
+--       dlq.requeue(bigint, jsonb),
+--       dlq.requeue_all(text, text, timestamptz),
+--       dlq.discard(bigint, text)
+--     TO operator;
+--   GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages,
+--                   outbox.endpoint_stats, dlq.dead_letters, dlq.summary
+--     TO operator;

@@ -1,0 +1,19 @@
+-- Sent messages move to the history's default partition, where the worker's retention
+-- deletes them once pg_outbox.sent_retention has passed.  Messages in flight under a
+-- 0.2.0 worker are pending again: their attempt was counted when they were claimed.
+INSERT INTO outbox.history (id, endpoint, event_type, payload, headers, ordering_key, idempotency_key,
+                            attempts, last_http_status, created_at, sent_at)
+SELECT m.id, m.endpoint, m.event_type, m.payload, m.headers, m.ordering_key, m.idempotency_key,
+       m.attempts, m.last_http_status, m.created_at, coalesce(m.sent_at, now())
+  FROM outbox.messages m
+ WHERE m.status = 'sent';
+DELETE FROM outbox.messages m WHERE m.status = 'sent';
+
+DROP INDEX outbox.messages_claim_idx, outbox.messages_lease_idx, outbox.messages_ordering_idx,
+           outbox.messages_endpoint_status_idx, outbox.messages_sent_at_idx;
+ALTER TABLE outbox.messages DROP COLUMN status, DROP COLUMN lease_until, DROP COLUMN sent_at;
+COMMENT ON TABLE outbox.messages IS
+    'pg_outbox messages waiting for delivery (the backlog); outbox.message(id) finds any message';
+CREATE INDEX messages_claim_idx ON outbox.messages (endpoint, next_attempt_at, id);
+CREATE INDEX messages_ordering_idx ON outbox.messages (endpoint, ordering_key, id)
+    WHERE ordering_key IS NOT NULL;

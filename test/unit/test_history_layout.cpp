@@ -1,0 +1,34 @@
+#include "core/history_layout.hpp"
+
+#include <gtest/gtest.h>
+
+#include <climits>
+
+using namespace pg_outbox::core;
+
+TEST(HistoryLayout, QuarterOfTheRetentionOnTheLadder) {
+  EXPECT_EQ(history_partition_width_s(86400), 21600);       // 1 day: 6 h partitions
+  EXPECT_EQ(history_partition_width_s(7 * 86400), 86400);   // a week: daily
+  EXPECT_EQ(history_partition_width_s(3600), 900);          // 1 h: 15 min
+  EXPECT_EQ(history_partition_width_s(60), 10);             // 1 min: 10 s
+  EXPECT_EQ(history_partition_width_s(600), 60);            // 10 min: 1 min
+  EXPECT_EQ(history_partition_width_s(1200), 300);          // 20 min: 5 min
+}
+
+TEST(HistoryLayout, NeverBelowTenSecondsNorAboveADay) {
+  EXPECT_EQ(history_partition_width_s(1), 10);
+  EXPECT_EQ(history_partition_width_s(39), 10);
+  EXPECT_EQ(history_partition_width_s(INT_MAX), 86400);
+}
+
+TEST(HistoryLayout, WidthDividesEveryLargerWidth) {
+  // Partitions of a new width start where the old ones end: each width is a multiple
+  // of the smaller ones, so aligned ranges never overlap.
+  int previous = 0;
+  for (int retention = 1; retention < 40 * 86400; retention += 997) {
+    int width = history_partition_width_s(retention);
+    if (previous) EXPECT_EQ(width % previous == 0 || previous % width == 0, true) << retention;
+    EXPECT_LE(width, retention < 40 ? 10 : retention / 4) << retention;
+    previous = width;
+  }
+}
