@@ -29,12 +29,29 @@ SELECT conrelid::regclass AS "table", contype, pg_get_constraintdef(oid) AS defi
 SELECT indexrelid::regclass AS index, pg_get_indexdef(indexrelid) AS definition
   FROM pg_index
  WHERE indrelid IN ('outbox.endpoints'::regclass, 'outbox.endpoint_secrets'::regclass,
-                    'outbox.messages'::regclass, 'dlq.dead_letters'::regclass)
+                    'outbox.messages'::regclass, 'dlq.dead_letters'::regclass,
+                    'outbox.claims'::regclass, 'outbox.history'::regclass,
+                    'outbox.history_default'::regclass, 'outbox.history_counts'::regclass)
  ORDER BY indexrelid::regclass::text;
 
--- The commit-time wake-up: one AFTER INSERT statement trigger.
-SELECT tgname, pg_get_triggerdef(oid) AS definition
-  FROM pg_trigger WHERE tgrelid = 'outbox.messages'::regclass AND NOT tgisinternal;
+-- The queue asks autovacuum to look at it far more often than at an ordinary table.
+SELECT reloptions FROM pg_class WHERE oid = 'outbox.messages'::regclass;
+
+-- The history of delivered messages: range-partitioned by sent_at, with a default
+-- partition; the time partitions are the worker's to create, so a new install has none.
+SELECT pg_get_partkeydef('outbox.history'::regclass) AS partition_key;
+SELECT inhrelid::regclass AS partition, pg_get_expr(c.relpartbound, c.oid) AS bound
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'outbox.history'::regclass;
+SELECT count(*) AS time_partitions FROM outbox._history_partitions();
+
+-- The commit-time wake-up: one AFTER INSERT statement trigger; no other table of the
+-- extension has a trigger.
+SELECT tgrelid::regclass AS "table", tgname, pg_get_triggerdef(oid) AS definition
+  FROM pg_trigger
+ WHERE tgrelid IN (SELECT c.oid FROM pg_class c
+                    WHERE c.relnamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace))
+   AND NOT tgisinternal;
 
 -- Functions: every one a producer or operator calls is SECURITY DEFINER with a fixed
 -- search_path.
@@ -57,7 +74,7 @@ SELECT n.nspname, has_schema_privilege('public', n.oid, 'USAGE') AS usage,
 SELECT count(*) AS relations_public_can_touch
   FROM pg_class c
  WHERE c.relnamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace)
-   AND c.relkind IN ('r', 'v', 'S')
+   AND c.relkind IN ('r', 'p', 'v', 'S')
    AND has_table_privilege('public', c.oid, 'SELECT,INSERT,UPDATE,DELETE,TRUNCATE,REFERENCES,TRIGGER');
 SELECT count(*) AS sequences_public_can_use
   FROM pg_class c

@@ -3,7 +3,8 @@
 -- transaction it runs in, and bad input.
 --
 \set SHOW_CONTEXT never
-TRUNCATE outbox.messages, dlq.dead_letters RESTART IDENTITY;
+TRUNCATE outbox.messages, outbox.claims, outbox.history, outbox.history_counts, dlq.dead_letters
+    RESTART IDENTITY;
 DELETE FROM outbox.endpoints;
 
 SELECT outbox.create_endpoint('billing', url => 'http://127.0.0.1:8080/hooks/billing',
@@ -11,12 +12,27 @@ SELECT outbox.create_endpoint('billing', url => 'http://127.0.0.1:8080/hooks/bil
 SELECT outbox.create_endpoint('orders_feed', channel => 'orders');
 SELECT outbox.create_endpoint('limited', url => 'http://127.0.0.1:8080/hooks/limited', max_pending => 3);
 
--- The messages without the timestamps that change from run to run.
+-- The messages without the timestamps that change from run to run, with where each
+-- stands (outbox.message()).
 CREATE TEMP VIEW msgs AS
-SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key, status,
-       attempts, next_attempt_at <= now() AS due, lease_until, last_error, last_http_status,
-       first_failed_at, sent_at
-  FROM outbox.messages;
+SELECT m.id, m.endpoint, m.event_type, m.payload, m.headers, m.ordering_key, m.idempotency_key,
+       s.status, m.attempts, m.next_attempt_at <= now() AS due, m.last_error, m.last_http_status,
+       m.first_failed_at, s.sent_at
+  FROM outbox.messages m CROSS JOIN LATERAL outbox.message(m.id) s;
+
+-- What the worker does when a delivery succeeds and pg_outbox.sent_retention > 0: in
+-- one statement the rows leave the queue for the history (the worker does not serve
+-- this database, so the tests deliver by hand).
+CREATE FUNCTION pg_temp.deliver(ids bigint[]) RETURNS bigint LANGUAGE sql
+AS $$
+    WITH moved AS (DELETE FROM outbox.messages m WHERE m.id = ANY (ids) RETURNING m.*),
+         kept AS (INSERT INTO outbox.history (id, endpoint, event_type, payload, headers, ordering_key,
+                                              idempotency_key, attempts, last_http_status, created_at, sent_at)
+                  SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key,
+                         attempts + 1, 200, created_at, now() FROM moved
+                  RETURNING id)
+    SELECT count(*) FROM kept
+$$;
 
 ------------------------------------------------------------------------------------------
 -- Normal use
@@ -56,8 +72,8 @@ SELECT outbox.resume_endpoint('orders_feed');
 
 -- A privileged role may also INSERT directly; the defaults fill the rest.
 INSERT INTO outbox.messages (endpoint, payload) VALUES ('billing', '{"direct": true}');
-SELECT endpoint, payload, status, attempts, next_attempt_at = created_at AS due_at_creation
-  FROM outbox.messages WHERE payload ? 'direct';
+SELECT m.endpoint, m.payload, s.status, m.attempts, m.next_attempt_at = m.created_at AS due_at_creation
+  FROM outbox.messages m CROSS JOIN LATERAL outbox.message(m.id) s WHERE m.payload ? 'direct';
 
 ------------------------------------------------------------------------------------------
 -- Idempotency
@@ -79,13 +95,18 @@ SELECT count(*) AS rows_with_evt_2 FROM outbox.messages WHERE idempotency_key = 
 SELECT outbox.enqueue('orders_feed', '{"v": 1}'::jsonb, idempotency_key => 'evt_1') <> :first_id AS new_id;
 SELECT endpoint, count(*) FROM outbox.messages WHERE idempotency_key = 'evt_1'
  GROUP BY endpoint ORDER BY endpoint;
--- A retained sent message still holds its key ...
-UPDATE outbox.messages SET status = 'sent', sent_at = now() WHERE id = :first_id;
-SELECT outbox.enqueue('billing', '{"v": 4}'::jsonb, idempotency_key => 'evt_1') = :first_id AS same_id;
--- ... until it is purged; then the key is free again.
-DELETE FROM outbox.messages WHERE id = :first_id;
-SELECT outbox.enqueue('billing', '{"v": 5}'::jsonb, idempotency_key => 'evt_1') > :first_id AS new_id;
+-- A key is held while its message is in the queue.  A delivered message leaves the
+-- queue (for the history), and with it goes its hold on the key: the next enqueue with
+-- that key is a new message ...
+SELECT pg_temp.deliver(ARRAY[:first_id]::bigint[]) AS delivered;
+SELECT status FROM outbox.message(:first_id);
+SELECT outbox.enqueue('billing', '{"v": 4}'::jsonb, idempotency_key => 'evt_1') AS second_id \gset
+SELECT :second_id > :first_id AS new_id;
+-- ... which holds the key in turn while it waits.
+SELECT outbox.enqueue('billing', '{"v": 5}'::jsonb, idempotency_key => 'evt_1') = :second_id AS same_id;
 SELECT payload FROM outbox.messages WHERE endpoint = 'billing' AND idempotency_key = 'evt_1';
+SELECT id = :first_id AS is_first, payload FROM outbox.history
+ WHERE endpoint = 'billing' AND idempotency_key = 'evt_1';
 -- 200 characters, and the characters a key may use.
 SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => repeat('k', 200)) > 0 AS accepted;
 SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => 'msg_2Rz-9:x/y_Z~ü') > 0 AS accepted;
@@ -95,9 +116,9 @@ SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => 'msg_2Rz-9:x/y_
 ------------------------------------------------------------------------------------------
 SELECT outbox.enqueue('billing', '{"later": true}'::jsonb,
                       deliver_at => now() + interval '1 hour') AS later_id \gset
-SELECT next_attempt_at > now() AS in_the_future,
-       next_attempt_at = created_at + interval '1 hour' AS exactly_then, status
-  FROM outbox.messages WHERE id = :later_id;
+SELECT m.next_attempt_at > now() AS in_the_future,
+       m.next_attempt_at = m.created_at + interval '1 hour' AS exactly_then, s.status
+  FROM outbox.messages m CROSS JOIN LATERAL outbox.message(m.id) s WHERE m.id = :later_id;
 -- A time in the past means at once.
 SELECT outbox.enqueue('billing', '{"past": true}'::jsonb,
                       deliver_at => now() - interval '1 day') AS past_id \gset
@@ -119,12 +140,13 @@ SELECT outbox.enqueue('limited', '{"n": 4}'::jsonb, idempotency_key => 'lim-4');
 -- A retried enqueue of a message already in is not new work: it gets its id.
 SELECT outbox.enqueue('limited', '{"n": 1}'::jsonb, idempotency_key => 'lim-1') = :lim_1 AS same_id;
 SELECT count(*) AS limited_rows FROM outbox.messages WHERE endpoint = 'limited';
--- In-flight messages count; sent ones do not.
-UPDATE outbox.messages SET status = 'in_flight', attempts = 1, lease_until = now() + interval '5 min'
- WHERE id = :lim_1;
+-- In-flight messages count (the worker's claim lists them); delivered ones do not.
+INSERT INTO outbox.claims (message_ids, attempts) VALUES (ARRAY[:lim_1]::bigint[], '{1}');
+SELECT status FROM outbox.message(:lim_1);
 SELECT outbox.enqueue('limited', '{"n": 4}'::jsonb);
 \echo :SQLSTATE
-UPDATE outbox.messages SET status = 'sent', sent_at = now(), lease_until = NULL WHERE id = :lim_1;
+SELECT pg_temp.deliver(ARRAY[:lim_1]::bigint[]) AS delivered;
+DELETE FROM outbox.claims;
 SELECT outbox.enqueue('limited', '{"n": 4}'::jsonb) > 0 AS accepted;
 SELECT outbox.enqueue('limited', '{"n": 5}'::jsonb);
 \echo :SQLSTATE
@@ -133,7 +155,10 @@ SELECT outbox.alter_endpoint('limited', max_pending => 4);
 SELECT outbox.enqueue('limited', '{"n": 5}'::jsonb) > 0 AS accepted;
 SELECT outbox.enqueue('limited', '{"n": 6}'::jsonb);
 \echo :SQLSTATE
-SELECT status, count(*) FROM outbox.messages WHERE endpoint = 'limited' GROUP BY status ORDER BY status;
+SELECT s.status, count(*)
+  FROM (SELECT id FROM outbox.messages UNION ALL SELECT id FROM outbox.history) i
+ CROSS JOIN LATERAL outbox.message(i.id) s
+ WHERE s.endpoint = 'limited' GROUP BY s.status ORDER BY s.status;
 
 ------------------------------------------------------------------------------------------
 -- Bad input: each refused, nothing inserted.
@@ -194,6 +219,29 @@ SELECT outbox.enqueue('billing', '{}'::jsonb, event_type => repeat('e', 201));
 SELECT outbox.enqueue('billing', '{}'::jsonb, ordering_key => repeat('k', 201));
 \echo :SQLSTATE
 SELECT outbox.enqueue('billing', '{}'::jsonb, deliver_at => 'infinity');
+\echo :SQLSTATE
+-- A payload over pg_outbox.max_payload_size (1 MB here, its default: the GUC is set
+-- with ALTER SYSTEM and a reload, never by SET) is refused with 54000, and nothing is
+-- inserted.  The size is the payload's as stored, uncompressed: exactly at the limit
+-- is accepted (and rolled back), one byte over is not.
+SHOW pg_outbox.max_payload_size;
+SELECT outbox._payload_size(to_jsonb(repeat('x', 1048576 - 8))) AS at_the_limit,
+       outbox._payload_size(to_jsonb(repeat('x', 1048576 - 7))) AS one_byte_over;
+BEGIN;
+SELECT outbox.enqueue('billing', to_jsonb(repeat('x', 1048576 - 8))) > 0 AS accepted_at_the_limit;
+ROLLBACK;
+SELECT outbox.enqueue('billing', to_jsonb(repeat('x', 1048576 - 7)));
+\echo :SQLSTATE
+SELECT outbox.enqueue('billing', jsonb_build_object('blob', repeat('x', 2000000)), event_type => 'big',
+                      idempotency_key => 'too-big');
+\echo :SQLSTATE
+-- Compression does not hide the size: a payload stored compressed (a very repetitive
+-- 2 MB) is measured as what it is.
+CREATE TEMP TABLE big_payloads (payload jsonb);
+INSERT INTO big_payloads VALUES (jsonb_build_object('blob', repeat('x', 2000000)));
+SELECT pg_column_size(payload) < 100000 AS stored_compressed, outbox._payload_size(payload) AS size
+  FROM big_payloads;
+SELECT outbox.enqueue('billing', payload) FROM big_payloads;
 \echo :SQLSTATE
 -- A plain INSERT cannot bypass them: the table's CHECK constraints hold the same bounds.
 \set VERBOSITY terse

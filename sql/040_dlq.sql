@@ -4,7 +4,8 @@
 -- open any more, endpoints that are gone, a webhook-id still in use.
 --
 \set SHOW_CONTEXT never
-TRUNCATE outbox.messages, dlq.dead_letters RESTART IDENTITY;
+TRUNCATE outbox.messages, outbox.claims, outbox.history, outbox.history_counts, dlq.dead_letters
+    RESTART IDENTITY;
 DELETE FROM outbox.endpoints;
 
 SELECT outbox.create_endpoint('billing', url => 'http://127.0.0.1:8080/hooks/billing');
@@ -61,17 +62,18 @@ SELECT * FROM dlq.summary ORDER BY endpoint, reason_code, event_type;
 -- (msg_<original id>) as its idempotency key.
 BEGIN;
 SELECT dlq.requeue(1);
-SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key, status,
-       attempts, next_attempt_at = now() AS due_now, created_at = now() AS created_now,
-       last_error, last_http_status
-  FROM outbox.messages WHERE id = 1001;
+SELECT m.id, m.endpoint, m.event_type, m.payload, m.headers, m.ordering_key, m.idempotency_key,
+       s.status, m.attempts, m.next_attempt_at = now() AS due_now, m.created_at = now() AS created_now,
+       m.last_error, m.last_http_status
+  FROM outbox.messages m CROSS JOIN LATERAL outbox.message(m.id) s WHERE m.id = 1001;
 SELECT requeued_at = now() AS requeued_now FROM dlq.dead_letters WHERE id = 1;
 COMMIT;
 SELECT * FROM dl WHERE id = 1;
 -- An idempotency key of its own is kept as it is; headers and ordering key too.
 SELECT dlq.requeue(2);
-SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key, status, attempts
-  FROM outbox.messages WHERE id = 1002;
+SELECT m.id, m.endpoint, m.event_type, m.payload, m.headers, m.ordering_key, m.idempotency_key,
+       s.status, m.attempts
+  FROM outbox.messages m CROSS JOIN LATERAL outbox.message(m.id) s WHERE m.id = 1002;
 -- With a corrected payload.
 SELECT dlq.requeue(4, '{"parcel": 4, "slimmed": true}');
 SELECT id, endpoint, payload, idempotency_key FROM outbox.messages WHERE id = 1003;
@@ -95,6 +97,17 @@ SELECT dlq.requeue(8);
 \echo :SQLSTATE
 SELECT * FROM dl ORDER BY id;
 SELECT id, endpoint, idempotency_key FROM outbox.messages ORDER BY id;
+-- Once that message is delivered it leaves the queue, and its hold on the key with it:
+-- now the requeue goes through.
+WITH moved AS (DELETE FROM outbox.messages m WHERE m.idempotency_key = 'refund-8' RETURNING m.*)
+INSERT INTO outbox.history (id, endpoint, event_type, payload, headers, ordering_key, idempotency_key,
+                            attempts, last_http_status, created_at, sent_at)
+SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key, 1, 200, created_at, now()
+  FROM moved;
+SELECT dlq.requeue(8) AS requeued_as \gset
+SELECT m.id = :requeued_as AS same_id, m.payload, m.idempotency_key, s.status
+  FROM outbox.messages m CROSS JOIN LATERAL outbox.message(m.id) s WHERE m.idempotency_key = 'refund-8';
+SELECT * FROM dl WHERE id = 8;
 
 ------------------------------------------------------------------------------------------
 -- discard
@@ -160,7 +173,8 @@ SELECT * FROM dl WHERE requeued ORDER BY id;
 SELECT dlq.discard(7, 'endpoint retired');
 SELECT dlq.requeue_all(since => '2024-03-01 00:00:00+00');
 SELECT * FROM dl ORDER BY id;
-SELECT id, endpoint, payload, idempotency_key, status, attempts FROM outbox.messages ORDER BY id;
+SELECT m.id, m.endpoint, m.payload, m.idempotency_key, s.status, m.attempts
+  FROM outbox.messages m CROSS JOIN LATERAL outbox.message(m.id) s ORDER BY m.id;
 -- The last open one (billing's, from February), then nothing is left to do.
 SELECT dlq.requeue_all(endpoint => 'billing');
 SELECT dlq.requeue_all(endpoint => 'billing', reason_code => 'RETRY_EXHAUSTED', since => '2024-01-01');

@@ -3,8 +3,43 @@
 -- outbox.worker_status(), and outbox.purge().
 --
 \set SHOW_CONTEXT never
-TRUNCATE outbox.messages, dlq.dead_letters RESTART IDENTITY;
+TRUNCATE outbox.messages, outbox.claims, outbox.history, outbox.history_counts, dlq.dead_letters
+    RESTART IDENTITY;
 DELETE FROM outbox.endpoints;
+
+-- What the worker does when a delivery succeeds and pg_outbox.sent_retention > 0, at
+-- the time given: in one statement the rows leave the queue for the history, and the
+-- counts of the time partitions they land in grow by as many (the worker does not
+-- serve this database, so the tests deliver by hand).
+CREATE FUNCTION pg_temp.deliver(ids bigint[], at timestamptz) RETURNS bigint LANGUAGE sql
+AS $$
+    WITH moved AS (DELETE FROM outbox.messages m WHERE m.id = ANY (ids) RETURNING m.*),
+         kept AS (INSERT INTO outbox.history (id, endpoint, event_type, payload, headers, ordering_key,
+                                              idempotency_key, attempts, last_http_status, created_at, sent_at)
+                  SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key,
+                         attempts + 1, 200, created_at, at FROM moved
+                  RETURNING tableoid, endpoint),
+         counted AS (INSERT INTO outbox.history_counts AS hc (partition, endpoint, sent)
+                     SELECT k.tableoid::regclass, k.endpoint, count(*) FROM kept k
+                      WHERE k.tableoid <> 'outbox.history_default'::regclass GROUP BY 1, 2
+                     ON CONFLICT (partition, endpoint) DO UPDATE SET sent = hc.sent + excluded.sent
+                     RETURNING 1)
+    SELECT count(*) FROM kept
+$$;
+-- Where each delivered message is kept: the default partition, or a time partition.
+CREATE TEMP VIEW kept AS
+SELECT h.id, CASE WHEN h.tableoid = 'outbox.history_default'::regclass THEN 'default' ELSE 'time' END
+                 AS partition
+  FROM outbox.history h;
+
+-- The history's time partitions, as the worker prepares them: hourly, from the
+-- current hour to at least three hours ahead.  What was sent before the current hour
+-- lands in the default partition.
+SELECT outbox._history_prepare(3600) >= now() + interval '3 hours' AS covered_3h_ahead;
+SELECT count(*) >= 4 AS time_partitions,
+       bool_and(to_at - from_at = interval '1 hour') AS hourly,
+       min(from_at) <= now() AS from_this_hour
+  FROM outbox._history_partitions();
 
 SELECT outbox.create_endpoint('alpha', url => 'http://127.0.0.1:8080/hooks/alpha',
                               secret => 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw');
@@ -12,14 +47,18 @@ SELECT outbox.create_endpoint('beta', channel => 'beta');
 SELECT outbox.create_endpoint('gamma', url => 'http://127.0.0.1:8080/hooks/gamma');
 SELECT outbox.create_endpoint('idle', url => 'http://127.0.0.1:8080/hooks/idle');
 
--- alpha: 3 pending (the oldest waiting 10 minutes), 1 in flight, 2 sent.
-SELECT count(outbox.enqueue('alpha', jsonb_build_object('n', n))) FROM generate_series(1, 6) AS n;
+-- alpha: 3 pending (the oldest waiting 10 minutes), 1 in flight, 3 sent: two days ago
+-- and an hour ago (in the default partition), and now (in a time partition).  The
+-- worker's claim lists the one in flight and one of the batch that is settled already.
+SELECT count(outbox.enqueue('alpha', jsonb_build_object('n', n))) FROM generate_series(1, 7) AS n;
 UPDATE outbox.messages SET created_at = created_at - interval '10 minutes',
                            next_attempt_at = next_attempt_at - interval '10 minutes'
  WHERE id = 1;
-UPDATE outbox.messages SET status = 'in_flight', attempts = 1, lease_until = now() + interval '5 min'
- WHERE id = 4;
-UPDATE outbox.messages SET status = 'sent', attempts = 1, sent_at = now() WHERE id IN (5, 6);
+INSERT INTO outbox.claims (message_ids, attempts) VALUES ('{4,5}', '{1,1}');
+SELECT pg_temp.deliver('{5}', now() - interval '2 days') + pg_temp.deliver('{6}', now() - interval '1 hour')
+       + pg_temp.deliver('{7}', now()) AS delivered;
+SELECT id, partition FROM kept ORDER BY id;
+SELECT endpoint, sent FROM outbox.history_counts;
 -- beta: only a message scheduled for tomorrow: it is pending but not waiting yet.
 SELECT outbox.enqueue('beta', '{}'::jsonb, deliver_at => now() + interval '1 day') > 0 AS scheduled;
 -- gamma: paused, circuit open, a message retried once already (waiting since creation
@@ -97,38 +136,59 @@ SELECT count(*) AS counters_for_this_database
 ------------------------------------------------------------------------------------------
 -- outbox.purge()
 ------------------------------------------------------------------------------------------
--- alpha's sent messages: one sent two days ago, one an hour ago; and one sent now.
-UPDATE outbox.messages SET sent_at = now() - interval '2 days' WHERE id = 5;
-UPDATE outbox.messages SET sent_at = now() - interval '1 hour' WHERE id = 6;
-SELECT outbox.enqueue('alpha', '{"n": 7}'::jsonb) AS sent_now \gset
-UPDATE outbox.messages SET status = 'sent', attempts = 1, sent_at = now() WHERE id = :sent_now;
-SELECT id, status FROM outbox.messages WHERE status = 'sent' ORDER BY id;
+-- alpha's sent messages: one sent two days ago, one an hour ago, and one sent now.
+SELECT h.id, s.status FROM outbox.history h CROSS JOIN LATERAL outbox.message(h.id) s ORDER BY h.id;
 -- Bad input first: a negative interval, and nothing is deleted.
 SELECT outbox.purge(interval '-1 second');
 \echo :SQLSTATE
 SELECT outbox.purge(interval '-1 day');
 \echo :SQLSTATE
-SELECT count(*) AS sent_rows FROM outbox.messages WHERE status = 'sent';
+SELECT count(*) AS sent_rows FROM outbox.history;
 -- Explicit retention: nothing is three days old.
 SELECT outbox.purge(interval '3 days');
 -- The GUC's retention (the default here: one day): the one sent two days ago.
 SHOW pg_outbox.sent_retention;
 SELECT outbox.purge();
-SELECT id FROM outbox.messages WHERE status = 'sent' ORDER BY id;
+SELECT id FROM outbox.history ORDER BY id;
+SELECT count(*) AS purged_message FROM outbox.message(5);
 SELECT outbox.purge(NULL);
 -- Half an hour: the one sent an hour ago.
 SELECT outbox.purge(interval '30 minutes');
-SELECT id FROM outbox.messages WHERE status = 'sent' ORDER BY id;
--- Zero: every sent message, the one sent in this very transaction included.
+SELECT id FROM outbox.history ORDER BY id;
+SELECT endpoint, sent FROM outbox.endpoint_stats WHERE endpoint = 'alpha';
+-- Zero: every sent message, the one sent in this very transaction included; the counts
+-- of the time partitions go down with them.
 BEGIN;
 SELECT outbox.enqueue('alpha', '{"n": 8}'::jsonb) AS sent_in_tx \gset
-UPDATE outbox.messages SET status = 'sent', attempts = 1, sent_at = now() WHERE id = :sent_in_tx;
+SELECT pg_temp.deliver(ARRAY[:sent_in_tx]::bigint[], now()) AS delivered;
+SELECT id, partition FROM kept ORDER BY id;
 SELECT outbox.purge(interval '0');
 COMMIT;
-SELECT count(*) AS sent_rows FROM outbox.messages WHERE status = 'sent';
+SELECT count(*) AS sent_rows FROM outbox.history;
+SELECT endpoint, sent FROM outbox.history_counts;
+SELECT endpoint, sent FROM outbox.endpoint_stats WHERE endpoint = 'alpha';
+SELECT position('pg_outbox_messages{endpoint="alpha",status="sent"} 0' IN outbox.metrics()) > 0 AS metrics_sent_0;
+-- An empty history: nothing to purge, whatever the age.
+SELECT outbox.purge();
+SELECT outbox.purge(interval '0');
+SELECT outbox.purge(interval '1000 years');
 -- Only sent messages are ever purged.
-SELECT status, count(*) FROM outbox.messages GROUP BY status ORDER BY status;
+SELECT s.status, count(*) FROM outbox.messages m CROSS JOIN LATERAL outbox.message(m.id) s
+ GROUP BY s.status ORDER BY s.status;
+SELECT count(*) AS dead_letters FROM dlq.dead_letters;
+
+------------------------------------------------------------------------------------------
+-- Retiring the history's time partitions, as the worker does once retention has
+-- passed: whole partitions are dropped, their counts with them.
+------------------------------------------------------------------------------------------
+SELECT pg_temp.deliver('{2}', now()) AS delivered;
+SELECT endpoint, sent FROM outbox.endpoint_stats WHERE endpoint = 'alpha';
+SELECT outbox._history_retire('infinity', false) AS retired;
+SELECT count(*) AS time_partitions FROM outbox._history_partitions();
+SELECT count(*) AS counts_left FROM outbox.history_counts;
+SELECT count(*) AS sent_rows FROM outbox.history;
+SELECT endpoint, sent FROM outbox.endpoint_stats WHERE endpoint = 'alpha';
 
 -- Clean up for the next file.
-TRUNCATE outbox.messages, dlq.dead_letters;
+TRUNCATE outbox.messages, outbox.claims, outbox.history, outbox.history_counts, dlq.dead_letters;
 SELECT outbox.drop_endpoint(name) FROM outbox.endpoints ORDER BY name;

@@ -3,7 +3,8 @@
 -- documents (the comment block at the end of the install script), applied exactly.
 --
 \set SHOW_CONTEXT never
-TRUNCATE outbox.messages, dlq.dead_letters RESTART IDENTITY;
+TRUNCATE outbox.messages, outbox.claims, outbox.history, outbox.history_counts, dlq.dead_letters
+    RESTART IDENTITY;
 DELETE FROM outbox.endpoints;
 
 SET client_min_messages = warning;
@@ -30,6 +31,7 @@ GRANT EXECUTE ON FUNCTION
     outbox.purge(interval),
     outbox.metrics(),
     outbox.worker_status(),
+    outbox.message(bigint),
     outbox.grant_send(text, name),
     outbox.revoke_send(text, name),
     dlq.requeue(bigint, jsonb),
@@ -73,8 +75,19 @@ COMMIT;
 -- Its errors are the usual ones.
 SELECT outbox.enqueue('nope', '{}'::jsonb);
 \echo :SQLSTATE
--- No reading: messages (other producers' payloads), secrets, endpoints, stats, DLQ.
+-- No reading: messages (other producers' payloads, delivered ones too), where a
+-- message stands, secrets, endpoints, stats, DLQ, the worker's claims.
 SELECT payload FROM outbox.messages;
+\echo :SQLSTATE
+SELECT payload FROM outbox.history;
+\echo :SQLSTATE
+SELECT payload FROM outbox.history_default;
+\echo :SQLSTATE
+SELECT count(*) FROM outbox.history_counts;
+\echo :SQLSTATE
+SELECT count(*) FROM outbox.claims;
+\echo :SQLSTATE
+SELECT status FROM outbox.message(1);
 \echo :SQLSTATE
 SELECT secret FROM outbox.endpoint_secrets;
 \echo :SQLSTATE
@@ -89,9 +102,14 @@ SELECT count(*) FROM dlq.summary;
 -- No writing around enqueue.
 INSERT INTO outbox.messages (endpoint, payload) VALUES ('billing', '{}');
 \echo :SQLSTATE
-UPDATE outbox.messages SET status = 'sent';
+UPDATE outbox.messages SET attempts = 0;
 \echo :SQLSTATE
 DELETE FROM outbox.messages;
+\echo :SQLSTATE
+INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
+VALUES (1, 'billing', '{}', 1, now(), now());
+\echo :SQLSTATE
+INSERT INTO outbox.claims (message_ids, attempts) VALUES ('{1}', '{1}');
 \echo :SQLSTATE
 -- No endpoint administration, no DLQ, no metrics, no internals.
 SELECT outbox.create_endpoint('evil', url => 'http://evil.example.com/');
@@ -118,8 +136,18 @@ SELECT outbox._request_wake();
 \echo :SQLSTATE
 SELECT outbox._boundary_selftest('ok');
 \echo :SQLSTATE
+SELECT outbox._message_counts();
+\echo :SQLSTATE
+SELECT outbox._payload_size('{}');
+\echo :SQLSTATE
+SELECT outbox._history_prepare(3600);
+\echo :SQLSTATE
+SELECT outbox._history_retire('infinity', true);
+\echo :SQLSTATE
 RESET ROLE;
 SELECT endpoint, payload, event_type, idempotency_key FROM outbox.messages ORDER BY id;
+SELECT count(*) AS claims FROM outbox.claims;
+SELECT count(*) AS time_partitions FROM outbox._history_partitions();
 
 ------------------------------------------------------------------------------------------
 -- operator: endpoints, DLQ, stats, metrics; never the secrets; no enqueue.
@@ -135,6 +163,10 @@ SELECT secret FROM outbox.endpoint_secrets;
 SELECT count(*) AS secrets FROM outbox.endpoint_secrets;
 \echo :SQLSTATE
 SELECT endpoint, payload FROM outbox.messages ORDER BY id;
+-- Where a message stands: pending, dead.
+SELECT m.id, s.endpoint, s.status FROM outbox.messages m CROSS JOIN LATERAL outbox.message(m.id) s ORDER BY m.id;
+SELECT endpoint, status, dead_letter_id FROM outbox.message((SELECT message_id FROM dlq.dead_letters WHERE id = 1));
+SELECT count(*) AS unknown FROM outbox.message(999999);
 SELECT id, endpoint, reason_code, payload FROM dlq.dead_letters ORDER BY id;
 SELECT endpoint, reason_code, count FROM dlq.summary ORDER BY endpoint;
 -- Endpoint administration.
@@ -172,6 +204,12 @@ SELECT outbox._delivery_counters();
 \echo :SQLSTATE
 SELECT outbox._request_wake();
 \echo :SQLSTATE
+SELECT outbox._history_retire('infinity', true);
+\echo :SQLSTATE
+SELECT outbox._message_counts();
+\echo :SQLSTATE
+INSERT INTO outbox.claims (message_ids, attempts) VALUES ('{1}', '{1}');
+\echo :SQLSTATE
 RESET ROLE;
 SELECT endpoint, left(secret, 10) || '...' AS secret_prefix FROM outbox.endpoint_secrets ORDER BY endpoint;
 SELECT id, message_id, endpoint, requeued_as IS NOT NULL AS requeued, discarded_at IS NOT NULL AS discarded, note
@@ -180,5 +218,5 @@ SELECT id, message_id, endpoint, requeued_as IS NOT NULL AS requeued, discarded_
 -- Clean up: the roles, and the next file's tables.
 DROP OWNED BY regress_producer, regress_operator, regress_nobody;
 DROP ROLE regress_producer, regress_operator, regress_nobody;
-TRUNCATE outbox.messages, dlq.dead_letters;
+TRUNCATE outbox.messages, outbox.claims, outbox.history, outbox.history_counts, dlq.dead_letters;
 SELECT outbox.drop_endpoint(name) FROM outbox.endpoints ORDER BY name;

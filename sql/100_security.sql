@@ -15,7 +15,8 @@
 --   6. only http:// and https:// URLs are accepted.
 --
 \set SHOW_CONTEXT never
-TRUNCATE outbox.messages, dlq.dead_letters RESTART IDENTITY;
+TRUNCATE outbox.messages, outbox.claims, outbox.history, outbox.history_counts, dlq.dead_letters
+    RESTART IDENTITY;
 DELETE FROM outbox.endpoints;
 
 SET client_min_messages = warning;
@@ -36,7 +37,7 @@ GRANT EXECUTE ON FUNCTION
     outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint),
     outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint),
     outbox.drop_endpoint(text, boolean), outbox.pause_endpoint(text), outbox.resume_endpoint(text),
-    outbox.purge(interval), outbox.metrics(), outbox.worker_status(),
+    outbox.purge(interval), outbox.metrics(), outbox.worker_status(), outbox.message(bigint),
     outbox.grant_send(text, name), outbox.revoke_send(text, name),
     dlq.requeue(bigint, jsonb), dlq.requeue_all(text, text, timestamptz), dlq.discard(bigint, text)
   TO regress_sec_operator;
@@ -80,7 +81,7 @@ SELECT r.rolname, c.oid::regclass AS relation,
  CROSS JOIN pg_class c
  WHERE r.rolname IN ('regress_sec_producer', 'regress_sec_operator')
    AND c.relnamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace)
-   AND c.relkind IN ('r', 'v', 'm', 'S')
+   AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
  ORDER BY r.rolname, c.oid::regclass::text;
 -- The functions each role may execute.
 SELECT r.rolname, string_agg(p.proname, ', ' ORDER BY p.proname) AS executable
@@ -175,7 +176,17 @@ CREATE TEMP VIEW dead_letters AS
 CREATE TEMP VIEW endpoint_stats AS
     SELECT NULL::text AS endpoint
      WHERE NOT public.regress_sec_called('pg_temp.endpoint_stats');
-GRANT SELECT ON messages, endpoints, endpoint_secrets, dead_letters, endpoint_stats TO PUBLIC;
+CREATE TEMP VIEW claims AS
+    SELECT NULL::bigint AS id, NULL::bigint[] AS message_ids, NULL::int[] AS attempts
+     WHERE NOT public.regress_sec_called('pg_temp.claims');
+CREATE TEMP VIEW history AS
+    SELECT NULL::bigint AS id, NULL::text AS endpoint, NULL::timestamptz AS sent_at
+     WHERE NOT public.regress_sec_called('pg_temp.history');
+CREATE TEMP VIEW history_counts AS
+    SELECT NULL::regclass AS partition, NULL::text AS endpoint, NULL::bigint AS sent
+     WHERE NOT public.regress_sec_called('pg_temp.history_counts');
+GRANT SELECT ON messages, endpoints, endpoint_secrets, dead_letters, endpoint_stats, claims, history,
+                history_counts TO PUBLIC;
 CREATE FUNCTION pg_temp.now() RETURNS timestamptz LANGUAGE sql
     RETURN CASE WHEN public.regress_sec_called('pg_temp.now()') THEN pg_catalog.now() END;
 CREATE FUNCTION pg_temp.format(f text, a bigint) RETURNS text LANGUAGE sql
@@ -198,7 +209,8 @@ SELECT now() IS NOT NULL AS a, format('%s', 1) AS b, format('%s', 1::bigint) AS 
        (SELECT 1 FROM pg_notify('regress_sec_nobody_listens', 'x')) AS s,
        (SELECT count(*) FROM messages) + (SELECT count(*) FROM endpoints)
          + (SELECT count(*) FROM endpoint_secrets) + (SELECT count(*) FROM dead_letters)
-         + (SELECT count(*) FROM endpoint_stats) AS t,
+         + (SELECT count(*) FROM endpoint_stats) + (SELECT count(*) FROM claims)
+         + (SELECT count(*) FROM history) + (SELECT count(*) FROM history_counts) AS t,
        pg_temp.now() IS NOT NULL AS u, pg_temp.format('%s', 1::bigint) AS v;
 SET search_path = pg_catalog, pg_temp;
 RESET ROLE;
@@ -254,10 +266,30 @@ SELECT outbox.enqueue('billing', '{}', event_type => E'a\r\nb');
 \echo :SQLSTATE
 RESET ROLE;
 
+-- A message in flight (the worker's claim lists billing's first) and one delivered
+-- (in the history), written as the worker would, so that the operator's functions
+-- below read the claims and the history too.
+SET search_path = pg_catalog, pg_temp;
+SELECT outbox.enqueue('billing', '{"n": 4}') AS delivered_id \gset
+INSERT INTO outbox.claims (message_ids, attempts) VALUES ('{1}', '{1}');
+WITH moved AS (DELETE FROM outbox.messages m WHERE m.id = :delivered_id RETURNING m.*)
+INSERT INTO outbox.history (id, endpoint, event_type, payload, headers, ordering_key, idempotency_key,
+                            attempts, last_http_status, created_at, sent_at)
+SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key, 1, 200, created_at, now()
+  FROM moved;
 SET ROLE regress_sec_operator;
 SET search_path = public, pg_temp, pg_catalog;
-SELECT endpoint, pending, dead, paused FROM outbox.endpoint_stats ORDER BY endpoint;
+SELECT endpoint, pending, in_flight, sent, dead, paused FROM outbox.endpoint_stats ORDER BY endpoint;
 SELECT position('pg_outbox_messages' IN outbox.metrics()) > 0 AS metrics_work;
+SELECT s.id = :delivered_id AS is_delivered, s.endpoint, s.status, s.attempts
+  FROM unnest(ARRAY[1, 3, 4, :delivered_id, 999999]::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s
+ ORDER BY s.id;
+SET search_path = pg_temp, public;
+SELECT s.id = :delivered_id AS is_delivered, s.status
+  FROM unnest(ARRAY[1, 3, 4, :delivered_id]::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s
+ ORDER BY s.id;
+SELECT count(*) AS no_such_message FROM outbox.message(-1);
+SET search_path = public, pg_temp, pg_catalog;
 SELECT count(*) AS worker_rows FROM outbox.worker_status();
 SELECT outbox.purge();
 SELECT outbox.purge(interval '-1 day');
@@ -268,6 +300,9 @@ SELECT outbox.drop_endpoint('billing', force => true);
 SELECT outbox.drop_endpoint('feed', force => true);
 SELECT id, message_id, endpoint, reason_code FROM dlq.dead_letters ORDER BY id;
 SELECT endpoint, reason_code, event_type, count FROM dlq.summary ORDER BY 1, 2, 3;
+SELECT s.id = :delivered_id AS is_delivered, s.endpoint, s.status, s.dead_letter_id
+  FROM unnest(ARRAY[1, 3, 4, :delivered_id]::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s
+ ORDER BY s.id;
 SELECT outbox.create_endpoint('billing', url => 'http://127.0.0.1:8080/hooks/billing');
 SET search_path = pg_temp, public;
 SELECT dlq.requeue(1) IS NOT NULL AS requeued;
@@ -291,6 +326,10 @@ SELECT fn, caller FROM public.regress_sec_calls ORDER BY 1, 2;
 ------------------------------------------------------------------------------------------
 SET ROLE regress_sec_producer;
 SELECT payload FROM outbox.messages;
+\echo :SQLSTATE
+SELECT payload FROM outbox.history;
+\echo :SQLSTATE
+SELECT status FROM outbox.message(1);
 \echo :SQLSTATE
 SELECT payload FROM dlq.dead_letters;
 \echo :SQLSTATE
@@ -353,7 +392,7 @@ BEGIN
     FOR rel IN
         SELECT c.oid::regclass FROM pg_catalog.pg_class c
          WHERE c.relnamespace IN ('outbox'::regnamespace, 'dlq'::regnamespace)
-           AND c.relkind IN ('r', 'v', 'm')
+           AND c.relkind IN ('r', 'p', 'v', 'm')
            AND pg_catalog.has_table_privilege(c.oid, 'SELECT')
          ORDER BY c.oid::regclass::text
     LOOP
@@ -367,6 +406,8 @@ SELECT pg_temp.shows_secret(outbox.metrics()) AS metrics_show_secret,
        pg_temp.shows_secret((SELECT string_agg(w::text, ',') FROM outbox.worker_status() w)) AS worker_status_shows_secret,
        pg_temp.shows_secret((SELECT string_agg(e::text, ',') FROM outbox.endpoints e)) AS endpoints_show_secret,
        pg_temp.shows_secret((SELECT string_agg(s::text, ',') FROM outbox.endpoint_stats s)) AS endpoint_stats_show_secret,
+       pg_temp.shows_secret((SELECT string_agg(s::text, ',') FROM generate_series(1, 10) AS i(id)
+                              CROSS JOIN LATERAL outbox.message(i.id) s)) AS message_shows_secret,
        pg_temp.shows_secret('{"s": "whsec_cmVncmVzcy1zZWMta2V5LURPLU5PVC1MRUFLLTAwMDE="}') AS self_check;
 RESET ROLE;
 
@@ -584,7 +625,7 @@ DISCARD TEMP;
 REVOKE CREATE ON SCHEMA public FROM regress_sec_attacker;
 DROP OWNED BY regress_sec_producer, regress_sec_operator;
 DROP ROLE regress_sec_producer, regress_sec_operator, regress_sec_attacker;
-TRUNCATE outbox.messages, dlq.dead_letters;
+TRUNCATE outbox.messages, outbox.claims, outbox.history, outbox.history_counts, dlq.dead_letters;
 SELECT outbox.drop_endpoint(name, force => true) FROM outbox.endpoints ORDER BY name;
 SELECT count(*) AS functions_left_in_public
   FROM pg_proc WHERE pronamespace = 'public'::regnamespace;

@@ -44,9 +44,12 @@ CREATE TABLE outbox.history (
 ) PARTITION BY RANGE (sent_at);
 COMMENT ON TABLE outbox.history IS
     'pg_outbox delivered messages, kept for pg_outbox.sent_retention; partitioned by sent_at';
--- outbox.message(id): one probe per partition.
-CREATE INDEX history_id_idx ON outbox.history (id);
+-- outbox.message(id) probes each partition's index on id.  Each partition gets its own
+-- (outbox._history_prepare), not one inherited from a partitioned index: the
+-- partitions are ordinary tables that pg_dump dumps with their indexes, and an index
+-- on the extension's parent would make pg_restore create every one of them twice.
 CREATE TABLE outbox.history_default PARTITION OF outbox.history DEFAULT;
+CREATE INDEX history_default_id_idx ON outbox.history_default (id);
 
 -- Delivered messages per history partition and endpoint, kept by the worker as it
 -- settles (one row per endpoint and batch, not per message), so that endpoint_stats

@@ -34,6 +34,7 @@ DECLARE
     v_from    timestamptz;
     v_to      timestamptz;
     v_covered timestamptz;
+    v_name    text;
 BEGIN
     IF width_s IS NULL OR width_s < 1 THEN
         RAISE EXCEPTION 'width_s must be a positive number of seconds'
@@ -46,10 +47,11 @@ BEGIN
     END IF;
     WHILE v_from < now() + make_interval(secs => 3 * width_s) LOOP
         v_to := to_timestamp((floor(extract(epoch FROM v_from) / width_s) + 1) * width_s);
+        v_name := 'history_' || to_char(v_from AT TIME ZONE 'UTC', 'YYYYMMDD_HH24MISS');
         BEGIN
             EXECUTE format('CREATE TABLE outbox.%I PARTITION OF outbox.history FOR VALUES FROM (%L) TO (%L)',
-                           'history_' || to_char(v_from AT TIME ZONE 'UTC', 'YYYYMMDD_HH24MISS'),
-                           v_from, v_to);
+                           v_name, v_from, v_to);
+            EXECUTE format('CREATE INDEX ON outbox.%I (id)', v_name);
         EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table THEN
             NULL;
         END;

@@ -76,7 +76,7 @@ BEGIN
         RAISE EXCEPTION 'cannot requeue dead letter %: a message with idempotency key "%" is still in the outbox',
                         requeue.id, v_key
             USING ERRCODE = 'unique_violation',
-                  HINT = 'Wait until that message is delivered and purged, or discard this dead letter.';
+                  HINT = 'Wait until that message is delivered, or discard this dead letter.';
     END IF;
 
     UPDATE dlq.dead_letters dl

@@ -152,11 +152,13 @@ int64_t OutboxStore::record_claim(const std::vector<int64_t>& ids, const std::ve
   return statement.run({int8_array(ids), int4_array(attempts)}).int64(0, 0);
 }
 
-std::optional<int64_t> OutboxStore::next_due_ms(const std::vector<std::string>& endpoints,
+std::optional<int64_t> OutboxStore::next_due_in_ms(const std::vector<std::string>& endpoints,
                                                 const std::vector<int64_t>& excluded) {
   // One index probe per endpoint: the oldest message of each that is not in flight.
+  // Measured against the transaction's now(), the clock the claim used: a message
+  // that came due after the claim's now() is "due in N ms", never "due already".
   static Statement statement(
-      "SELECT (extract(epoch FROM min(n.next_attempt_at)) * 1000)::bigint"
+      "SELECT ceil(extract(epoch FROM min(n.next_attempt_at) - now()) * 1000)::bigint"
       "  FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ("
       "    SELECT m.next_attempt_at FROM outbox.messages m"
       "     WHERE m.endpoint = e.name AND m.id <> ALL ($2)"

@@ -80,8 +80,9 @@ class OutboxStore {
                                     int64_t max_payload_size, bool notify);
   // Records a batch handed to HTTP (outbox.claims); returns its id.
   int64_t record_claim(const std::vector<int64_t>& ids, const std::vector<int32_t>& attempts);
-  // Earliest next_attempt_at (unix ms) among the messages of these endpoints not excluded.
-  std::optional<int64_t> next_due_ms(const std::vector<std::string>& endpoints, const std::vector<int64_t>& excluded);
+  // How long until the earliest next_attempt_at among the messages of these endpoints
+  // not excluded, from the transaction's now() (0 or less: due already, so blocked).
+  std::optional<int64_t> next_due_in_ms(const std::vector<std::string>& endpoints, const std::vector<int64_t>& excluded);
 
   // keep_history: delivered messages go to outbox.history (else they are deleted).
   void settle(const Settlements& settlements, bool keep_history);

@@ -371,9 +371,11 @@ size_t Worker::claim_and_deliver() {
       // Nothing more is due now: sleep until the next retry or deliver_at comes due.
       // A past time means blocked rows (ordered keys whose head is out); a settle or
       // a commit wakes us for those.
-      std::optional<int64_t> due = all_active.empty() ? std::nullopt : store_.next_due_ms(all_active, excluded);
+      // What this claim took is in flight too.
+      for (const ClaimedMessage& m : to_send) excluded.push_back(m.id);
+      std::optional<int64_t> due_in = all_active.empty() ? std::nullopt : store_.next_due_in_ms(all_active, excluded);
       int64_t poll = now + settings.poll_interval_ms;
-      next_claim_ms_ = std::min({poll, next_breaker_ms, due && *due > now ? *due : poll});
+      next_claim_ms_ = std::min({poll, next_breaker_ms, due_in && *due_in > 0 ? now + *due_in : poll});
     }
     if (!to_send.empty()) {
       // The batch's record: its attempts count even if the worker dies mid-delivery.

@@ -79,7 +79,7 @@ my $id1 = sql(q{SELECT outbox.enqueue('life', '{"phase": "first"}')});
 ok(wait_requests('/hooks/life', 1), 'delivered after CREATE EXTENSION');
 note(sprintf('first delivery %.3f s after the enqueue', time - $t0));
 is($recv->requests(path => '/hooks/life')->[0]{body}, '{"phase": "first"}', 'first message body');
-ok(wait_until(sub { sql("SELECT status FROM outbox.messages WHERE id = $id1") eq 'sent' }),
+ok(wait_until(sub { sql("SELECT status FROM outbox.message($id1)") eq 'sent' }),
 	'first message sent');
 unlike(worker_state(), qr/waiting/, 'worker_status() no longer waiting');
 is(worker_pid($node), $pid0, 'same worker (no restart needed)');
@@ -93,7 +93,7 @@ sql(sprintf("SELECT outbox.create_endpoint('term', url => '%s')", $recv->url('/h
 $recv->add_rule(path => '/hooks/term', action => 'hang', hang_ms => 20000, times => 1);
 my $hung_id = sql(q{SELECT outbox.enqueue('term', '{"phase": "in flight at SIGTERM"}')});
 ok(wait_requests('/hooks/term', 1), 'a request is hanging at the receiver');
-is(sql("SELECT status FROM outbox.messages WHERE id = $hung_id"), 'in_flight',
+is(sql("SELECT status FROM outbox.message($hung_id)"), 'in_flight',
 	'the message is in flight');
 
 my $old = worker_pid($node);
@@ -117,21 +117,25 @@ isnt($new, $old, 'new worker pid');
 ok(wait_until(sub { sql('SELECT pid FROM outbox.worker_status()') eq ($new // '') }),
 	'worker_status() reports the new pid');
 
-ok(wait_until(sub { sql("SELECT status FROM outbox.messages WHERE id = $hung_id") eq 'sent' }),
+ok(wait_until(sub { sql("SELECT status FROM outbox.message($hung_id)") eq 'sent' }),
 	'the message in flight at SIGTERM is delivered by the new worker');
 my @term = @{ $recv->requests(path => '/hooks/term') };
 is_deeply([ map { $_->{response} } @term ], [ 'hang', 200 ],
 	'... with one more request (hang, then 200)');
 is($term[-1]{headers}{'webhook-id'}, "msg_$hung_id", '... same webhook-id');
+# The new worker records the attempt of the claim the old one left behind.
+is(sql("SELECT attempts FROM outbox.message($hung_id)"), '2',
+	'... the history counts both attempts (the one cut by SIGTERM recorded on restart)');
 
 my $id4 = sql(q{SELECT outbox.enqueue('life', '{"phase": "after sigterm"}')});
 ok(wait_requests('/hooks/life', 2), 'the restarted worker delivers a new message');
 is($recv->requests(path => '/hooks/life')->[1]{headers}{'webhook-id'}, "msg_$id4",
 	'... the message enqueued after the restart');
-ok(wait_until(sub { sql("SELECT status FROM outbox.messages WHERE id = $id4") eq 'sent' }),
+ok(wait_until(sub { sql("SELECT status FROM outbox.message($id4)") eq 'sent' }),
 	'... and marks it sent');
-is(sql(q{SELECT count(*) FROM outbox.messages WHERE status <> 'sent'}), '0',
-	'nothing left pending or in flight');
+is(sql(q{SELECT count(*) FROM outbox.messages}), '0',
+	'nothing left pending or in flight (the queue is empty)');
+is(sql(q{SELECT count(*) FROM outbox.claims}), '0', '... and the worker holds no claim');
 is(scalar(worker_pids()), 1, 'exactly one worker');
 
 # ---------------------------------------------------------------------------
@@ -151,12 +155,12 @@ my $id2 = sql(q{SELECT outbox.enqueue('life2', '{"phase": "recreated"}')});
 ok(wait_requests('/hooks/life2', 1), 'delivered after DROP + CREATE EXTENSION');
 is($recv->requests(path => '/hooks/life2')->[0]{headers}{'webhook-id'}, "msg_$id2",
 	'the recreated outbox message was delivered');
-ok(wait_until(sub { sql("SELECT status FROM outbox.messages WHERE id = $id2") eq 'sent' }),
+ok(wait_until(sub { sql("SELECT status FROM outbox.message($id2)") eq 'sent' }),
 	'recreated outbox: message marked sent');
 # and it keeps delivering
 my $id3 = sql(q{SELECT outbox.enqueue('life2', '{"phase": "recreated-2"}')});
 ok(wait_requests('/hooks/life2', 2), 'second delivery after the re-creation');
-ok(wait_until(sub { sql("SELECT status FROM outbox.messages WHERE id = $id3") eq 'sent' }),
+ok(wait_until(sub { sql("SELECT status FROM outbox.message($id3)") eq 'sent' }),
 	'recreated outbox: second message marked sent');
 is(worker_pid($node), $new, 'still the same worker after DROP + CREATE EXTENSION');
 is(scalar(@{ $recv->requests(path => '/hooks/life') }), 2,

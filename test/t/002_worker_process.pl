@@ -8,7 +8,9 @@
 #    pg_stat_activity, last_loop_at advances, in_flight counts a request held at
 #    the receiver and drops to 0 once it is answered, config_loaded_at is the
 #    configuration load the worker runs with and moves on a reload;
-#  - a claim counts the attempt and sets lease_until = now() + pg_outbox.lease;
+#  - a claim is a row of outbox.claims that lists the message with the attempt it is
+#    on (1); the queue row keeps the attempts already recorded (0) until the settle,
+#    and outbox.message() reports it in_flight;
 #  - while a request waits on the network the worker holds no transaction open;
 #  - a worker that died (pg_terminate_backend: FATAL, exit code 1) is started again
 #    by the postmaster after bgw_restart_time = 1 s (src/pg/module.cpp:26), without
@@ -23,7 +25,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
 
-my $LEASE_S = 300;    # the default pg_outbox.lease (5min), which this node keeps
+# pg_outbox.lease keeps its default (5min) here; since 0.3.0 it no longer limits a
+# claim while the worker runs (t/035).
 my $HOLD_MS = 8000;   # how long the receiver holds the one slow request unanswered
 
 my $node = new_outbox_node('worker_process', 'pg_outbox.breaker_threshold' => '1000');
@@ -94,7 +97,7 @@ is( sql(qq{SELECT config_loaded_at > '$conf1', config_loaded_at > '$before_reloa
 is(sql('SELECT pid FROM outbox.worker_status()'), $pid, '... same worker (a reload is no restart)');
 
 # ---------------------------------------------------------------------------
-# 3. One request held at the receiver: the claim (attempt, lease), in_flight, and
+# 3. One request held at the receiver: the claim (outbox.claims), in_flight, and
 #    no transaction open while the worker waits on the network.
 #    The receiver holds the request for HOLD_MS and then answers 200 (delay_ms): the
 #    worker is waiting on the network the whole time, and the request ends answered.
@@ -107,17 +110,21 @@ my $id = sql(q{SELECT outbox.enqueue('slow', '{"held": true}')});
 ok(wait_until(sub { @{ $recv->requests(path => '/hooks/slow') } >= 1 }, 30, 'the slow request'),
 	'the request reached the receiver');
 
-# The claim: in flight, one attempt, and lease_until = claim's now() + pg_outbox.lease.
-# Read right after the request arrived, so the claim is at most seconds old:
-# lease_until lies in (now() + lease - 10 s, now() + lease].
-is( sql(qq{SELECT status, attempts,
-                  lease_until >  now() + make_interval(secs => $LEASE_S - 10),
-                  lease_until <= now() + make_interval(secs => $LEASE_S)
-             FROM outbox.messages WHERE id = $id}),
-	'in_flight|1|t|t',
-	'while the request hangs: in_flight, attempts 1, lease_until = claim time + pg_outbox.lease');
-note('lease_until - now() = '
-	  . sql("SELECT lease_until - now() FROM outbox.messages WHERE id = $id"));
+# The claim: one row of outbox.claims lists the message, on its first attempt.  Read
+# right after the request arrived, so the claim is at most seconds old: claimed_at
+# lies in (now() - 10 s, now()].  The queue row still shows the attempts already
+# recorded (none): this one is recorded when the message settles.
+is( sql(qq{SELECT count(*), min(c.attempts[array_position(c.message_ids, ${id}::bigint)]),
+                  bool_and(c.claimed_at > now() - interval '10 s' AND c.claimed_at <= now())
+             FROM outbox.claims c WHERE $id = ANY (c.message_ids)}),
+	'1|1|t',
+	'while the request hangs: one claim lists the message, on attempt 1, claimed just now');
+is(sql("SELECT status, attempts FROM outbox.message($id)"), 'in_flight|0',
+	'... outbox.message(): in_flight, no attempt recorded yet');
+is(sql("SELECT count(*) FROM outbox.messages WHERE id = $id"), '1',
+	'... the message is still in the queue');
+note('claim age: '
+	  . sql("SELECT now() - claimed_at FROM outbox.claims WHERE $id = ANY (message_ids)"));
 ok(wait_sql($node, 'SELECT in_flight = 1 FROM outbox.worker_status()', 30),
 	'worker_status().in_flight = 1 while the request hangs');
 
@@ -160,8 +167,13 @@ is($old_xacts, 0,
 	'in every sample the worker is outside a transaction or in one less than 1 s old');
 cmp_ok($idle, '>=', 1, 'the worker was seen with no transaction open (xact_start NULL)');
 
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $id", 60),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($id)", 60),
 	'the held request is answered and the message sent');
+is(sql("SELECT attempts FROM outbox.message($id)"), '1', '... after one attempt (history.attempts)');
+is(sql("SELECT count(*) FROM outbox.messages WHERE id = $id"), '0',
+	'... it left the queue');
+is(sql("SELECT count(*) FROM outbox.claims WHERE $id = ANY (message_ids)"), '0',
+	'... and no claim lists it any more');
 ok(wait_until(sub { defined $recv->requests(path => '/hooks/slow')->[0]{answered} }, 30),
 	'the receiver recorded its answer');
 is($recv->requests(path => '/hooks/slow')->[0]{answered}, 200, '... a 200 the worker received');
@@ -200,7 +212,7 @@ is(sql("SELECT usename FROM pg_stat_activity WHERE pid = $new"), $bootstrap,
 # It still delivers.
 sql(sprintf(q{SELECT outbox.create_endpoint('after', url => '%s')}, $recv->url('/hooks/after')));
 my $id2 = sql(q{SELECT outbox.enqueue('after', '{"after": "restart"}')});
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $id2", 60),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($id2)", 60),
 	'the restarted worker delivers');
 
 my $log = slurp_file($node->logfile);

@@ -97,7 +97,7 @@ my $id = $out;
 # function), so every session that enqueues hears it too.
 like($err, qr/pg_outbox is not in shared_preload_libraries: messages will not be delivered/,
 	'a session that enqueues is told too');
-is(sql("SELECT status, attempts FROM outbox.messages WHERE id = $id"),
+is(sql("SELECT status, attempts FROM outbox.message($id)"),
 	'pending|0', 'the committed message is pending, never attempted');
 
 sql(q{SELECT outbox.pause_endpoint('np')});
@@ -121,7 +121,7 @@ sql(sprintf(q{SELECT outbox.create_endpoint('gone', url => '%s')}, $recv->url('/
 my $dl = sql(qq{SELECT id FROM dlq.dead_letters WHERE message_id = $gone_id});
 my $requeued = sql(qq{SELECT dlq.requeue($dl)});
 like($requeued, qr/^\d+$/, 'dlq.requeue works and returns the new id');
-is(sql(qq{SELECT status FROM outbox.messages WHERE id = $requeued}), 'pending',
+is(sql(qq{SELECT status FROM outbox.message($requeued)}), 'pending',
 	'... the requeued message is pending');
 my $gone_id2 = sql(q{SELECT outbox.enqueue('gone', '{"n": 3}')});
 sql(q{SELECT outbox.drop_endpoint('gone', force => true)});
@@ -140,15 +140,15 @@ is(sql(qq{SELECT discarded_at IS NOT NULL, note FROM dlq.dead_letters WHERE id =
 my $moved = wait_until(
 	sub {
 		@{ $recv->requests } > 0
-		  || sql("SELECT status, attempts FROM outbox.messages WHERE id = $id") ne
+		  || sql("SELECT status, attempts FROM outbox.message($id)") ne
 		  'pending|0';
 	},
 	2,
 	'a request or a claim (none expected)');
 ok(!$moved, 'nothing was delivered or claimed within the 2 s observation window');
 is(scalar @{ $recv->requests }, 0, 'the receiver got no request');
-is(sql("SELECT status, attempts, lease_until IS NULL FROM outbox.messages WHERE id = $id"),
-	'pending|0|t', 'the message is still pending, with no attempt and no lease');
+is(sql("SELECT m.status, m.attempts, (SELECT count(*) FROM outbox.claims) FROM outbox.message($id) m"),
+	'pending|0|0', 'the message is still pending, with no attempt and no claim');
 
 # ---------------------------------------------------------------------------
 # 4. The shared-memory readers refuse: SQLSTATE 55000.

@@ -74,12 +74,15 @@ like($id1, qr/^\d+$/, 'enqueue returns the message id');
 
 ok(wait_requests('/hooks/main', 1), 'committed message received');
 my ($r) = @{ reqs('/hooks/main') };
-my $expected_body = sql("SELECT payload::text FROM outbox.messages WHERE id = $id1");
+# The row is in the queue until the settle and in the history after it (one move, in
+# one transaction): read it wherever it is.
+my $expected_body = sql("SELECT payload::text FROM outbox.messages WHERE id = $id1
+                         UNION ALL SELECT payload::text FROM outbox.history WHERE id = $id1");
 is(body_bytes($r), $expected_body, 'body is payload::text byte for byte');
 is($r->{method}, 'POST', 'method is POST');
 my $h = $r->{headers};
 is($h->{'content-type'},      'application/json', 'Content-Type');
-is($h->{'user-agent'},        'pg_outbox/0.2.0',  'User-Agent');
+is($h->{'user-agent'},        'pg_outbox/0.3.0',  'User-Agent');
 is($h->{'webhook-id'},        "msg_$id1",         'webhook-id is msg_<id>');
 is($h->{'outbox-event-type'}, 'order.created',    'outbox-event-type');
 is($h->{'outbox-attempt'},    '1',                'outbox-attempt 1');
@@ -102,8 +105,10 @@ ok( !verify_webhook_signature(
 		$h, $r->{body}),
 	'the verifier rejects another secret');
 ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 1 AND sent_at IS NOT NULL
-               FROM outbox.messages WHERE id = $id1"),
+               FROM outbox.message($id1)"),
 	'message is sent after one attempt');
+is(sql("SELECT count(*) FROM outbox.messages WHERE id = $id1"), '0',
+	'... it left the queue');
 
 # An endpoint without a secret sends no signature.
 endpoint('nosig', '/hooks/nosig');
@@ -133,8 +138,8 @@ is(scalar(@rb), 1, 'exactly one request on the rolled-back endpoint');
 is($rb[0]{headers}{'webhook-id'}, "msg_$rb_marker", '... and it is the committed marker');
 unlike(join("\n", map { $_->{body} } @rb), qr/rolled back/,
 	'the rolled-back payload never arrived');
-is(sql("SELECT count(*) FROM outbox.messages WHERE id = $rb_id"),
-	'0', 'no outbox row for the rolled-back id');
+is(sql("SELECT count(*) FROM outbox.message($rb_id)"),
+	'0', 'no outbox row for the rolled-back id (queue, history or DLQ)');
 is(sql("SELECT count(*) FROM dlq.dead_letters WHERE message_id = $rb_id"),
 	'0', 'no dead letter for the rolled-back id');
 
@@ -145,9 +150,9 @@ endpoint('retry', '/hooks/retry');
 $recv->add_rule(path => '/hooks/retry', status => 503, times => 2);
 my $retry_id = sql(q{SELECT outbox.enqueue('retry', '{"n": 3}', event_type => 'retry.test')});
 ok(wait_requests('/hooks/retry', 3), 'three attempts after two 503s');
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $retry_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($retry_id)"),
 	'message sent after the 503s');
-is(sql("SELECT attempts FROM outbox.messages WHERE id = $retry_id"),
+is(sql("SELECT attempts FROM outbox.message($retry_id)"),
 	'3', 'attempts = 3');
 my @retry = @{ reqs('/hooks/retry') };
 is(scalar(@retry), 3, 'exactly three requests');
@@ -182,6 +187,8 @@ is(sql("SELECT response_body FROM dlq.dead_letters WHERE message_id = $c400_id")
 	$err_body, '400: response_body is the body the receiver sent');
 is(sql("SELECT count(*) FROM outbox.messages WHERE id = $c400_id"),
 	'0', '400: message gone from outbox.messages');
+is(sql("SELECT status, attempts, dead_letter_id IS NOT NULL FROM outbox.message($c400_id)"),
+	'dead|1|t', '400: outbox.message() reports it dead, with its dead letter');
 is(scalar(@{ reqs('/hooks/c400') }), 1, '400: exactly one request (no retry)');
 
 # ---------------------------------------------------------------------------
@@ -226,9 +233,9 @@ is_deeply([ map { $_->{headers}{'outbox-attempt'} } @c500 ], [ 1, 2, 3 ],
 endpoint('slow', '/hooks/slow', timeout_ms => 2000);
 $recv->add_rule(path => '/hooks/slow', action => 'hang', hang_ms => 10000, times => 1);
 my $slow_id = sql(q{SELECT outbox.enqueue('slow', '{"slow": 1}')});
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $slow_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($slow_id)"),
 	'timeout: message sent in the end');
-is(sql("SELECT attempts FROM outbox.messages WHERE id = $slow_id"), '2',
+is(sql("SELECT attempts FROM outbox.message($slow_id)"), '2',
 	'timeout: attempts = 2');
 my @slow = @{ reqs('/hooks/slow') };
 is_deeply([ map { $_->{response} } @slow ], [ 'hang', 200 ],
@@ -249,24 +256,42 @@ is(sql("SELECT count(*) FROM dlq.dead_letters WHERE message_id = $slow_id"), '0'
 #    connection is not a failure of the receiver), so the strict check runs
 #    against a receiver that has never seen a connection: the close hits a fresh
 #    connection and only the worker can retry it.
+#    The transport error is recorded on the queue row (last_error), which a message
+#    keeps only while it waits in the queue: the history of a sent message has no
+#    last_error.  So it is read between the two attempts, which a longer backoff for
+#    this scenario (backoff_base 4 s: the first retry comes 2 to 4 s later) keeps
+#    apart long enough to see.
 
+ok(reload_conf($node, 'pg_outbox.backoff_base' => '4s'),
+	'closed connection: backoff_base raised to 4s for this scenario');
 my $recv2 = start_receiver();
 sql(sprintf("SELECT outbox.create_endpoint('closer', url => '%s')", $recv2->url('/hooks/close')));
 $recv2->add_rule(path => '/hooks/close', action => 'close', times => 1);
 my $close_id = sql(q{SELECT outbox.enqueue('closer', '{"close": 1}')});
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $close_id"),
+my $close_wait = '';
+ok( wait_until(
+		sub {
+			$close_wait = sql("SELECT concat_ws('|', status, attempts, last_error)
+			                     FROM outbox.message($close_id)");
+			return $close_wait =~ /^pending\|1\|/ || $close_wait =~ /^sent\|/;
+		}),
+	'closed connection: the message waits for its retry after the first attempt');
+note("closed connection, between the attempts: $close_wait");
+like($close_wait, qr/^pending\|1\|\S/,
+	'closed connection: pending, one attempt recorded, last_error records the transport error');
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($close_id)"),
 	'closed connection: message sent in the end');
+ok(reload_conf($node, 'pg_outbox.backoff_base' => undef),
+	'closed connection: backoff_base back to 50ms');
 my @close = @{ $recv2->requests(path => '/hooks/close') };
 is_deeply([ map { $_->{response} } @close ], [ 'close', 200 ],
 	'closed connection: closed once, then 200');
-is(sql("SELECT attempts FROM outbox.messages WHERE id = $close_id"), '2',
+is(sql("SELECT attempts FROM outbox.message($close_id)"), '2',
 	'closed connection: attempts = 2');
 is_deeply([ map { $_->{headers}{'outbox-attempt'} } @close ], [ 1, 2 ],
 	'closed connection: outbox-attempt 1, 2');
 is_deeply([ map { $_->{headers}{'webhook-id'} } @close ], [ ("msg_$close_id") x 2 ],
 	'closed connection: same webhook-id');
-like(sql("SELECT last_error FROM outbox.messages WHERE id = $close_id"), qr/\S/,
-	'closed connection: last_error records the transport error');
 $recv2->stop;
 
 # The same on the main receiver, whose connections the worker keeps alive: the
@@ -274,14 +299,14 @@ $recv2->stop;
 endpoint('closer2', '/hooks/close2');
 $recv->add_rule(path => '/hooks/close2', action => 'close', times => 1);
 my $close2_id = sql(q{SELECT outbox.enqueue('closer2', '{"close": 2}')});
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $close2_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($close2_id)"),
 	'closed keep-alive connection: message sent in the end');
 my @close2 = @{ reqs('/hooks/close2') };
 is_deeply([ map { $_->{response} } @close2 ], [ 'close', 200 ],
 	'closed keep-alive connection: closed once, then 200');
 note('closed keep-alive connection: outbox-attempt '
 	  . join(', ', map { $_->{headers}{'outbox-attempt'} } @close2)
-	  . '; attempts ' . sql("SELECT attempts FROM outbox.messages WHERE id = $close2_id"));
+	  . '; attempts ' . sql("SELECT attempts FROM outbox.message($close2_id)"));
 
 # ---------------------------------------------------------------------------
 # 9. Retry-After on a 503 is honoured (backoff alone would retry in < 100 ms).
@@ -295,7 +320,7 @@ my $ra_gap = @ra >= 2 ? $ra[1]{time} - $ra[0]{time} : -1;
 note(sprintf('Retry-After 4: second attempt after %.3f s', $ra_gap));
 ok($ra_gap >= 3.9, 'Retry-After: second attempt no sooner than 4 s after the first');
 ok($ra_gap < 15, 'Retry-After: ... and not much later');
-ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 2 FROM outbox.messages WHERE id = $ra_id"),
+ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 2 FROM outbox.message($ra_id)"),
 	'Retry-After: sent with attempts = 2');
 
 # ---------------------------------------------------------------------------
@@ -307,7 +332,7 @@ my $idem_id = sql(q{SELECT outbox.enqueue('idem', '{"k": 1}', idempotency_key =>
 ok(wait_requests('/hooks/idem', 1), 'idempotency key: message received');
 is(reqs('/hooks/idem')->[0]{headers}{'webhook-id'}, 'order-42-created',
 	'idempotency key: webhook-id is the key');
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $idem_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($idem_id)"),
 	'idempotency key: sent');
 is(sql(q{SELECT outbox.enqueue('idem', '{"k": 2}', idempotency_key => 'order-42-created')}),
 	$idem_id, 'idempotency key: enqueue again returns the same id');
@@ -338,7 +363,7 @@ is($rq[1]{headers}{'webhook-id'}, "msg_$rq_id",
 is($rq[0]{headers}{'webhook-id'}, "msg_$rq_id", 'requeue: (the original had it too)');
 is($rq[1]{headers}{'outbox-attempt'}, '1', 'requeue: fresh attempts');
 is($rq[1]{headers}{'outbox-event-type'}, 'pay', 'requeue: event type kept');
-ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 1 FROM outbox.messages WHERE id = $rq_new"),
+ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 1 FROM outbox.message($rq_new)"),
 	'requeue: new message sent');
 is(sql("SELECT requeued_at IS NOT NULL AND requeued_as = $rq_new FROM dlq.dead_letters WHERE id = $dl_id"),
 	't', 'requeue: dead letter records requeued_at and requeued_as');
@@ -358,10 +383,12 @@ is(sql("SELECT reason_code FROM dlq.dead_letters WHERE message_id = $bad_id"),
 	'INVALID_MESSAGE', 'non-string header: reason INVALID_MESSAGE');
 like(sql("SELECT error_message FROM dlq.dead_letters WHERE message_id = $bad_id"),
 	qr/header/i, 'non-string header: error_message says it is about a header');
+is(sql("SELECT attempts FROM dlq.dead_letters WHERE message_id = $bad_id"), '0',
+	'non-string header: attempts 0 (never sent, so no attempt was made)');
 is(sql("SELECT count(*) FROM outbox.messages WHERE id = $bad_id"), '0',
 	'non-string header: message gone from outbox.messages');
 ok(wait_requests('/hooks/plain', 1), 'plain INSERT of a valid row: delivered');
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $good_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($good_id)"),
 	'plain INSERT of a valid row: sent');
 my @plain = @{ reqs('/hooks/plain') };
 is(scalar(@plain), 1, 'only the valid row reached the receiver');
@@ -370,34 +397,35 @@ is($plain[0]{headers}{'x-str'}, 'five', 'plain INSERT: message header');
 is($plain[0]{headers}{'webhook-id'}, "msg_$good_id", 'plain INSERT: webhook-id');
 # The worker still delivers afterwards.
 my $after_id = sql(q{SELECT outbox.enqueue('plain', '{"n": "after"}')});
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $after_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($after_id)"),
 	'the worker keeps delivering after an invalid message');
 
 # ---------------------------------------------------------------------------
 # 13. Counters: worker_status() and metrics() reflect what happened.
 
 # Nothing may still be moving.
-ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages WHERE status <> 'sent'}),
-	'everything settled');
+ok(wait_sql($node, q{SELECT NOT EXISTS (SELECT FROM outbox.messages) AND NOT EXISTS (SELECT FROM outbox.claims)}),
+	'everything settled (the queue is empty, no claim left)');
 # Every sent message counts once, every dead letter once, and every attempt that
-# did not end a message counts as a retry.
+# did not end a message counts as a retry (a dead letter never sent, such as the
+# INVALID_MESSAGE one, made no attempt at all).
 my ($exp_sent, $exp_dead, $exp_retried) = split /\|/, sql(q{
-	SELECT (SELECT count(*) FROM outbox.messages WHERE status = 'sent'),
+	SELECT (SELECT count(*) FROM outbox.history),
 	       (SELECT count(*) FROM dlq.dead_letters),
-	       (SELECT sum(attempts - 1) FROM outbox.messages WHERE status = 'sent')
-	     + (SELECT sum(attempts - 1) FROM dlq.dead_letters)});
+	       (SELECT sum(attempts - 1) FROM outbox.history)
+	     + (SELECT coalesce(sum(attempts - 1), 0) FROM dlq.dead_letters WHERE attempts > 0)});
 # The worker publishes its counters just after the settle commits: wait for them.
 wait_until(sub { sql('SELECT sent, dead_lettered FROM outbox.worker_status()') eq "$exp_sent|$exp_dead" });
 my ($sent, $retried, $dead) = split /\|/,
   sql('SELECT sent, retried, dead_lettered FROM outbox.worker_status()');
-is($sent,    $exp_sent,    "worker_status().sent = $exp_sent (sent rows)");
+is($sent,    $exp_sent,    "worker_status().sent = $exp_sent (rows in the history)");
 is($dead,    $exp_dead,    "worker_status().dead_lettered = $exp_dead (dead letters)");
 is($retried, $exp_retried, "worker_status().retried = $exp_retried (attempts that were retried)");
 # The same from the receivers' side: each HTTP request is exactly one of them,
 # except the INVALID_MESSAGE one that was never sent.  (closer went to the second
 # receiver; closer2 may have been re-sent once by libcurl itself, which the worker
 # rightly does not count as an attempt.)
-my $close2_extra = @close2 - sql("SELECT attempts FROM outbox.messages WHERE id = $close2_id");
+my $close2_extra = @close2 - sql("SELECT attempts FROM outbox.message($close2_id)");
 is($recv->stats->{requests} + scalar(@close) - $close2_extra, $sent + $retried + $dead - 1,
 	'requests received = sent + retried + dead-lettered over HTTP');
 # Per endpoint, counted by hand from the scenarios above.
@@ -457,8 +485,8 @@ for my $round (1 .. 3)
 	# Idle: everything sent, and a loop has ended since (the claim that follows a
 	# settle has run); the next claim without a wake is a poll, 60 s away.
 	ok(wait_sql($wake, q{SELECT state = 'idle' AND in_flight = 0
-		AND last_loop_at > (SELECT max(sent_at) FROM outbox.messages WHERE status = 'sent')
-		AND NOT EXISTS (SELECT FROM outbox.messages WHERE status <> 'sent') FROM outbox.worker_status()}),
+		AND last_loop_at > (SELECT max(sent_at) FROM outbox.history)
+		AND NOT EXISTS (SELECT FROM outbox.messages) FROM outbox.worker_status()}),
 		"wake at commit, round $round: the worker is idle");
 	my $before = @{ reqs('/hooks/wake') };
 	$producer->query_safe(qq{BEGIN; SELECT outbox.enqueue('wake', '{"round": $round}')});

@@ -10,8 +10,8 @@
 # executions ("calls") of the worker's claim statement, the one SPI statement that
 # starts with "WITH due AS (" (src/pg/outbox_store.cpp kClaimSql).  The worker runs
 # it once per claim (src/pg/worker.cpp claim_and_deliver, for its HTTP endpoints);
-# housekeeping never claims (it expires leases, purges and dead-letters orphans with
-# other statements: worker.cpp housekeeping()).  Without a wake, the worker claims
+# housekeeping never claims (it prepares and retires history partitions, purges dead
+# letters and dead-letters orphans with other statements: worker.cpp housekeeping()).  Without a wake, the worker claims
 # only when its poll interval ends or a retry or deliver_at comes due.
 use strict;
 use warnings;
@@ -72,7 +72,8 @@ q1(join '', map {
 my $c1 = claims();
 note sprintf('%d rolled-back enqueues in %.2f s: claim calls %d -> %d', $ROLLBACKS, time() - $t0, $c0, $c1);
 cmp_ok($c1 - $c0, '<=', 2, "$ROLLBACKS rolled-back enqueues do not wake the worker (claims grew by " . ($c1 - $c0) . ')');
-is(q1('SELECT count(*) FROM outbox.messages'), '0', 'nothing in the outbox');
+is(q1('SELECT (SELECT count(*) FROM outbox.messages) + (SELECT count(*) FROM outbox.history)'), '0',
+	'nothing in the outbox (neither in the queue nor in the history)');
 
 ###############################################################################
 # Control: a committed enqueue wakes the worker (and the claim is counted).
@@ -117,7 +118,9 @@ my $c4 = claims();
 my $grew = $c4 - $c3;
 note sprintf('%d single-message commits in %.3f s: claim calls %d -> %d (+%d)', $COMMITS, $burst_s, $c3, $c4,
 	$grew);
-is(q1(q{SELECT count(*) FROM outbox.messages WHERE status = 'pending' AND payload ? 'burst'}), $COMMITS,
+is( q1(q{SELECT count(*) FROM outbox.messages m WHERE payload ? 'burst'
+	         AND NOT EXISTS (SELECT FROM outbox.claims c WHERE m.id = ANY (c.message_ids))}),
+	$COMMITS,
 	"the $COMMITS messages were committed (and wait for their deliver_at)");
 cmp_ok($grew, '>=', 1, 'the burst of commits woke the worker');
 cmp_ok($grew, '<', $COMMITS / 4, "$COMMITS commits collapse into far fewer claims ($grew)");
@@ -143,8 +146,8 @@ ok(wait_until(sub { delivered() > $before }, 2 + 8, 'delivery after COMMIT PREPA
 	'a message committed by COMMIT PREPARED is delivered within poll_interval (2 s) + 8 s');
 my @after = sort { $b <=> $a } values %{ $recv->answered_2xx($PATH) };
 note sprintf('COMMIT PREPARED -> answered: %.3f s', $after[0] - $t_cp) if @after;
-ok(wait_sql($node, q{SELECT count(*) = 2 FROM outbox.messages WHERE status = 'sent'}, 30),
-	'both committed messages are marked sent');
+ok(wait_sql($node, q{SELECT (SELECT count(*) FROM outbox.history) = 2 AND NOT EXISTS (SELECT FROM outbox.messages)}, 30),
+	'both committed messages are marked sent (in the history, the queue empty)');
 is(delivered(), 2, 'the receiver got exactly the two committed messages');
 
 $recv->stop;

@@ -7,8 +7,8 @@
 #     connections alive shows up as one connection per request);
 #  2. a message whose endpoint does not exist (a plain INSERT: there is no foreign
 #     key) is dead-lettered INVALID_MESSAGE "endpoint does not exist" by the
-#     worker's periodic orphan check, and leaves outbox.messages (control: a
-#     pending message of an existing, paused endpoint is left alone);
+#     worker's periodic orphan check, and leaves outbox.messages (the queue)
+#     (control: a pending message of an existing, paused endpoint is left alone);
 #  3. Retry-After on 429 (seconds and HTTP date) is honoured, and a huge
 #     Retry-After on 503 is capped at pg_outbox.backoff_max (control: a 429
 #     without Retry-After is retried after the short backoff);
@@ -148,8 +148,9 @@ sql(q{BEGIN;
 	SELECT outbox.enqueue('ka', format('{"n": %s}', g)::jsonb) FROM generate_series(1, 20) g;
 	COMMIT;});
 ok(wait_requests('/ka', 20), 'keep-alive: 20 requests received');
-ok(wait_sql($node, q{SELECT count(*) = 20 FROM outbox.messages WHERE endpoint = 'ka' AND status = 'sent'}),
-	'keep-alive: all 20 messages sent');
+ok(wait_sql($node, q{SELECT (SELECT count(*) FROM outbox.history WHERE endpoint = 'ka') = 20
+                        AND NOT EXISTS (SELECT FROM outbox.messages WHERE endpoint = 'ka')}),
+	'keep-alive: all 20 messages sent (in the history, none left in the queue)');
 my @ka = @{ reqs('/ka') };
 is(scalar(@ka), 20, 'keep-alive: exactly 20 requests (one per message)');
 my %ka_conns = map { $_->{conn} => 1 } @ka;
@@ -240,7 +241,7 @@ my $g = gap('/ra429', 0, 1);
 note(sprintf('429 Retry-After: 2 -> second attempt after %.3f s', $g // -1));
 cmp_ok($g // -1, '>=', 1.9, '429 Retry-After: 2 -> second attempt no sooner than 2 s after the first');
 is(reqs('/ra429')->[0]{answered}, 429, '429 Retry-After 2: the worker did get the 429');
-ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 2 FROM outbox.messages WHERE id = $id{ra429}"),
+ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 2 FROM outbox.message($id{ra429})"),
 	'429 Retry-After 2: sent on the second attempt');
 
 ok(wait_requests('/ra429_none', 2), '429 without Retry-After: second attempt arrives');
@@ -262,7 +263,7 @@ cmp_ok($g // -1, '>=', $BACKOFF_MAX - 0.1,
 	"503 Retry-After 3600: the header is honoured up to the cap (>= backoff_max ${BACKOFF_MAX}s)");
 cmp_ok($g // 9e9, '<', 20,
 	"503 Retry-After 3600: capped at backoff_max (${BACKOFF_MAX}s): second attempt within 20 s, not an hour");
-ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 2 FROM outbox.messages WHERE id = $id{ra_cap}"),
+ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 2 FROM outbox.message($id{ra_cap})"),
 	'503 Retry-After 3600: sent on the second attempt');
 
 # ---------------------------------------------------------------------------
@@ -343,7 +344,7 @@ note(sprintf('GUC http_timeout 300ms, receiver hanging 5 s: second attempt after
 cmp_ok($g // -1, '>=', 0.25, 'GUC http_timeout: the first attempt was given its 300 ms');
 cmp_ok($g // 9e9, '<', 3,
 	'GUC http_timeout: endpoint without timeout_ms gave up after pg_outbox.http_timeout (second attempt < 3 s, not 5 s)');
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $id{guc_timeout}"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($id{guc_timeout})"),
 	'GUC http_timeout: sent in the end');
 
 # ---------------------------------------------------------------------------
@@ -358,7 +359,7 @@ is(sql("SELECT count(*) FROM outbox.messages WHERE id = $orphan_id"), '0',
 	'orphan: gone from outbox.messages');
 # Control: the check that removed the orphan saw this row too (same INSERT) and
 # left it: its endpoint exists.
-is(sql("SELECT concat_ws('|', status, attempts) FROM outbox.messages WHERE id = $parked_id"),
+is(sql("SELECT concat_ws('|', status, attempts) FROM outbox.message($parked_id)"),
 	'pending|0', 'orphan control: a message of an existing (paused) endpoint stays pending');
 is(sql("SELECT count(*) FROM dlq.dead_letters WHERE message_id = $parked_id"), '0',
 	'orphan control: ... and is not dead-lettered');
@@ -369,9 +370,8 @@ is(scalar(@{ reqs('/parked') }), 0, 'orphan control: ... nor delivered (paused)'
 #    the receiver's counters show only this.  The receiver answers the
 #    ClientHello (not an HTTP request line) with a plain 400 and records nothing.
 
-ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages
-                      WHERE status <> 'sent' AND endpoint <> 'parked'}),
-	'TLS: nothing else in flight');
+ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages WHERE endpoint <> 'parked'}),
+	'TLS: nothing else in flight (the queue holds only the parked message)');
 my $before = $recv->stats;
 my $tls_url = sprintf('https://127.0.0.1:%d/tls', $recv->port);
 endpoint('tls', $tls_url, max_attempts => 2);

@@ -1,6 +1,7 @@
 #!/usr/bin/perl
 # NOTIFY delivery (SPEC §3 "NOTIFY"): an endpoint with a channel is delivered with
-# pg_notify(channel, envelope) in the transaction that marks the message sent,
+# pg_notify(channel, envelope) in the transaction that marks the message sent (it
+# leaves the queue, outbox.messages, for the history, outbox.history),
 # envelope {"id":…, "event_type":…, "payload":…}.  A LISTENing session receives
 # each committed message exactly once and a rolled-back one never; an envelope
 # of 8000 bytes or more (PostgreSQL's limit) is dead-lettered PAYLOAD_TOO_LARGE,
@@ -21,6 +22,16 @@ $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
 my $json = JSON::PP->new->utf8->canonical;
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
+
+# Where each message stands, wherever its row lives now (outbox.message(): the queue,
+# the history or the DLQ): "status/attempts" of each id, in id order; an id without a
+# row is left out.
+sub states
+{
+	return sql(sprintf(q{SELECT coalesce(string_agg(s.status || '/' || s.attempts, ',' ORDER BY i.id), '')
+	                       FROM unnest('{%s}'::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s},
+			join(',', @_)));
+}
 
 sql(q{SELECT outbox.create_endpoint('orders_feed', channel => 'orders')});
 sql(q{SELECT outbox.create_endpoint('other_feed', channel => 'other')});
@@ -56,10 +67,11 @@ is(scalar(@ids), 3, 'three committed messages enqueued');
 ok(wait_notifications(3), 'three notifications received');
 ok( wait_until(
 		sub {
-			sql(sprintf("SELECT count(*) = 4 FROM outbox.messages WHERE id IN (%s) AND status = 'sent'",
-				join(',', @ids, $other))) eq 't';
+			states(@ids, $other) eq join(',', ('sent/1') x 4);
 		}),
-	'the messages are marked sent');
+	'the messages are marked sent (outbox.message(): sent, one attempt each)');
+is(sql(sprintf('SELECT count(*) FROM outbox.messages WHERE id IN (%s)', join(',', @ids, $other))), '0',
+	'... and have left the queue');
 # An observation window, not a synchronisation: anything more that could still come
 # (a duplicate, the rolled-back one) has had several poll intervals.
 sleep(1.5);
@@ -80,7 +92,7 @@ for my $id (@ids)
 {
 	my $n = $by_id{$id} or next;
 	my ($et, $payload) = split /\|/,
-	  sql("SELECT coalesce(event_type, '<null>'), payload::text FROM outbox.messages WHERE id = $id"), 2;
+	  sql("SELECT coalesce(event_type, '<null>'), payload::text FROM outbox.history WHERE id = $id"), 2;
 	is_deeply(
 		[ sort keys %{ $n->{envelope} } ],
 		[ 'event_type', 'id', 'payload' ],
@@ -91,11 +103,11 @@ for my $id (@ids)
 }
 is($by_id{ $ids[2] }{envelope}{payload}{note}, "caf\x{e9} \"q\"",
 	'non-ASCII and quotes survive the envelope');
-is(sql("SELECT count(*) FROM outbox.messages WHERE id = $rolled"), '0',
-	'no outbox row for the rolled-back message');
-is( sql(sprintf("SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox.messages WHERE id IN (%s)",
+is(sql("SELECT count(*) FROM outbox.message($rolled)"), '0',
+	'no outbox row for the rolled-back message (not in the queue, the history or the DLQ)');
+is( sql(sprintf("SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox.history WHERE id IN (%s)",
 			join(',', @ids))),
-	'1,1,1', 'one attempt each');
+	'1,1,1', 'one attempt each (in the history)');
 
 # The notification comes from the worker's transaction.
 my $wpid = worker_pid($node);
@@ -127,23 +139,25 @@ for my $id ($fit, $big)
 sleep(0.5);    # an observation window: a paused endpoint's message would show here
 poll_notifications();
 is(scalar(@notes), 3, 'nothing delivered while the endpoint is paused');
-is(sql("SELECT string_agg(status, ',' ORDER BY id) FROM outbox.messages WHERE id IN ($fit, $big)"),
-	'pending,pending', 'both pending while paused');
+is(states($fit, $big), 'pending/0,pending/0', 'both pending while paused');
 sql(q{SELECT outbox.resume_endpoint('orders_feed')});
 
 ok(wait_until(sub { sql("SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $big") eq 't' }),
 	'8000-byte envelope: dead-lettered');
+# dlq.dead_letters.attempts is the number of attempts made (0.3.0): the envelope was
+# never handed to pg_notify, so none was (0.2.0 counted one at claim).
 is( sql("SELECT concat_ws('|', reason_code, attempts, endpoint, event_type) FROM dlq.dead_letters WHERE message_id = $big"),
-	'PAYLOAD_TOO_LARGE|1|orders_feed|size.test',
-	'8000-byte envelope: PAYLOAD_TOO_LARGE after one attempt');
+	'PAYLOAD_TOO_LARGE|0|orders_feed|size.test',
+	'8000-byte envelope: PAYLOAD_TOO_LARGE without an attempt (never notified)');
 like(sql("SELECT error_message FROM dlq.dead_letters WHERE message_id = $big"), qr/8000|NOTIFY/i,
 	'8000-byte envelope: error_message explains');
 is(sql("SELECT count(*) FROM outbox.messages WHERE id = $big"), '0',
 	'8000-byte envelope: gone from outbox.messages');
+is(sql("SELECT status FROM outbox.message($big)"), 'dead', '8000-byte envelope: outbox.message() says dead');
 
 ok(wait_notifications(4), '7999-byte envelope: notification received');
-ok(wait_until(sub { sql("SELECT status FROM outbox.messages WHERE id = $fit") eq 'sent' }),
-	'7999-byte envelope: marked sent');
+ok(wait_until(sub { states($fit) eq 'sent/1' }),
+	'7999-byte envelope: marked sent (after one attempt)');
 sleep(0.5);    # an observation window: a duplicate would show here
 poll_notifications();
 is(scalar(@notes), 4, 'exactly one more notification');

@@ -1,19 +1,21 @@
 #!/usr/bin/perl
 # NOTIFY atomicity (README "NOTIFY": "pg_notify(channel, envelope) runs in the
 # transaction that marks the message sent").  A trigger makes exactly the statement
-# that marks a message sent fail (an error like a full disk).  If pg_notify ran in a
+# that marks a message sent (the one that takes it out of the queue, outbox.messages,
+# into the history) fail (an error like a full disk).  If pg_notify ran in a
 # transaction of its own, the listener would receive the notifications although no
 # message ever became sent; because it runs in the transaction that fails, nothing
 # arrives while the failure lasts.  Once the failure stops, every message is
 # notified exactly once and marked sent.
 #
 # How the worker delivers NOTIFY messages (src/pg/worker.cpp claim_and_deliver,
-# deliver_notify; src/pg/outbox_store.cpp claim, settle): one transaction claims the
-# rows (UPDATE pending -> in_flight), queues pg_notify for each, and settles them
-# (UPDATE in_flight -> sent) before it commits.  So the row does go through in_flight,
-# inside that one transaction.  The trigger below is nevertheless written for any
-# UPDATE that makes a row 'sent' (from whatever status), so that a worker that marked
-# NOTIFY rows sent straight from pending would be caught by it too.
+# deliver_notify; src/pg/outbox_store.cpp claim, settle): one transaction reads the
+# due rows (no claims row for NOTIFY), queues pg_notify for each, and settles them
+# (DELETE from the queue, INSERT into outbox.history, one statement) before it
+# commits.  The trigger below is written for any DELETE of a queue row, so that it
+# catches a settle however it is written (into the history, or with
+# sent_retention = 0 a plain delete); no message is dead-lettered in this file, so
+# nothing else deletes a queue row while the flag is on.
 use strict;
 use warnings;
 
@@ -34,8 +36,9 @@ sub sql { return $node->safe_psql('postgres', $_[0]) }
 
 sql(q{SELECT outbox.create_endpoint('feed', channel => 'atomic_feed')});
 
-# The injected failure, installed by the superuser: a BEFORE UPDATE row trigger that
-# raises disk_full on the statement that marks a message sent, while the flag says so.
+# The injected failure, installed by the superuser: a BEFORE DELETE row trigger that
+# raises disk_full on the statement that takes a message out of the queue (marks it
+# sent), while the flag says so.
 sql(q{
 	CREATE TABLE public.fault_flag (fail_settle boolean NOT NULL);
 	INSERT INTO public.fault_flag VALUES (false);
@@ -44,11 +47,20 @@ sql(q{
 	  IF (SELECT fail_settle FROM public.fault_flag) THEN
 	    RAISE EXCEPTION 'injected settle failure (notify atomicity)' USING ERRCODE = 'disk_full';
 	  END IF;
-	  RETURN NEW;
+	  RETURN OLD;
 	END $$;
-	CREATE TRIGGER fault_inject BEFORE UPDATE ON outbox.messages FOR EACH ROW
-	  WHEN (NEW.status = 'sent' AND OLD.status IS DISTINCT FROM 'sent')
+	CREATE TRIGGER fault_inject BEFORE DELETE ON outbox.messages FOR EACH ROW
 	  EXECUTE FUNCTION public.fault_inject();});
+
+# Where each message stands, wherever its row lives now (outbox.message(): the queue,
+# the history or the DLQ): "status/attempts" of each id, in id order; an id without a
+# row is left out.
+sub states
+{
+	return sql(sprintf(q{SELECT coalesce(string_agg(s.status || '/' || s.attempts, ',' ORDER BY i.id), '')
+	                       FROM unnest('{%s}'::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s},
+			join(',', @_)));
+}
 
 # A session that LISTENs.  psql prints the notifications that arrived after each
 # command it runs; they are collected here, in arrival order.
@@ -69,7 +81,7 @@ sub log_since
 my $first = sql(q{SELECT outbox.enqueue('feed', '{"n": 0}', event_type => 'atomic.test')});
 ok(wait_until(sub { poll_notifications() >= 1 }, 30, 'the first notification'),
 	'flag off: the first message is notified');
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $first", 30),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($first)", 30),
 	'flag off: the first message is marked sent');
 is(($notes[0]{envelope} // {})->{id}, $first, 'flag off: the notification carries its id');
 my $wpid = worker_pid($node);
@@ -102,19 +114,21 @@ note "failed settles logged while the flag was on: $errors_seen";
 poll_notifications();
 is(scalar(@notes), 1, 'no notification arrives while the transaction that marks the messages sent fails')
   or diag explain [ map { $_->{payload} } @notes[ 1 .. $#notes ] ];
-is( sql(sprintf("SELECT count(*) FROM outbox.messages WHERE id IN (%s) AND status = 'sent'", join ',', @ids)),
-	'0', 'none of the messages is marked sent while the settle fails');
-is( sql(sprintf("SELECT max(attempts) FROM outbox.messages WHERE id IN (%s)", join ',', @ids)),
-	'0', 'the failed attempts rolled back with their transaction (attempts still 0)');
+is(states(@ids), join(',', ('pending/0') x $N),
+	'none of the messages is marked sent while the settle fails (outbox.message(): pending)');
+is( sql(sprintf("SELECT count(*) || '/' || max(attempts) FROM outbox.messages WHERE id IN (%s)", join ',', @ids)),
+	"$N/0", 'the failed attempts rolled back with their transaction (all still queued, attempts still 0)');
+is(sql('SELECT count(*) FROM outbox.history WHERE id IN (' . join(',', @ids) . ')'), '0',
+	'... and none of them reached the history');
 
 # ---------------------------------------------------------------------------
 # 2. The failure stops: each message is notified exactly once and marked sent.
 sql('UPDATE public.fault_flag SET fail_settle = false');
 # The worker is in its error backoff (at most 6.4 s after a long streak).
-ok( wait_sql($node,
-		sprintf("SELECT count(*) = $N FROM outbox.messages WHERE id IN (%s) AND status = 'sent'", join ',', @ids),
-		60),
+ok( wait_until(sub { states(@ids) eq join(',', ('sent/1') x $N) }, 60, "$N messages sent"),
 	"after the failure stops, the $N messages are marked sent");
+is(sql(sprintf('SELECT count(*) FROM outbox.messages WHERE id IN (%s)', join ',', @ids)), '0',
+	'... and have left the queue');
 ok(wait_until(sub { poll_notifications() >= 1 + $N }, 30, "$N more notifications"),
 	"$N notifications arrive after the failure stops");
 # Duplicates could only come from a transaction that already committed (the rows are
@@ -126,13 +140,13 @@ $count{ ($_->{envelope} // {})->{id} // 'undef' }++ for @notes[ 1 .. $#notes ];
 is_deeply(\%count, { map { $_ => 1 } @ids }, 'each message is notified exactly once, by its id');
 is_deeply([ map { $_->{pid} } @notes ], [ ($wpid) x @notes ], 'every notification comes from the worker');
 is_deeply([ map { $_->{channel} } @notes ], [ ('atomic_feed') x @notes ], 'all on channel "atomic_feed"');
-is( sql(sprintf("SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox.messages WHERE id IN (%s)",
+is( sql(sprintf("SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox.history WHERE id IN (%s)",
 			join ',', @ids)),
 	join(',', ('1') x $N), 'one attempt each (the failed ones were rolled back)');
 is(sql('SELECT count(*) FROM dlq.dead_letters'), '0', 'no dead letters');
 is(worker_pid($node), $wpid, 'the worker survived its errors (same pid)');
 # The counters count what committed: the rolled-back NOTIFY transactions count nothing.
-is(sql(q{SELECT sent FROM outbox.worker_status()}), sql(q{SELECT count(*) FROM outbox.messages WHERE status = 'sent'}),
+is(sql(q{SELECT sent FROM outbox.worker_status()}), sql(q{SELECT count(*) FROM outbox.history}),
 	'worker_status().sent counts each notified message once (none of the rolled-back tries)');
 
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);

@@ -6,8 +6,12 @@
 #  - pg_outbox.enabled = off (reload) stops delivery, on resumes it;
 #  - SIGHUP re-reads batch_size and max_concurrency in the running worker (same
 #    pid): observed through the rows in flight and the requests in flight;
-#  - sent_retention = 0 deletes sent rows at once; outbox.purge() deletes retained
-#    sent rows older than an interval; the worker purges by sent_retention itself.
+#  - a delivered message leaves the queue (outbox.messages) for the history
+#    (outbox.history); sent_retention = 0 keeps no history; outbox.purge() deletes
+#    retained sent messages older than an interval; the worker purges by
+#    sent_retention itself, dropping whole history partitions.
+#
+# Where a message stands is read with outbox.message(id), wherever its row lives.
 use strict;
 use warnings;
 
@@ -35,6 +39,16 @@ sub reqs { return $recv->requests(path => $_[0]) }
 
 sub wait_requests { return $recv->wait_requests(@_) }
 
+# Where the messages stand, wherever their rows live now (outbox.message(): the queue,
+# the history or the DLQ): "N:S", N the number of the ids that have a row, S their
+# distinct "status/attempts", e.g. "5:pending/0".
+sub states_of
+{
+	return sql(sprintf(q{SELECT count(*) || ':' || coalesce(string_agg(DISTINCT s.status || '/' || s.attempts, ','), '')
+	                       FROM unnest('{%s}'::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s},
+			join(',', @_)));
+}
+
 # ALTER SYSTEM + pg_reload_conf(), then waits until the worker reports that it
 # re-read its configuration (OutboxTest::reload_conf; undef resets a setting).
 sub reload_with
@@ -61,8 +75,7 @@ sql(q{SELECT outbox.enqueue('control', '{"control": 1}')});
 ok(wait_requests('/hooks/control', 1), 'another endpoint delivers meanwhile');
 sleep(2);    # an observation window: a paused endpoint's message would show here
 is(scalar(@{ reqs('/hooks/paused') }), 0, 'nothing sent while paused (2 s)');
-is(sql(q{SELECT string_agg(DISTINCT status || '/' || attempts, ',') FROM outbox.messages WHERE endpoint = 'paused'}),
-	'pending/0', 'paused messages stay pending, no attempt spent');
+is(states_of(@paused_ids), '5:pending/0', 'paused messages stay pending, no attempt spent');
 is(sql(q{SELECT paused || '/' || pending FROM outbox.endpoint_stats WHERE endpoint = 'paused'}),
 	'true/5', 'endpoint_stats shows it paused with 5 pending');
 
@@ -70,8 +83,9 @@ my $t_resume = time;
 sql(q{SELECT outbox.resume_endpoint('paused')});
 ok(wait_requests('/hooks/paused', 5), 'all five delivered after resume_endpoint');
 note(sprintf('five paused messages delivered %.3f s after resume', time - $t_resume));
-ok(wait_sql($node, q{SELECT count(*) = 5 FROM outbox.messages WHERE endpoint = 'paused' AND status = 'sent' AND attempts = 1}),
+ok(wait_until(sub { states_of(@paused_ids) eq '5:sent/1' }, undef, 'the paused messages sent'),
 	'all five sent after one attempt');
+is(sql(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'paused'}), '0', '... and the queue holds none of them');
 is_deeply([ sort map { $_->{headers}{'webhook-id'} } @{ reqs('/hooks/paused') } ],
 	[ sort map { "msg_$_" } @paused_ids ], 'each paused message exactly once');
 
@@ -87,8 +101,8 @@ ok(wait_requests('/hooks/later', 1), 'a message without deliver_at goes at once'
 is(reqs('/hooks/later')->[0]{headers}{'webhook-id'}, "msg_$now_id", '... and it is that one');
 # Before deliver_at, judged in one statement on the server's clock: whatever the
 # test's own delays, a row seen before its time must still be pending, untouched.
-my ($early, $state) = split /\|/, sql("SELECT clock_timestamp() < next_attempt_at, status || '/' || attempts
-	FROM outbox.messages WHERE id = $later_id");
+my ($early, $state) = split /\|/, sql("SELECT clock_timestamp() < m.next_attempt_at, s.status || '/' || s.attempts
+	FROM outbox.messages m CROSS JOIN LATERAL outbox.message(m.id) s WHERE m.id = $later_id");
 is($early, 't', 'checked before deliver_at');
 is($state, 'pending/0', 'before deliver_at it is still pending with no attempt');
 ok(wait_requests('/hooks/later', 2), 'the deferred message arrives');
@@ -109,11 +123,10 @@ my @switch_ids = split /\n/, sql(q{
 	SELECT outbox.enqueue('switch', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
 sleep(1.5);    # an observation window: a delivery while disabled would show here
 is(scalar(@{ reqs('/hooks/switch') }), 0, 'nothing delivered while disabled (1.5 s)');
-is(sql(q{SELECT string_agg(DISTINCT status || '/' || attempts, ',') FROM outbox.messages WHERE endpoint = 'switch'}),
-	'pending/0', 'messages stay pending while disabled');
+is(states_of(@switch_ids), '3:pending/0', 'messages stay pending while disabled');
 reload_with('pg_outbox.enabled' => 'on');
 ok(wait_requests('/hooks/switch', 3), 'delivered once enabled again');
-ok(wait_sql($node, q{SELECT count(*) = 3 FROM outbox.messages WHERE endpoint = 'switch' AND status = 'sent'}),
+ok(wait_until(sub { states_of(@switch_ids) eq '3:sent/1' }, undef, 'the switch messages sent'),
 	'all three sent');
 isnt(sql('SELECT state FROM outbox.worker_status()'), 'disabled', 'no longer disabled');
 is(worker_pid($node), $pid_start, 'same worker: enabled was re-read without a restart');
@@ -121,8 +134,9 @@ is(worker_pid($node), $pid_start, 'same worker: enabled was re-read without a re
 # ---------------------------------------------------------------------------
 # 4. SIGHUP re-reads batch_size and max_concurrency in the running worker.
 #    Every request to /hooks/slow takes 200 ms to answer.
-#    Observed: rows in flight (claimed) at any moment - bounded by the claim size -
-#    and requests in flight at the receiver - bounded by max_concurrency.
+#    Observed: rows in flight (claimed: listed in outbox.claims and still in the queue)
+#    at any moment - bounded by the claim size - and requests in flight at the
+#    receiver - bounded by max_concurrency.
 
 endpoint('slow', '/hooks/slow');
 $recv->add_rule(path => '/hooks/slow', status => 200, delay_ms => 200);
@@ -141,9 +155,11 @@ sub drain_slow
 	while (time < $deadline)
 	{
 		my ($in_flight, $sent) = split /\|/, $sampler->query_safe(qq{
-			SELECT count(*) FILTER (WHERE status = 'in_flight'),
-			       count(*) FILTER (WHERE status = 'sent')
-			  FROM outbox.messages WHERE endpoint = 'slow' AND payload->>'tag' = '$tag'});
+			SELECT (SELECT count(*) FROM outbox.messages m
+			         WHERE m.endpoint = 'slow' AND m.payload->>'tag' = '$tag'
+			           AND EXISTS (SELECT FROM outbox.claims c WHERE m.id = ANY (c.message_ids))),
+			       (SELECT count(*) FROM outbox.history h
+			         WHERE h.endpoint = 'slow' AND h.payload->>'tag' = '$tag')});
 		$max_in_flight = max($max_in_flight, $in_flight);
 		last if $sent == $n;
 		sleep(0.02);
@@ -193,21 +209,25 @@ ok($in_flight_b >= 10, "batch_size 20: many rows claimed at once (saw $in_flight
 ok($burst_b >= 2, "max_concurrency 4: requests in parallel (burst $burst_b)");
 ok($burst_b <= 4, "max_concurrency 4: never more than 4 at once (burst $burst_b)");
 is(worker_pid($node), $pid_before, 'same worker pid after the second reload');
-ok(wait_sql($node, q{SELECT count(*) = 30 FROM outbox.messages WHERE endpoint = 'slow' AND status = 'sent' AND attempts = 1}),
+ok(wait_sql($node, q{SELECT count(*) = 30 AND count(*) FILTER (WHERE attempts = 1) = 30
+                      AND NOT EXISTS (SELECT FROM outbox.messages WHERE endpoint = 'slow')
+                      FROM outbox.history WHERE endpoint = 'slow'}),
 	'all 30 slow messages sent after one attempt each');
 $sampler->quit;
 $recv->clear_rules;
 reload_with('pg_outbox.batch_size' => undef, 'pg_outbox.max_concurrency' => undef);
 
 # ---------------------------------------------------------------------------
-# 5. sent_retention = 0: sent rows are deleted at once.
+# 5. sent_retention = 0: a delivered message leaves the queue and is kept nowhere.
 
 endpoint('ret0', '/hooks/ret0');
 reload_with('pg_outbox.sent_retention' => '0');
 my @ret0 = split /\n/, sql(q{SELECT outbox.enqueue('ret0', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
 ok(wait_requests('/hooks/ret0', 3), 'sent_retention 0: three delivered');
-ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'ret0'}),
-	'sent_retention 0: their rows are gone');
+ok(wait_sql($node, q{SELECT NOT EXISTS (SELECT FROM outbox.messages WHERE endpoint = 'ret0')
+                      AND NOT EXISTS (SELECT FROM outbox.history WHERE endpoint = 'ret0')}),
+	'sent_retention 0: their rows are gone (from the queue, and none in the history)');
+is(states_of(@ret0), '0:', 'sent_retention 0: outbox.message() knows none of them');
 is(sql(q{SELECT count(*) FROM dlq.dead_letters WHERE endpoint = 'ret0'}), '0',
 	'sent_retention 0: (not dead-lettered)');
 is(scalar(@{ reqs('/hooks/ret0') }), 3, 'sent_retention 0: each delivered once');
@@ -216,44 +236,74 @@ is(worker_pid($node), $pid_start, 'same worker pid');
 reload_with('pg_outbox.sent_retention' => undef);
 my $kept = sql(q{SELECT outbox.enqueue('ret0', '{"kept": true}')});
 ok(wait_requests('/hooks/ret0', 4), 'default retention again: delivered');
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $kept"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($kept)"),
 	'default retention again: the sent row is kept');
+is(sql("SELECT count(*) FROM outbox.history WHERE id = $kept"), '1', '... in the history');
 
 # ---------------------------------------------------------------------------
-# 6. outbox.purge(): retained sent rows older than the interval are deleted;
-#    pending rows never.
+# 6. outbox.purge(): retained sent messages older than the interval are deleted from
+#    the history; pending rows never.
+
+# Makes a delivered message look sent $ago before now: its history row's sent_at moves
+# back (into the partition that covers that time: the default partition when none
+# does), and outbox.history_counts follows it, as the settle would have counted it.
+sub sent_ago
+{
+	my ($id, $ago) = @_;
+	sql(qq{
+		BEGIN;
+		CREATE TEMP TABLE aged ON COMMIT DROP AS
+		  SELECT tableoid::regclass AS part, endpoint FROM outbox.history WHERE id = $id;
+		UPDATE outbox.history SET sent_at = now() - interval '$ago' WHERE id = $id;
+		UPDATE outbox.history_counts hc SET sent = hc.sent - 1
+		  FROM aged a WHERE hc.partition = a.part AND hc.endpoint = a.endpoint;
+		INSERT INTO outbox.history_counts AS hc (partition, endpoint, sent)
+		  SELECT h.tableoid::regclass, h.endpoint, 1 FROM outbox.history h
+		   WHERE h.id = $id AND h.tableoid <> 'outbox.history_default'::regclass
+		  ON CONFLICT (partition, endpoint) DO UPDATE SET sent = hc.sent + 1;
+		COMMIT;});
+}
 
 endpoint('keep', '/hooks/keep');
 endpoint('hold', '/hooks/hold');
 sql(q{SELECT outbox.pause_endpoint('hold')});
 my $held = sql(q{SELECT outbox.enqueue('hold', '{"held": true}')});
 my ($k1, $k2, $k3) = split /\n/, sql(q{SELECT outbox.enqueue('keep', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
-ok(wait_sql($node, q{SELECT count(*) = 3 FROM outbox.messages WHERE endpoint = 'keep' AND status = 'sent'}),
+ok(wait_sql($node, q{SELECT count(*) = 3 FROM outbox.history WHERE endpoint = 'keep'}),
 	'three kept messages sent');
-sql("UPDATE outbox.messages SET sent_at = now() - interval '2 hours' WHERE id = $k1");
-sql("UPDATE outbox.messages SET sent_at = now() - interval '30 minutes' WHERE id = $k2");
+sent_ago($k1, '2 hours');
+sent_ago($k2, '30 minutes');
 is(sql(q{SELECT outbox.purge(interval '1 hour')}), '1', 'purge(1 hour) deletes one row');
-is(sql("SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox.messages WHERE endpoint = 'keep'"),
+is(sql("SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox.history WHERE endpoint = 'keep'"),
 	"$k2,$k3", '... the one sent two hours ago');
+is(sql("SELECT count(*) FROM outbox.message($k1)"), '0', '... which outbox.message() no longer knows');
 is(sql(q{SELECT outbox.purge()}), '0', 'purge() with the default retention (1 day) deletes none');
-my $all_sent = sql(q{SELECT count(*) FROM outbox.messages WHERE status = 'sent'});
+my $all_sent = sql(q{SELECT count(*) FROM outbox.history});
 cmp_ok($all_sent, '>', 2, "there are $all_sent sent rows");
 is(sql(q{SELECT outbox.purge(interval '0')}), $all_sent, 'purge(0) deletes every sent row');
-is(sql(q{SELECT count(*) FROM outbox.messages WHERE status = 'sent'}), '0', 'no sent row left');
-is(sql("SELECT status FROM outbox.messages WHERE id = $held"), 'pending',
+is(sql(q{SELECT count(*) FROM outbox.history}), '0', 'no sent row left');
+is(sql("SELECT status || '/' || attempts FROM outbox.message($held)"), 'pending/0',
 	'the pending message of a paused endpoint survives purge');
+is(sql("SELECT count(*) FROM outbox.messages WHERE id = $held"), '1', '... in the queue');
 my ($rc, $out, $err) = $node->psql('postgres', q{SELECT outbox.purge(interval '-1 hour')});
 isnt($rc, 0, 'purge of a negative interval is refused');
 like($err, qr/negative/, '... with a clear error');
 
 # The worker purges by sent_retention on its own.
 my @auto = split /\n/, sql(q{SELECT outbox.enqueue('keep', jsonb_build_object('auto', g)) FROM generate_series(1, 4) g});
-ok(wait_sql($node, sprintf(q{SELECT count(*) = 4 FROM outbox.messages WHERE id IN (%s) AND status = 'sent'}, join(',', @auto))),
+ok(wait_sql($node, sprintf(q{SELECT count(*) = 4 FROM outbox.history WHERE id IN (%s)}, join(',', @auto))),
 	'four more sent and retained');
+my @auto_parts = split /\n/, sql(sprintf(q{SELECT DISTINCT tableoid::regclass FROM outbox.history WHERE id IN (%s)},
+		join(',', @auto)));
+note('the history partitions that hold them: ' . join(', ', @auto_parts));
 reload_with('pg_outbox.sent_retention' => '1s');
-ok(wait_sql($node, sprintf(q{SELECT count(*) = 0 FROM outbox.messages WHERE id IN (%s)}, join(',', @auto))),
+ok(wait_sql($node, sprintf(q{SELECT count(*) = 0 FROM outbox.history WHERE id IN (%s)}, join(',', @auto))),
 	'sent_retention 1s: the worker purged them itself');
-is(sql("SELECT status FROM outbox.messages WHERE id = $held"), 'pending',
+is(states_of(@auto), '0:', '... outbox.message() knows none of them');
+is(sql(sprintf(q{SELECT count(*) FROM unnest('{%s}'::text[]) AS p(name) WHERE to_regclass(p.name) IS NOT NULL},
+			join(',', map { qq{"$_"} } grep { $_ ne 'outbox.history_default' } @auto_parts))),
+	'0', '... by dropping the partitions that held them');
+is(sql("SELECT status || '/' || attempts FROM outbox.message($held)"), 'pending/0',
 	'... but not the pending one');
 reload_with('pg_outbox.sent_retention' => undef);
 is(worker_pid($node), $pid_start, 'one worker for the whole file');

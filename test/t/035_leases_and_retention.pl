@@ -1,16 +1,17 @@
 #!/usr/bin/perl
-# Leases, row locks and the worker's own retention (README "How delivery works" and
+# Claims, row locks and the worker's own retention (README "How delivery works" and
 # "Configuration"):
 #
-#  - pg_outbox.lease: a claim holds for the lease and no longer.  lease_until is set
-#    at claim to now() + lease; once it has passed, the row is pending again and is
-#    claimed anew, with the same webhook-id, even while the first request still runs
-#    (today's semantics, see section 1);
+#  - one copy in flight (SPEC §3): a claimed message is listed in outbox.claims for as
+#    long as its request may run; the worker never sends it again meanwhile, however
+#    short pg_outbox.lease is (see section 1);
 #  - pg_outbox.dlq_retention: -1 keeps every dead letter for ever; a retention makes
 #    the worker delete the handled (requeued or discarded) dead letters older than it,
 #    never the open ones (SPEC §2 "Open dead letters ... are never deleted
 #    automatically");
-#  - the worker purges expired sent messages itself, in batches of 1,000 per second;
+#  - the worker removes the delivered messages kept longer than sent_retention from
+#    the history (outbox.history) itself: a partition wholly past the retention is
+#    dropped whole, and rows of the default partition past it are deleted;
 #  - the claim skips rows another transaction has locked (FOR UPDATE SKIP LOCKED):
 #    the rest of the endpoint flows, and the locked row goes once it is released.
 use strict;
@@ -23,8 +24,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
 
-# The lease at its minimum (settings.cpp: unit s, min 1).  sent_retention is long
-# enough to keep the two-day-old sent rows of section 3 until the test shortens it.
+# The lease at its minimum (settings.cpp: unit s, min 1): it must not release a claim
+# while its request runs.  sent_retention is long enough to keep the two-day-old sent
+# messages of section 3 until the test shortens it.
 my $LEASE = 1;
 my $node = new_outbox_node(
 	'leases',
@@ -50,17 +52,19 @@ my $probe = $node->background_psql('postgres');
 
 sub probe { return $probe->query_safe($_[0]) }
 
-# A sent row older than any retention of this file ("paused" is a paused endpoint, so
-# nothing else touches it).  Its disappearance proves that one housekeeping round
-# (expire_leases, purge_sent, purge_dead_letters: one transaction) ran after it was
-# inserted.
+# A delivered message older than any retention of this file, in the history ("paused"
+# is a paused endpoint, so nothing else touches it; no partition covers four days ago,
+# so it lands in the default partition).  Its disappearance proves that one
+# housekeeping round (history retention, purge_dead_letters: one transaction) ran
+# after it was inserted.
+my $canary_id = 800000000;
 sub housekeeping_round
 {
 	my ($what) = @_;
-	my $canary = sql(q{INSERT INTO outbox.messages (endpoint, payload, status, attempts, sent_at)
-	                   VALUES ('paused', '{"canary": true}', 'sent', 1, now() - interval '4 days')
-	                   RETURNING id});
-	return wait_sql($node, "SELECT NOT EXISTS (SELECT 1 FROM outbox.messages WHERE id = $canary)",
+	my $canary = ++$canary_id;
+	sql(qq{INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
+	       VALUES ($canary, 'paused', '{"canary": true}', 1, now() - interval '4 days', now() - interval '4 days')});
+	return wait_sql($node, "SELECT NOT EXISTS (SELECT 1 FROM outbox.history WHERE id = $canary)",
 		30);
 }
 
@@ -72,85 +76,82 @@ endpoint('paused', '/hooks/paused');
 sql(q{SELECT outbox.pause_endpoint('paused')});
 
 # ---------------------------------------------------------------------------
-# 1. pg_outbox.lease: how long a claim holds before it may be taken again.
+# 1. One copy in flight: a claim lasts as long as its request can.
 #
-# THIS SECTION DOCUMENTS TODAY'S LEASE SEMANTICS (README: "pg_outbox.lease: how
-# long a claim holds before it may be taken again"): the lease is independent of the
-# request, so a message whose request outlives the lease is claimed and sent AGAIN
-# while the first request is still running.  SPEC §3 "One copy in flight" will forbid
-# exactly that ("a message is never sent again while an earlier request for it may
-# still be running; its claim lasts as long as its request can"); when the product
-# implements it, the second copy asserted below must no longer appear and this
-# section has to be rewritten together with the README.
+# Until 0.2.0 the lease was independent of the request: a message whose request
+# outlived pg_outbox.lease was claimed and sent AGAIN while the first request still
+# ran, and this section asserted that second copy.  SPEC §3 "One copy in flight"
+# forbids it ("a message is never sent again while an earlier request for it may
+# still be running; its claim lasts as long as its request can"), and from 0.3.0 the
+# worker never expires a claim it still has in flight: the message is listed in
+# outbox.claims from the claim until its request has ended and been recorded.
 #
-# The endpoint's timeout (20 s) is far longer than the lease (1 s); the receiver
-# holds the first request without answering for 15 s.  The endpoint is paused just
-# after the claim, so that the row, once its lease has run out, stays visibly
-# pending instead of being claimed again at once; resuming it lets the second claim
-# happen while the first request still hangs.
+# The endpoint's timeout (20 s) is far longer than the lease (1 s); the receiver holds
+# the first request without answering for 15 s, then closes it.  All that time the
+# endpoint stays active (the worker claims from it every poll), and the message must
+# stay in flight with exactly one request sent.  Once the first request has ended
+# (unanswered: a retryable failure), the message goes again, as attempt 2, and is
+# answered 200.  The hang runs on while sections 2 to 4 do; its end is checked at the
+# end of the file.
 
 endpoint('lease', '/hooks/lease', timeout_ms => 20000);
 $recv->add_rule(path => '/hooks/lease', action => 'hang', hang_ms => 15000, times => 1);
+
+# The message's state (outbox.message()) and its claim: "status|attempts|claimed_at
+# (epoch)|the attempt its claim records" (the last two empty without a claim).
+sub lease_state
+{
+	return probe(qq{SELECT s.status, s.attempts,
+	                       coalesce((SELECT extract(epoch FROM c.claimed_at) || '|' || c.attempts[array_position(c.message_ids, s.id)]
+	                                   FROM outbox.claims c WHERE s.id = ANY (c.message_ids)), '|')
+	                  FROM outbox.message($_[0]) s});
+}
+
 my $t_enqueue = sql('SELECT extract(epoch FROM clock_timestamp())');
 my $lease_id = sql(q{SELECT outbox.enqueue('lease', '{"lease": true}')});
-my ($claim_status, $claim_attempts, $lease_until) = ('', '', '');
+my ($claim_status, $claim_attempts, $claimed_at, $claim_attempt) = ('', '', '', '');
 ok( wait_until(
 		sub {
-			($claim_status, $claim_attempts, $lease_until) = split /\|/,
-			  probe("SELECT status, attempts, coalesce(extract(epoch FROM lease_until)::text, '')
-			           FROM outbox.messages WHERE id = $lease_id");
+			($claim_status, $claim_attempts, $claimed_at, $claim_attempt) = split /\|/, lease_state($lease_id), 4;
 			return $claim_status ne 'pending';
 		},
 		30,
 		'the lease message claimed'),
 	'the message is claimed');
-sql(q{SELECT outbox.pause_endpoint('lease')});
-is("$claim_status/$claim_attempts", 'in_flight/1', 'claimed: in_flight, first attempt counted');
+# While in flight the queue row still shows the attempts already recorded (none); the
+# claim records the attempt under way.
+is("$claim_status/$claim_attempts/$claim_attempt", 'in_flight/0/1',
+	'claimed: in_flight, its claim records attempt 1');
 
 ok(wait_requests('/hooks/lease', 1), 'the first request arrives (and hangs)');
 my $first = reqs('/hooks/lease')->[0];
 is($first->{headers}{'webhook-id'}, "msg_$lease_id", '... it is the lease message');
+is($first->{headers}{'outbox-attempt'}, '1', '... as attempt 1');
 is($first->{response}, 'hang', '... and the receiver holds it without answering');
 
-# lease_until = now() + lease, now() being the claim transaction's start: no earlier
-# than just before the enqueue (0.5 s of slack: that transaction may have begun a
-# moment before the enqueue committed) and no later than the request's arrival, since
-# the request starts only after the claim committed.
-note(sprintf('lease_until - enqueue = %.3f s, request arrival - enqueue = %.3f s',
-		$lease_until - $t_enqueue, $first->{time} - $t_enqueue));
-cmp_ok($lease_until, '>=', $t_enqueue + $LEASE - 0.5,
-	'lease_until at claim: no earlier than (enqueue + lease)');
-cmp_ok($lease_until, '<=', $t_enqueue + $LEASE + 2,
-	'lease_until at claim: no later than (enqueue + lease + 2 s)');
-cmp_ok($lease_until, '<=', $first->{time} + $LEASE + 0.05,
-	'lease_until at claim: no later than (request arrival + lease)');
+# claimed_at is the claim transaction's now(): no earlier than just before the enqueue
+# (0.5 s of slack: that transaction may have begun a moment before the enqueue
+# committed) and no later than the request's arrival, since the request starts only
+# after the claim committed.
+note(sprintf('claimed_at - enqueue = %.3f s, request arrival - enqueue = %.3f s',
+		$claimed_at - $t_enqueue, $first->{time} - $t_enqueue));
+cmp_ok($claimed_at, '>=', $t_enqueue - 0.5, 'claimed_at: no earlier than the enqueue');
+cmp_ok($claimed_at, '<=', $t_enqueue + 2, 'claimed_at: no later than (enqueue + 2 s)');
+cmp_ok($claimed_at, '<=', $first->{time} + 0.05, 'claimed_at: no later than the request arrival');
 
-# The first request still hangs (15 s), yet the claim runs out after the lease.
-ok( wait_sql($node,
-		"SELECT status = 'pending' AND lease_until IS NULL AND attempts = 1
-		   FROM outbox.messages WHERE id = $lease_id", 30),
-	'after the lease the row is pending again (no lease, the one attempt kept)');
-my $now = sql('SELECT extract(epoch FROM clock_timestamp())');
-# (Polled every 50 ms: a claim released early would be seen pending before this.)
-cmp_ok($now, '>=', $lease_until, '... not before lease_until: the claim held for the lease');
-ok(!defined reqs('/hooks/lease')->[0]{answered_at},
-	'... while the first request is still unanswered');
-
-sql(q{SELECT outbox.resume_endpoint('lease')});
-ok(wait_requests('/hooks/lease', 2), 'a second request arrives once it may be claimed again');
-my ($first_now, $second) = @{ reqs('/hooks/lease') }[ 0, 1 ];
-is($second->{headers}{'webhook-id'}, "msg_$lease_id", '... with the same webhook-id');
-is($second->{headers}{'outbox-attempt'}, '2', '... as attempt 2');
-cmp_ok($second->{time}, '>', $lease_until, '... after the first claim\'s lease_until');
-ok(!defined $first_now->{answered_at} || $first_now->{answered_at} > $second->{time},
-	'... while the first request still hangs (two copies in flight: today\'s lease semantics)');
-ok( wait_sql($node,
-		"SELECT status = 'sent' AND attempts = 2 FROM outbox.messages WHERE id = $lease_id", 30),
-	'the second copy is answered 200: the message is sent after 2 attempts');
-ok(exists $recv->answered_2xx('/hooks/lease')->{"msg_$lease_id"},
-	'... the receiver answered it 2xx');
+# The first request still hangs (15 s); three leases pass, and more than one
+# housekeeping round, with the endpoint active: the claim holds.
+ok( wait_sql($node, "SELECT clock_timestamp() > to_timestamp($claimed_at) + interval '3 seconds'", 30),
+	'three leases have passed since the claim');
+ok(housekeeping_round(), 'a housekeeping round ran meanwhile');
+ok(!defined reqs('/hooks/lease')->[0]{answered_at}, '... while the first request is still unanswered');
+my ($held_status, $held_attempts, $held_claimed_at, $held_attempt) = split /\|/, lease_state($lease_id), 4;
+is("$held_status/$held_attempts/$held_attempt", 'in_flight/0/1',
+	'the message is still in flight under its first claim (the lease released nothing)');
+is($held_claimed_at, $claimed_at, '... the same claim');
+is(scalar(@{ reqs('/hooks/lease') }), 1, '... and no second copy was sent');
 # The first request ends (the receiver gives up after 15 s) while the next sections
-# run; its late failure is checked at the end of the file.
+# run; the message's delivery is checked at the end of the file.
 
 # ---------------------------------------------------------------------------
 # 2. pg_outbox.dlq_retention: -1 keeps dead letters for ever; a retention purges the
@@ -205,20 +206,52 @@ is(sql(q{SELECT count(*) FROM dlq.dead_letters WHERE note LIKE 'fresh-%'}), '9',
 	'dlq_retention 1h: the fresh dead letters stay, open or handled');
 
 # ---------------------------------------------------------------------------
-# 3. The worker purges expired sent messages itself, at most 1,000 per round and one
-#    round per second: 2,500 expired rows take three rounds, 2500 -> 1500 -> 500 -> 0.
+# 3. The worker removes the delivered messages older than sent_retention from the
+#    history itself.  Until 0.2.0 it deleted expired sent rows 1,000 per second
+#    (2,500 rows went 2500 -> 1500 -> 500 -> 0 over three rounds); from 0.3.0 the
+#    history is partitioned by sent_at and a partition wholly past the retention is
+#    dropped whole, in one round, with its count in outbox.history_counts, and the rows
+#    of the default partition past the retention are deleted in the same round.
 #
-# No other sent row is older than a day (the canaries are gone), so a purge batch
-# can only take these.
+# The worker creates partitions ahead of time only, so the one for two days ago is
+# created here, as the worker would have created it then (a range partition of
+# outbox.history; the worker reads the bounds from the catalog), holding 2,500
+# messages sent two days ago, counted in outbox.history_counts as its settles would
+# have counted them.  500 more, sent a day and a half ago, fall in the default
+# partition (no partition covers that time).  No other delivered message is older
+# than a day (the canaries are gone).
 
-ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages WHERE payload ? 'canary'}, 30),
+ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.history WHERE payload ? 'canary'}, 30),
 	'no canary left');
-sql(q{INSERT INTO outbox.messages (endpoint, payload, status, attempts, sent_at)
-      SELECT 'paused', jsonb_build_object('bulk', g), 'sent', 1, now() - interval '2 days'
-        FROM generate_series(1, 2500) g});
-my $bulk_count = sub { probe(q{SELECT count(*) FROM outbox.messages WHERE payload ? 'bulk'}) };
+sql(q{
+	DO $$
+	BEGIN
+	  EXECUTE format('CREATE TABLE outbox.history_two_days_ago PARTITION OF outbox.history FOR VALUES FROM (%L) TO (%L)',
+	                 now() - interval '2 days 1 hour', now() - interval '2 days' + interval '1 hour');
+	END $$;
+	INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
+	SELECT 700000000 + g, 'paused', jsonb_build_object('bulk', g), 1,
+	       now() - interval '2 days', now() - interval '2 days'
+	  FROM generate_series(1, 2500) g;
+	INSERT INTO outbox.history_counts (partition, endpoint, sent)
+	VALUES ('outbox.history_two_days_ago', 'paused', 2500);
+	INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
+	SELECT 710000000 + g, 'paused', jsonb_build_object('bulk_default', g), 1,
+	       now() - interval '36 hours', now() - interval '36 hours'
+	  FROM generate_series(1, 500) g;});
+is( sql(q{SELECT tableoid::regclass || '=' || count(*) FROM outbox.history
+           WHERE payload ? 'bulk' OR payload ? 'bulk_default' GROUP BY 1 ORDER BY 1}),
+	"outbox.history_default=500\noutbox.history_two_days_ago=2500",
+	'2,500 messages sent two days ago in their partition, 500 sent 36 hours ago in the default partition');
+my $bulk_count = sub {
+	probe(q{SELECT count(*) FILTER (WHERE payload ? 'bulk') || '/' || count(*) FILTER (WHERE payload ? 'bulk_default')
+	          FROM outbox.history WHERE endpoint = 'paused'});
+};
 ok(housekeeping_round(), 'sent_retention 3d: a housekeeping round ran');
-is($bulk_count->(), '2500', 'sent_retention 3d keeps the 2,500 sent rows two days old');
+is($bulk_count->(), '2500/500', 'sent_retention 3d keeps the 3,000 messages sent up to two days ago');
+is(sql(q{SELECT to_regclass('outbox.history_two_days_ago') IS NOT NULL}), 't', '... and their partition');
+is(sql(q{SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'paused'}), '3000',
+	'endpoint_stats counts them as sent (retained)');
 
 my $t_reload = time;
 ok(reload_conf($node, 'pg_outbox.sent_retention' => '1d'), 'sent_retention = 1d reloaded');
@@ -226,19 +259,25 @@ my @samples;
 ok( wait_until(
 		sub {
 			my $n = $bulk_count->();
-			push @samples, $n if !@samples || $samples[-1] != $n;
-			return $n == 0;
+			push @samples, $n if !@samples || $samples[-1] ne $n;
+			return $n eq '0/0';
 		},
 		60,
-		'the 2,500 expired sent rows purged'),
-	'sent_retention 1d: the worker purges all 2,500 expired sent rows');
+		'the 3,000 expired messages removed'),
+	'sent_retention 1d: the worker removes all 3,000 expired messages from the history');
 my $took = time - $t_reload;
-note(sprintf('counts seen: %s; zero %.3f s after the reload', join(' -> ', @samples), $took));
-is_deeply([ grep { !/^(2500|1500|500|0)$/ } @samples ], [],
-	'every count seen is 2500, 1500, 500 or 0: at most 1,000 rows per batch');
-ok((grep { $_ == 1500 || $_ == 500 } @samples),
-	'an intermediate count (1500 or 500) was seen: the purge went in batches');
-cmp_ok($took, '>=', 1.5, 'three batches took at least 1.5 s: one batch per second');
+note(sprintf('counts seen (partition/default): %s; zero %.3f s after the reload', join(' -> ', @samples), $took));
+is_deeply([ grep { !m{^(2500/500|0/0)$} } @samples ], [],
+	'every count seen is 2500/500 or 0/0: the partition went whole, with the default partition\'s rows, in one round');
+is(sql(q{SELECT to_regclass('outbox.history_two_days_ago') IS NULL}), 't',
+	'the expired partition was dropped');
+is(sql(q{SELECT count(*) FROM outbox.history_counts WHERE partition::text = 'outbox.history_two_days_ago'}), '0',
+	'... and its count went with it');
+is(sql(q{SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'paused'}), '0',
+	'endpoint_stats no longer counts them');
+ok(housekeeping_round(), 'sent_retention 1d: another housekeeping round ran');
+cmp_ok(sql(q{SELECT count(*) FROM outbox._history_partitions()}), '>', 0,
+	'the worker\'s own partitions (for now and ahead) are still there');
 
 # ---------------------------------------------------------------------------
 # 4. The claim skips rows locked by another transaction (FOR UPDATE SKIP LOCKED).
@@ -257,31 +296,47 @@ is($locker->query_safe("SELECT id FROM outbox.messages WHERE id = $x FOR UPDATE"
 sql(q{SELECT outbox.resume_endpoint('locked')});
 ok(wait_until(sub { exists $recv->answered_2xx('/hooks/locked')->{"msg_$y"} }, 30, 'Y answered'),
 	'Y is delivered (answered 2xx) while X is locked');
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $y", 30),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($y)", 30),
 	'... and Y is sent');
 is_deeply([ grep { $_->{headers}{'webhook-id'} eq "msg_$x" } @{ reqs('/hooks/locked') } ], [],
 	'X was never sent while locked');
-is(sql("SELECT status || '/' || attempts FROM outbox.messages WHERE id = $x"), 'pending/0',
+is(sql("SELECT status || '/' || attempts FROM outbox.message($x)"), 'pending/0',
 	'X stays pending with no attempt while locked');
 
 $locker->query_safe('ROLLBACK');
 $locker->quit;
 ok(wait_until(sub { exists $recv->answered_2xx('/hooks/locked')->{"msg_$x"} }, 30, 'X answered'),
 	'once the lock is released, X is delivered');
-ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 1 FROM outbox.messages WHERE id = $x", 30),
+ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 1 FROM outbox.message($x)", 30),
 	'... sent after one attempt');
 
 # ---------------------------------------------------------------------------
-# End of section 1: the first, stale request of the lease message ends (the receiver
-# closes it after 15 s, the endpoint's 20 s timeout not reached).  Its failure comes
-# after the message was sent by the second copy, and must change nothing.
+# End of section 1: the first request of the lease message ends (the receiver closes
+# it after 15 s, the endpoint's 20 s timeout not reached), unanswered: a retryable
+# failure.  Only then may the message go again, as attempt 2, and it is answered 200.
 
 ok(wait_until(sub { defined reqs('/hooks/lease')->[0]{answered_at} }, 40, 'first lease request ends'),
 	'the hung first request of the lease message has ended');
 ok(!defined reqs('/hooks/lease')->[0]{answered}, '... unanswered');
+my $first_end = reqs('/hooks/lease')->[0]{answered_at};
+note(sprintf('the first request hung %.3f s', $first_end - $first->{time}));
+ok(wait_requests('/hooks/lease', 2), 'a second request arrives after the first has ended');
+my @lease_reqs = @{ reqs('/hooks/lease') };
+is(scalar(grep { $_->{time} < $first_end } @lease_reqs), 1,
+	'exactly one request was sent while the first one hung (one copy in flight)');
+my $second = $lease_reqs[1];
+is($second->{headers}{'webhook-id'}, "msg_$lease_id", '... the second has the same webhook-id');
+is($second->{headers}{'outbox-attempt'}, '2', '... as attempt 2');
+cmp_ok($second->{time}, '>=', $first_end, '... and arrived after the first request had ended');
+ok( wait_sql($node, "SELECT status = 'sent' AND attempts = 2 FROM outbox.message($lease_id)", 30),
+	'the second request is answered 200: the message is sent after 2 attempts');
+ok(exists $recv->answered_2xx('/hooks/lease')->{"msg_$lease_id"},
+	'... the receiver answered it 2xx');
 ok(housekeeping_round(), 'a housekeeping round ran after it');
-is(sql("SELECT status || '/' || attempts FROM outbox.messages WHERE id = $lease_id"), 'sent/2',
-	'the stale failure leaves the message sent after 2 attempts');
+is(sql("SELECT status || '/' || attempts FROM outbox.message($lease_id)"), 'sent/2',
+	'the message stays sent after 2 attempts');
+is(scalar(@{ reqs('/hooks/lease') }), 2, '... with two requests in all');
+is(sql("SELECT count(*) FROM outbox.claims WHERE $lease_id = ANY (message_ids)"), '0', '... and no claim left');
 is(sql("SELECT count(*) FROM dlq.dead_letters WHERE message_id = $lease_id"), '0',
 	'... and dead-letters nothing');
 

@@ -3,6 +3,10 @@
 # order, one at a time; the next waits while the head retries and goes on once the
 # head is sent or dead; other keys (and messages without a key) flow in parallel.
 # An unordered endpoint ignores ordering keys.
+#
+# A delivered message leaves the queue (outbox.messages) for outbox.history in the
+# transaction that records its delivery (pg_outbox.sent_retention keeps its default of
+# a day here): "sent" is a history row, whose attempts and sent_at are the delivery's.
 use strict;
 use warnings;
 
@@ -62,16 +66,31 @@ sub count_sent
 {
 	my ($endpoint) = @_;
 	return $node->safe_psql('postgres',
-		"SELECT count(*) FROM outbox.messages WHERE endpoint = '$endpoint' AND status = 'sent'");
+		"SELECT count(*) FROM outbox.history WHERE endpoint = '$endpoint'");
 }
 
-# Seconds from the first enqueue to the last sent, measured by the database.
+# Seconds from the first enqueue to the last sent, measured by the database (called
+# once the endpoint is drained: every message is in the history).
 sub drain_seconds
 {
 	my ($endpoint) = @_;
 	return $node->safe_psql('postgres',
 		"SELECT round(extract(epoch FROM max(sent_at) - min(created_at))::numeric, 3)
-		   FROM outbox.messages WHERE endpoint = '$endpoint'");
+		   FROM outbox.history WHERE endpoint = '$endpoint'");
+}
+
+# Where each message of an endpoint stands (pending, in_flight, sent, dead) with its
+# attempts, counted: for diagnostics.
+sub status_counts
+{
+	my ($endpoint) = @_;
+	return $node->safe_psql('postgres', qq{
+		SELECT s.status, s.attempts, count(*)
+		  FROM (SELECT id FROM outbox.messages WHERE endpoint = '$endpoint'
+		        UNION SELECT id FROM outbox.history WHERE endpoint = '$endpoint'
+		        UNION SELECT message_id FROM dlq.dead_letters WHERE endpoint = '$endpoint') i
+		 CROSS JOIN LATERAL outbox.message(i.id) s
+		 GROUP BY 1, 2 ORDER BY 1, 2});
 }
 
 # Enqueue $per_key messages for each of $keys keys in one transaction (so ids follow
@@ -181,19 +200,22 @@ $node->safe_psql(
 	SELECT outbox.enqueue('odead', jsonb_build_object('key', 'dead', 'seq', s),
 	                      event_type => 'test.dead', ordering_key => 'dead')
 	  FROM generate_series(0, 9) s ORDER BY s});
-# The ids of one key follow seq (the order the tests below compare against).
+# The ids of one key follow seq (the order the tests below compare against).  The
+# worker is already delivering: a message is in the queue, the history or the DLQ
+# (one snapshot sees each exactly once).
 is( $node->safe_psql('postgres', q{
-		SELECT count(*) FROM (
+		SELECT count(*) || '/' || count(*) FILTER (WHERE prev IS NOT NULL AND seq <> prev + 1) FROM (
 		  SELECT (payload->>'seq')::int AS seq,
 		         lag((payload->>'seq')::int) OVER (PARTITION BY endpoint, ordering_key ORDER BY id) AS prev
-		    FROM outbox.messages WHERE endpoint IN ('ord', 'odead')) x
-		 WHERE prev IS NOT NULL AND seq <> prev + 1}),
-	'0', 'within each key, ids follow seq');
+		    FROM (SELECT id, endpoint, ordering_key, payload FROM outbox.messages
+		          UNION ALL SELECT id, endpoint, ordering_key, payload FROM outbox.history
+		          UNION ALL SELECT message_id, endpoint, ordering_key, payload FROM dlq.dead_letters) m
+		   WHERE endpoint IN ('ord', 'odead')) x}),
+	($total + 10) . '/0', 'within each key, ids follow seq');
 
 ok(wait_until(sub { count_sent('ord') == $total }, undef, 'all ordered messages sent'),
 	"all $total messages of the ordered endpoint are sent")
-  or diag $node->safe_psql('postgres',
-	q{SELECT status, attempts, count(*) FROM outbox.messages WHERE endpoint = 'ord' GROUP BY 1, 2 ORDER BY 1, 2});
+  or diag status_counts('ord');
 my $wall_ord = Time::HiRes::time() - $t0;
 ok(wait_until(sub { count_sent('odead') == 9 }, undef, 'dead key drained'),
 	'the 9 messages behind the dead head are sent');
@@ -244,7 +266,7 @@ cmp_ok($failed, '>', $total * 0.1, "transient 503s were injected ($failed of $to
 is(scalar(@$rs), $total + $failed, 'one extra attempt per 503, nothing delivered twice');
 is( $node->safe_psql('postgres',
 		"SELECT count(*) FILTER (WHERE attempts = 2) || '/' || count(*) FILTER (WHERE attempts > 2)
-		   FROM outbox.messages WHERE endpoint = 'ord'"),
+		   FROM outbox.history WHERE endpoint = 'ord'"),
 	"$failed/0", 'the database counted the same attempts');
 
 # The database agrees: sent_at strictly increases along each key's ids (one
@@ -252,7 +274,7 @@ is( $node->safe_psql('postgres',
 is( $node->safe_psql('postgres', q{
 		SELECT count(*) FROM (
 		  SELECT sent_at, lag(sent_at) OVER (PARTITION BY ordering_key ORDER BY id) AS prev
-		    FROM outbox.messages WHERE endpoint = 'ord') x
+		    FROM outbox.history WHERE endpoint = 'ord') x
 		 WHERE prev IS NOT NULL AND sent_at <= prev}),
 	'0', 'per key, sent_at strictly increases with id');
 
@@ -295,8 +317,13 @@ is( $node->safe_psql('postgres', q{
 	'odead|dead|0|HTTP_CLIENT_ERROR|400|3',
 	'the only dead letter is the head of key "dead" after 3 attempts');
 is( $node->safe_psql('postgres', q{
-		SELECT count(*) FROM outbox.messages WHERE endpoint = 'odead' AND payload->>'seq' = '0'}),
-	'0', 'the dead head left the outbox');
+		SELECT (SELECT count(*) FROM outbox.messages WHERE endpoint = 'odead' AND payload->>'seq' = '0')
+		     + (SELECT count(*) FROM outbox.history WHERE endpoint = 'odead' AND payload->>'seq' = '0')}),
+	'0', 'the dead head left the outbox (neither queued nor in the history)');
+is( $node->safe_psql('postgres', q{
+		SELECT s.status || '|' || s.attempts FROM dlq.dead_letters d, outbox.message(d.message_id) s
+		 WHERE d.endpoint = 'odead'}),
+	'dead|3', 'outbox.message() of the dead head: dead, 3 attempts');
 
 ###############################################################################
 # 2. Throughput and concurrency: ordered vs unordered, every answer takes DELAY_MS.
@@ -375,6 +402,12 @@ note sprintf('throughput with a %d ms receiver, %d keys x %d msgs: ordered %.2f 
 
 is($node->safe_psql('postgres', q{SELECT count(*) FROM dlq.dead_letters WHERE endpoint <> 'odead'}),
 	'0', 'no other dead letters');
+is( $node->safe_psql('postgres', q{
+		SELECT count(*) || '/' || count(DISTINCT id) || '/'
+		       || (SELECT count(*) FROM outbox.messages) FROM outbox.history}),
+	(2 * $total + 9 + $fast_total + $KEYLESS + $fast_total) . '/'
+	  . (2 * $total + 9 + $fast_total + $KEYLESS + $fast_total) . '/0',
+	'every message is in the history exactly once, the queue is empty');
 unlike(slurp_file($node->logfile), qr/circuit for endpoint/, 'the breaker never opened');
 
 $recv->stop;

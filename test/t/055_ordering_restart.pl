@@ -10,6 +10,9 @@
 #  2. "A requeued dead letter is a new message with a new id. It is ordered by that
 #     new id, but it keeps the original webhook-id": a message enqueued before the
 #     requeue goes out (and is answered) before the requeued one.
+#
+# Where a message stands is outbox.message(id): in the queue (pending, or in_flight
+# while a claim of the worker lists it), in the history (sent) or in the DLQ (dead).
 use strict;
 use warnings;
 
@@ -82,8 +85,12 @@ ok( wait_until(
 		30,
 		'seq 0 hanging at the receiver'),
 	'seq 0 is in flight: the receiver holds it unanswered');
-ok(wait_sql($node, "SELECT status = 'in_flight' FROM outbox.messages WHERE id = $ids[0]", 30),
+ok(wait_sql($node, "SELECT status = 'in_flight' FROM outbox.message($ids[0])", 30),
 	'... and the outbox shows it in_flight');
+is(sql("SELECT attempts FROM outbox.messages WHERE id = $ids[0]"), '0',
+	'... its queue row records no attempt yet (the claim lists its first)');
+is(sql("SELECT array_to_string(attempts, ',') FROM outbox.claims WHERE $ids[0] = ANY (message_ids)"), '1',
+	'... and the claim lists it on its first attempt');
 is(show(receipts('/hooks/k')), '0:none', 'nothing else of key k went out while the head is in flight');
 
 my $old = worker_pid($node);
@@ -94,8 +101,14 @@ ok(defined $new, 'a new worker runs after the crash restart');
 
 ok( wait_sql(
 		$node,
-		"SELECT count(*) = 5 FROM outbox.messages WHERE ordering_key = 'k' AND status = 'sent'", 60),
+		"SELECT count(*) = 5 FROM unnest('{" . join(',', @ids) . "}'::bigint[]) i, outbox.message(i) s"
+		  . " WHERE s.status = 'sent'", 60),
 	'all five messages of key k are sent after the restart');
+# The new worker recorded the attempt of the claim the killed one left behind: the
+# head was sent on its second attempt, the others on their first.
+is(sql("SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox.history WHERE ordering_key = 'k'"),
+	'2,1,1,1,1', 'the history: the head sent on attempt 2 (the hung one counted), the rest on attempt 1');
+is(sql('SELECT count(*) FROM outbox.claims'), '0', 'no claim is left once key k is sent');
 # The hung request ends when the dead worker's socket closes; wait for the receiver
 # to have recorded it (and every other request) as settled.
 ok(wait_until(sub { !grep { !$_->{settled} } @{ receipts('/hooks/k') } }, 30, 'receipts settled'),
@@ -141,7 +154,7 @@ my $dl = sql("SELECT id FROM dlq.dead_letters WHERE message_id = $a_id");
 
 # The dead head no longer holds the key: the next message goes.
 my $b_id = enqueue_r('after-dead');
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $b_id", 30),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($b_id)", 30),
 	'a message of key r enqueued after the dead head is delivered');
 
 # Paused: one more message of key r, then the requeue, so both wait together.
@@ -152,7 +165,8 @@ $recv->add_rule(path => '/hooks/r', status => 200, delay_ms => 500, times => 1);
 my $c_id = enqueue_r('before-requeue');
 my $e_id = sql("SELECT dlq.requeue($dl)");
 cmp_ok($e_id, '>', $c_id, "the requeued dead letter is a new message with a larger id ($e_id > $c_id)");
-is(sql("SELECT status, ordering_key, idempotency_key FROM outbox.messages WHERE id = $e_id"),
+is(sql("SELECT s.status, m.ordering_key, m.idempotency_key FROM outbox.messages m, outbox.message(m.id) s"
+		  . " WHERE m.id = $e_id"),
 	"pending|r|msg_$a_id", '... pending, key r, carrying the original webhook-id');
 is(sql("SELECT requeued_as FROM dlq.dead_letters WHERE id = $dl"), $e_id,
 	'the dead letter records the new id');
@@ -161,7 +175,8 @@ is(scalar @{ $recv->requests(path => '/hooks/r') }, 2,
 
 sql(q{SELECT outbox.resume_endpoint('oreq')});
 ok( wait_sql(
-		$node, "SELECT count(*) = 2 FROM outbox.messages WHERE id IN ($c_id, $e_id) AND status = 'sent'",
+		$node, "SELECT count(*) = 2 FROM unnest('{$c_id,$e_id}'::bigint[]) i, outbox.message(i) s"
+		  . " WHERE s.status = 'sent'",
 		30),
 	'after resume both are sent');
 ok(wait_until(sub { !grep { !$_->{settled} } @{ receipts('/hooks/r') } }, 30, 'receipts settled'),

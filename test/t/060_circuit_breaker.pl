@@ -2,6 +2,12 @@
 # receiver does not turn into a retry storm or a DLQ full of healthy messages; the
 # open circuit survives a worker restart; delivery resumes once a probe succeeds;
 # and a broken endpoint does not slow a healthy one.
+#
+# The queue (outbox.messages) holds the undelivered messages; a delivered one moves to
+# outbox.history (sent_retention keeps its default of a day).  A queue row's attempts
+# are those recorded; an attempt in flight is recorded in the worker's claim
+# (outbox.claims) until it settles, and a request the open circuit cancelled before it
+# started records nothing.
 use strict;
 use warnings;
 
@@ -48,13 +54,29 @@ sub q1 { return $node->safe_psql('postgres', $_[0]) }
 sub count_sent
 {
 	my ($endpoint) = @_;
-	return q1("SELECT count(*) FROM outbox.messages WHERE endpoint = '$endpoint' AND status = 'sent'");
+	return q1("SELECT count(*) FROM outbox.history WHERE endpoint = '$endpoint'");
+}
+
+# The messages of an endpoint, queued or delivered, each with the attempts it has
+# spent: the queue row's recorded attempts, or the attempt a claim has it on while it
+# is in flight; a delivered message's attempts from the history.
+sub spent_sql
+{
+	my ($endpoint) = @_;
+	return qq{(SELECT m.id, greatest(m.attempts, max(c.attempt)) AS attempts
+	             FROM outbox.messages m
+	             LEFT JOIN (SELECT u.id, u.attempt FROM outbox.claims cl
+	                         CROSS JOIN LATERAL unnest(cl.message_ids, cl.attempts) AS u(id, attempt)) c
+	                    ON c.id = m.id
+	            WHERE m.endpoint = '$endpoint' GROUP BY m.id, m.attempts
+	           UNION ALL
+	           SELECT h.id, h.attempts FROM outbox.history h WHERE h.endpoint = '$endpoint') spent};
 }
 
 sub attempts_of
 {
 	my ($endpoint) = @_;
-	return q1("SELECT coalesce(sum(attempts), 0) FROM outbox.messages WHERE endpoint = '$endpoint'");
+	return q1('SELECT coalesce(sum(attempts), 0) FROM ' . spent_sql($endpoint));
 }
 
 sub breaker_state
@@ -71,12 +93,13 @@ sub enqueue_sql
 	          FROM generate_series(1, $n) g;";
 }
 
-# Seconds from the first enqueue to the last sent of one batch (by its tag).
+# Seconds from the first enqueue to the last sent of one batch (by its tag), once
+# the batch is delivered (all of it in the history).
 sub drain_seconds
 {
 	my ($endpoint, $tag) = @_;
 	return q1("SELECT round(extract(epoch FROM max(sent_at) - min(created_at))::numeric, 3)
-	             FROM outbox.messages WHERE endpoint = '$endpoint' AND payload->>'tag' = '$tag'");
+	             FROM outbox.history WHERE endpoint = '$endpoint' AND payload->>'tag' = '$tag'");
 }
 
 sub log_count
@@ -102,6 +125,11 @@ q1(enqueue_sql('down', $DOWN_MSGS, 'outage'));
 
 ok(wait_until(sub { breaker_state('down') eq 'open' }, undef, 'circuit of "down" opens'),
 	'the circuit of "down" opens (outbox.endpoint_stats.breaker_state = open)');
+# The requests in flight when the circuit opened end at once (connection refused), and
+# their batches' claims go with them: then every attempt spent is recorded on its row
+# (a request cancelled by the open circuit, never started, records none).
+ok(wait_sql($node, q{SELECT in_flight = 0 FROM outbox.endpoint_stats WHERE endpoint = 'down'}, 30),
+	'the requests of "down" in flight when its circuit opened have settled');
 my $attempts_at_open = attempts_of('down');
 note "attempts spent by \"down\" when its circuit opened: $attempts_at_open";
 # Requests claimed but not started when the circuit opens are given back: at most
@@ -165,11 +193,12 @@ my $outage_attempts = attempts_of('down');
 note "delivery attempts for $DOWN_MSGS messages during the ${OUTAGE_S} s outage: $outage_attempts";
 cmp_ok($outage_attempts, '<', 200, "no retry storm: $outage_attempts attempts for $DOWN_MSGS messages in ${OUTAGE_S} s");
 cmp_ok($outage_attempts, '>=', 5, 'the breaker did see failures (at least the threshold)');
-is( q1(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'down' AND status <> 'sent'}),
-	$DOWN_MSGS, 'all 1000 messages of "down" are still in the outbox, undelivered');
-my $never_tried = q1(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'down' AND attempts = 0});
+is( q1(q{SELECT (SELECT count(*) FROM outbox.messages WHERE endpoint = 'down') || '/'
+	           || (SELECT count(*) FROM outbox.history WHERE endpoint = 'down')}),
+	"$DOWN_MSGS/0", 'all 1000 messages of "down" are still in the outbox, undelivered');
+my $never_tried = q1('SELECT count(*) FROM ' . spent_sql('down') . ' WHERE attempts = 0');
 cmp_ok($never_tried, '>', $DOWN_MSGS - 200, "$never_tried messages never spent an attempt");
-cmp_ok(q1(q{SELECT max(attempts) FROM outbox.messages WHERE endpoint = 'down'}), '<', 5,
+cmp_ok(q1('SELECT max(attempts) FROM ' . spent_sql('down')), '<', 5,
 	'no message of "down" came near max_attempts');
 is(q1('SELECT count(*) FROM dlq.dead_letters'), '0', 'no dead letters at all (neither "down" nor "broken")')
   or diag q1('SELECT endpoint, reason_code, count(*) FROM dlq.dead_letters GROUP BY 1, 2');
@@ -191,7 +220,8 @@ my $attempts_before_back = attempts_of('down');
 is($down->port, $down_port, "receiver of \"down\" back on port $down_port");
 ok(wait_until(sub { count_sent('down') == $DOWN_MSGS }, undef, 'all delivered after the outage'),
 	"all $DOWN_MSGS messages delivered after the receiver came back")
-  or diag q1(q{SELECT status, attempts, count(*) FROM outbox.messages WHERE endpoint = 'down' GROUP BY 1, 2});
+  or diag q1(q{SELECT s.status, s.attempts, count(*) FROM outbox.messages m, outbox.message(m.id) s
+	             WHERE m.endpoint = 'down' GROUP BY 1, 2});
 my $recovery_s = Time::HiRes::time() - $t_back;
 note sprintf('all %d delivered %.2f s after the receiver came back', $DOWN_MSGS, $recovery_s);
 ok(wait_until(sub { breaker_state('down') eq 'closed' }, undef, 'circuit closes'),

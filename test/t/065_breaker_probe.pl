@@ -158,15 +158,22 @@ is(scalar(@short), 0, 'each probe waits out at least its cool-down (backoff_base
 my %probe_ids = map { ($_->{headers}{'webhook-id'} // '') => 1 } @probes;
 note sprintf('%d probes carried %d distinct messages', scalar(@probes), scalar(keys %probe_ids));
 
-# Attempts are counted at claim time: they equal the requests the receiver saw, give
-# or take the one probe that may be claimed but not yet arrived.  The queued requests
-# given back when the circuit opened spent none.
-my $attempts = q1(q{SELECT sum(attempts) FROM outbox.messages WHERE endpoint = 'probe'});
+# Attempts spent are counted from the claim on: a queue row records the attempts that
+# settled, and the worker's claim (outbox.claims) the attempt a message in flight is
+# on.  Together they equal the requests the receiver saw, give or take the one probe
+# that may be claimed but not yet arrived.  The queued requests cancelled when the
+# circuit opened spent none.
+my $attempts = q1(q{
+	SELECT sum(greatest(m.attempts, (SELECT max(u.attempt) FROM outbox.claims c
+	                                  CROSS JOIN LATERAL unnest(c.message_ids, c.attempts) AS u(id, attempt)
+	                                  WHERE u.id = m.id)))
+	  FROM outbox.messages m WHERE m.endpoint = 'probe'});
 my $seen = scalar @{ reqs() };
 ok($attempts >= $seen && $attempts <= $seen + 1,
 	"attempts spent ($attempts) = requests received ($seen), give or take a probe under way");
-is(q1(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'probe' AND status <> 'sent'}),
-	$MSGS, 'every message still waits in the outbox');
+is( q1(q{SELECT (SELECT count(*) FROM outbox.messages WHERE endpoint = 'probe') || '/'
+	           || (SELECT count(*) FROM outbox.history WHERE endpoint = 'probe')}),
+	"$MSGS/0", 'every message still waits in the outbox (none in the history)');
 
 ###############################################################################
 # 3. #90: the receiver recovers; the next probe closes the circuit and the waiting
@@ -180,7 +187,8 @@ my $bound = $MAX_S + 15;
 # 30 s poll interval: a worker that waited for its poll after the close would fail.
 ok( wait_until(sub { scalar(keys %{ $recv->answered_2xx($PATH) }) >= $MSGS }, $bound, 'all answered 2xx'),
 	sprintf('all %d messages answered 2xx within backoff_max + 15 s (%.1f s) of the recovery', $MSGS, $bound))
-  or diag q1(q{SELECT status, count(*) FROM outbox.messages WHERE endpoint = 'probe' GROUP BY 1});
+  or diag q1(q{SELECT s.status, count(*) FROM outbox.messages m, outbox.message(m.id) s
+	             WHERE m.endpoint = 'probe' GROUP BY 1});
 my $ok2xx = $recv->answered_2xx($PATH);
 my @t2xx = sort { $a <=> $b } values %$ok2xx;
 if (@t2xx)
@@ -190,8 +198,10 @@ if (@t2xx)
 }
 ok(wait_sql($node, q{SELECT breaker_state = 'closed' FROM outbox.endpoint_stats WHERE endpoint = 'probe'}, 30),
 	'breaker_state is closed again');
-ok(wait_sql($node, qq{SELECT count(*) = $MSGS FROM outbox.messages WHERE endpoint = 'probe' AND status = 'sent'}, 30),
-	"all $MSGS messages are marked sent");
+ok( wait_sql($node,
+		qq{SELECT count(*) = $MSGS AND count(DISTINCT id) = $MSGS FROM outbox.history WHERE endpoint = 'probe'}, 30),
+	"all $MSGS messages are marked sent (moved to the history)");
+is(q1(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'probe'}), '0', '... and the queue is empty');
 is(q1(q{SELECT breaker_failures FROM outbox.endpoint_stats WHERE endpoint = 'probe'}), '0', 'breaker_failures reset');
 ok(wait_until(sub { log_count(qr/circuit for endpoint "probe" closed/) >= 1 }, 10, 'closed logged'),
 	'the closing is logged');

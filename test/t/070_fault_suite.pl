@@ -11,8 +11,15 @@
 # transactions whose COMMIT reply was lost and that PostgreSQL itself reports as
 # committed (below).  The receiver always recovers and max_attempts is 50, so a
 # dead letter is a failure, not an excuse.  Nothing of a rolled-back (or failed)
-# transaction may appear anywhere: receiver, outbox.messages, dlq.dead_letters.
-# Duplicates are allowed (at-least-once) and reported.
+# transaction may appear anywhere: receiver, outbox.messages, outbox.history,
+# dlq.dead_letters.  Duplicates are allowed (at-least-once) and reported.
+#
+# The outbox is the queue (outbox.messages: pending, or in flight while a claim of the
+# worker lists the message) and the history (outbox.history, kept for
+# pg_outbox.sent_retention, a day by default): "sent" is a row that left the queue for
+# the history, in the transaction that recorded its delivery.  No row may be sent
+# without a 2xx at the receiver, nor before that 2xx (history.sent_at against the
+# receiver's answered_at), and no message may be in the outbox twice.
 #
 #  1-3  8 producers for 30 s (random COMMIT/ROLLBACK, 1-5 messages per transaction)
 #       against /hooks/load while the worker delivers; meanwhile the worker is
@@ -22,7 +29,8 @@
 #       changed with ALTER SYSTEM + pg_reload_conf() (same worker pid afterwards).
 #  6    failures inside the worker's own transactions: lock_timeout set for the
 #       worker's database + an ACCESS EXCLUSIVE lock held on outbox.messages, then an
-#       injected error in the settle (a trigger raising disk_full): the worker logs
+#       injected error in the settle (a trigger on the move of a delivered message
+#       into outbox.history raising disk_full): the worker logs
 #       "pg_outbox worker:" errors, does not die, and loses nothing.
 #  4    DROP EXTENSION / CREATE EXTENSION while the worker runs: (a) idle: the same
 #       worker waits, then serves the re-created outbox; (b) while 20 requests are in
@@ -354,18 +362,30 @@ sub resolve_ambiguous
 # ---------------------------------------------------------------------------
 # the invariant
 
-# The endpoint's rows: outbox {id => status}, open and all dead letters {id => 1},
+# The endpoint's rows: outbox {id => status} (the queue's rows 'pending' or
+# 'in_flight', the history's 'sent'), when each sent one was sent {id => epoch}, the
+# ids found in the outbox more than once [ids], open and all dead letters {id => 1},
 # and the payload key "producer/txn/i" of every row and dead letter {id => [keys]}.
+# The queue and the history are read in one statement (one snapshot), so a message
+# that moves between them meanwhile is seen once.
 sub db_state
 {
 	my ($n, $endpoint, $db) = @_;
 	my $key = q{coalesce(payload->>'producer', '') || '/' || coalesce(payload->>'txn', '') || '/' || coalesce(payload->>'i', '')};
-	my (%rows, %dlq_open, %dlq_any, %payload);
-	for (split /\n/, sql_retry($n,
-			"SELECT id, status, $key FROM outbox.messages WHERE endpoint = '$endpoint'", undef, $db))
+	my (%rows, %sent_at, @twice, %dlq_open, %dlq_any, %payload);
+	for (split /\n/, sql_retry($n, qq{
+			SELECT m.id,
+			       CASE WHEN EXISTS (SELECT FROM outbox.claims c WHERE m.id = ANY (c.message_ids))
+			            THEN 'in_flight' ELSE 'pending' END, '', $key
+			  FROM outbox.messages m WHERE m.endpoint = '$endpoint'
+			UNION ALL
+			SELECT h.id, 'sent', extract(epoch FROM h.sent_at)::text, $key
+			  FROM outbox.history h WHERE h.endpoint = '$endpoint'}, undef, $db))
 	{
-		my ($id, $status, $k) = split /\|/;
+		my ($id, $status, $at, $k) = split /\|/;
+		push @twice, $id if exists $rows{$id};
 		$rows{$id} = $status;
+		$sent_at{$id} = $at if $status eq 'sent';
 		push @{ $payload{$id} }, $k;
 	}
 	for (split /\n/, sql_retry($n,
@@ -377,7 +397,7 @@ sub db_state
 		$dlq_open{$id} = 1 if $open eq 't';
 		push @{ $payload{$id} }, $k;
 	}
-	return (\%rows, \%dlq_open, \%dlq_any, \%payload);
+	return (\%rows, \%sent_at, \@twice, \%dlq_open, \%dlq_any, \%payload);
 }
 
 # Committed ids whose 2xx the worker has not received (a dead letter is no excuse).
@@ -390,7 +410,8 @@ sub missing
 }
 
 # Bounded wait until everything committed arrived and no row of the endpoint is
-# pending or in flight (or nothing is left to deliver while messages are missing).
+# pending or in flight, i.e. left in the queue (or nothing is left to deliver while
+# messages are missing).
 sub wait_drained
 {
 	my ($n, $committed, $endpoint, $path, $label, $timeout, $db) = @_;
@@ -399,7 +420,7 @@ sub wait_drained
 	my $ok = wait_until(
 		sub {
 			my $busy = sql_retry($n,
-				"SELECT count(*) FROM outbox.messages WHERE endpoint = '$endpoint' AND status <> 'sent'", undef, $db);
+				"SELECT count(*) FROM outbox.messages WHERE endpoint = '$endpoint'", undef, $db);
 			my @m = missing($committed, $path);
 			$left = scalar(@m) . " missing, $busy not sent";
 			# Nothing left to deliver but messages missing: they are lost, the
@@ -433,7 +454,7 @@ sub check_invariant
 	my %committed_tx;
 	$committed_tx{ $_ =~ s{/[^/]*$}{}r } = 1 for values %$committed;
 	$rlog->poll;
-	my ($rows, $dlq_open, $dlq_any, $payload) = db_state($n, $endpoint, $a{db});
+	my ($rows, $sent_at, $twice, $dlq_open, $dlq_any, $payload) = db_state($n, $endpoint, $a{db});
 	my $seen = $rlog->{by}{$path} // {};
 
 	my (%received, @foreign_recv, @bad_payload, @uncommitted_payload);
@@ -476,6 +497,11 @@ sub check_invariant
 	my @not_in_db   = sort { $a <=> $b } grep { !$rows->{$_} && !$dlq_any->{$_} } keys %$committed;
 	my @not_sent    = sort { $a <=> $b } grep { $rows->{$_} ne 'sent' } keys %$rows;
 	my @sent_no_2xx = sort { $a <=> $b } grep { $rows->{$_} eq 'sent' && !$received{$_} } keys %$rows;
+	# sent_at is the settle transaction's time; the receiver's answered_at is when it
+	# began to write its first 2xx for the id (no client can have had it earlier).
+	# Both clocks are this machine's; 1 us covers the rounding of the two floats.
+	my @sent_early  = sort { $a <=> $b }
+	  grep { $received{$_} && $sent_at->{$_} < $seen->{$_}{first_ok_at} - 1e-6 } keys %$sent_at;
 	my @both        = grep { $received{$_} } keys %$dlq_open;
 	my $dead        = scalar keys %$dlq_any;
 	my @reused      = grep { exists $committed->{$_} } keys %{ $rolled // {} };
@@ -500,6 +526,12 @@ sub check_invariant
 	  or diag("$label: not sent: " . first_n(20, map { "$_=$rows->{$_}" } @not_sent));
 	is(scalar @sent_no_2xx, 0, "$label: no row marked sent without a 2xx at the receiver")
 	  or diag("$label: sent without a 2xx: " . first_n(20, @sent_no_2xx));
+	is(scalar @sent_early, 0, "$label: no row marked sent before its first 2xx at the receiver")
+	  or diag("$label: sent before the 2xx: "
+		  . first_n(20, map { sprintf '%d (sent_at %.6f, 2xx at %.6f)', $_, $sent_at->{$_}, $seen->{$_}{first_ok_at} }
+			  @sent_early));
+	is(scalar @$twice, 0, "$label: no message is in the outbox (queue and history) twice")
+	  or diag("$label: ids found more than once: " . first_n(20, sort { $a <=> $b } @$twice));
 	if ($pc)
 	{
 		is(scalar @bad_payload, 0, "$label: every id carries the payload it was enqueued with")
@@ -682,8 +714,7 @@ check_invariant(
 		  END IF;
 		  RETURN NEW;
 		END $$;
-		CREATE TRIGGER fault_inject BEFORE UPDATE ON outbox.messages FOR EACH ROW
-		  WHEN (OLD.status = 'in_flight' AND NEW.status = 'sent')
+		CREATE TRIGGER fault_inject BEFORE INSERT ON outbox.history FOR EACH ROW
 		  EXECUTE FUNCTION public.fault_inject();});
 
 	# The worker's database gets a lock_timeout (and a statement_timeout, which a
@@ -757,7 +788,7 @@ check_invariant(
 
 	sql_retry($node, 'ALTER DATABASE postgres RESET lock_timeout');
 	sql_retry($node, 'ALTER DATABASE postgres RESET statement_timeout');
-	sql_retry($node, q{DROP TRIGGER fault_inject ON outbox.messages;
+	sql_retry($node, q{DROP TRIGGER fault_inject ON outbox.history;
 		DROP FUNCTION public.fault_inject(); DROP TABLE public.fault_flag;});
 	my $cur = wait_for_worker($node, undef);
 	sql_retry($node,
@@ -945,8 +976,9 @@ done_testing();
 # by => {path => {numeric id or webhook-id => {n, ok, bodies => {body => n}}}}
 # n counts requests; ok counts only the answers the worker actually received: a 2xx
 # the receiver finished writing while the connection was still open (its outcome
-# line), never what a rule merely planned.  A request whose client timed out and
-# closed before the answer is not ok.  seq => [path, id] joins the outcome lines.
+# line), never what a rule merely planned; first_ok_at is the earliest answered_at
+# of those.  A request whose client timed out and closed before the answer is not
+# ok.  seq => [path, id] joins the outcome lines.
 package RecvLog;
 
 sub new
@@ -981,7 +1013,12 @@ sub poll
 			my $at = $self->{seq}{ $r->{seq} } or next;
 			$at->[3] = $r->{answered_at};
 			my $s = $self->{by}{ $at->[0] }{ $at->[1] };
-			$s->{ok}++ if ($r->{answered} // '') =~ /^2\d\d$/;
+			if (($r->{answered} // '') =~ /^2\d\d$/)
+			{
+				$s->{ok}++;
+				$s->{first_ok_at} = $r->{answered_at}
+				  if !defined $s->{first_ok_at} || $r->{answered_at} < $s->{first_ok_at};
+			}
 			next;
 		}
 		my $wid = $r->{headers}{'webhook-id'} // '';

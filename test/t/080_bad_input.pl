@@ -7,10 +7,11 @@
 #    XX000, never a lost connection), and the promised SQLSTATE where there is one;
 #  - every message that is accepted ends sent or dead-lettered within a bounded time,
 #    as the corpus says (the body byte for byte for JSON edge cases, unicode, 1 MB and
-#    10 MB payloads; INVALID_MESSAGE, never sent, for rows a plain INSERT wrote that
-#    cannot be sent: a header that is not a string, CR/LF, a bad header name, an
-#    endpoint that does not exist; PAYLOAD_TOO_LARGE for a receiver's 413 and for
-#    NOTIFY): the worker never loops on a bad row;
+#    10 MB payloads (pg_outbox.max_payload_size is raised to 16 MB for them);
+#    INVALID_MESSAGE, never sent, for rows a plain INSERT wrote that cannot be sent: a
+#    header that is not a string, CR/LF, a bad header name, an endpoint that does not
+#    exist; PAYLOAD_TOO_LARGE for a receiver's 413 and for NOTIFY): the worker never
+#    loops on a bad row;
 #  - every GUC at its bounds is accepted and past them refused (22023) by ALTER
 #    SYSTEM; after pg_reload_conf() with all of them at their minimum, then at their
 #    maximum, then reset, the worker still delivers;
@@ -20,6 +21,10 @@
 # Section 7 keeps the rows that once stalled the worker (deliver_at => 'infinity', an
 # event type too large for the DLQ's index): now refused at enqueue, and the worker
 # keeps delivering.
+#
+# Section 8: pg_outbox.max_payload_size.  enqueue refuses a larger payload (54000) and
+# inserts nothing; a row over it written by a plain INSERT is dead-lettered as
+# PAYLOAD_TOO_LARGE without being sent, and the worker goes on delivering.
 use strict;
 use warnings;
 
@@ -38,6 +43,7 @@ my $node = new_outbox_node(
 	'pg_outbox.backoff_max'       => '200ms',
 	'pg_outbox.breaker_threshold' => '1000',
 	'pg_outbox.max_attempts'      => '3',
+	'pg_outbox.max_payload_size'  => '16MB',       # the corpus's 1 MB and 10 MB payloads
 	'log_min_messages'            => 'warning',    # ERROR lines in the log too
 	'restart_after_crash'         => 'on');        # a crash is a failed check, not the end
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
@@ -205,10 +211,20 @@ sub enqueue_case
 	}
 }
 
+# A message's row wherever it lives: the queue, the history (once delivered) or the DLQ.
+sub message_row
+{
+	my ($id, $columns) = @_;
+	return qq{(SELECT $columns FROM outbox.messages WHERE id = $id
+	           UNION ALL SELECT $columns FROM outbox.history WHERE id = $id
+	           UNION ALL SELECT $columns FROM dlq.dead_letters WHERE message_id = $id)};
+}
+
 sub body_is_payload
 {
 	my ($id) = @_;
-	my $expected = sql("SELECT md5(payload::text) FROM outbox.messages WHERE id = $id");
+	# The worker may have delivered it already: read it from wherever it is.
+	my $expected = sql("SELECT md5(payload::text) FROM " . message_row($id, 'payload') . " m");
 	return sub {
 		my ($r) = @_;
 		return md5_hex(Encode::encode_utf8($r->{body})) eq $expected;
@@ -271,8 +287,10 @@ for my $case ([ '1 MB', $mb1 ], [ '10 MB', $mb10 ])
 	enqueue_case("payload $size over NOTIFY",
 		"SELECT outbox.enqueue('feed', $expr)", 'ok', 'dead:PAYLOAD_TOO_LARGE');
 }
-is(sql(q{SELECT octet_length(payload::text) > 10000000 FROM outbox.messages
-          WHERE endpoint = 'big' ORDER BY id DESC LIMIT 1}), 't', 'the 10 MB payload is over 10 MB');
+is(sql(q{SELECT octet_length(payload::text) > 10000000
+          FROM (SELECT id, payload FROM outbox.messages WHERE endpoint = 'big'
+                UNION ALL SELECT id, payload FROM outbox.history WHERE endpoint = 'big') m
+         ORDER BY id DESC LIMIT 1}), 't', 'the 10 MB payload is over 10 MB');
 
 # event_type: sent in the outbox-event-type header and indexed in the DLQ, so it is
 # 1..200 characters without control characters, refused at enqueue otherwise.
@@ -358,11 +376,13 @@ for my $case (
 # 3. Every accepted message settles as the corpus says, within a bounded time.
 
 my $ids = join ',', keys %track;
+# Undelivered = still in the queue (pending or in flight).
 ok( wait_sql($node, 
-		"SELECT count(*) = 0 FROM outbox.messages WHERE id IN ($ids) AND status <> 'sent'", 120),
+		"SELECT count(*) = 0 FROM outbox.messages WHERE id IN ($ids)", 120),
 	scalar(keys %track) . ' corpus messages are all sent or dead-lettered');
 my %sent = map { $_ => 1 } split /\n/,
-  sql("SELECT id FROM outbox.messages WHERE id IN ($ids) AND status = 'sent'");
+  sql("SELECT s.id FROM unnest('{$ids}'::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s
+        WHERE s.status = 'sent'");
 my %dead = map { my ($id, $reason) = split /\|/; ($id => $reason) } split /\n/,
   sql("SELECT message_id, reason_code FROM dlq.dead_letters WHERE message_id IN ($ids)");
 # Fetched path by path: the receiver also holds 10 MB bodies of 413 answers that
@@ -378,7 +398,7 @@ for my $r (@{ $recv->requests(path => '/hooks/plain') }, @hdr_requests,
 for my $id (keys %track)
 {
 	next if $request_of{$id};
-	my $key = sql("SELECT coalesce(idempotency_key, '') FROM outbox.messages WHERE id = $id");
+	my $key = sql("SELECT coalesce(idempotency_key, '') FROM " . message_row($id, 'idempotency_key') . " m");
 	next unless length $key;
 	($request_of{$id}) = grep {
 		Encode::decode('UTF-8', Encode::encode('latin-1', $_->{headers}{'webhook-id'} // '')) eq
@@ -438,7 +458,7 @@ check_call(@$_) for (
 my $big_dead = sql(q{SELECT min(id) FROM dlq.dead_letters WHERE endpoint = 'big413' AND requeued_at IS NULL AND discarded_at IS NULL});
 my ($rq_state, $rq_out) = check_call('requeue a 413 dead letter with a 10 MB payload',
 	"SELECT dlq.requeue($big_dead, $mb10)", 'ok');
-ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = " . ($rq_out =~ /(\d+)/)[0] . " AND status <> 'sent'"),
+ok(wait_sql($node, "SELECT status IN ('sent', 'dead') FROM outbox.message(" . ($rq_out =~ /(\d+)/)[0] . ")"),
 	'... and settles');
 
 # ---------------------------------------------------------------------------
@@ -466,7 +486,9 @@ my @bounds = (
 	[ 'pg_outbox.breaker_threshold', [ '1', '1000000' ],            [ '0', '1000001' ] ],
 	[ 'pg_outbox.sent_retention',    [ '0', '2147483647s' ],        [ '-1' ] ],
 	[ 'pg_outbox.dlq_retention',     [ '-1', '0', '2147483647s' ],  [ '-2' ] ],
-	[ 'pg_outbox.enabled',           [ 'on', 'off' ],               [ 'maybe', '2' ] ]);
+	[ 'pg_outbox.enabled',           [ 'on', 'off' ],               [ 'maybe', '2' ] ],
+	[ 'pg_outbox.max_payload_size',  [ '1', '1kB', '2147483647' ],  [ '0', '-1', '2147483648', '1 parsec' ] ],
+	[ 'pg_outbox.max_inflight_bytes', [ '1MB', '2147483647' ],      [ '1048575', '0', '-1', '2147483648' ] ]);
 for my $b (@bounds)
 {
 	my ($guc, $good, $bad) = @$b;
@@ -485,14 +507,17 @@ my %minimum = (
 	'pg_outbox.max_attempts' => '1', 'pg_outbox.backoff_base' => '1ms',
 	'pg_outbox.backoff_max' => '1ms', 'pg_outbox.lease' => '1s',
 	'pg_outbox.breaker_threshold' => '1', 'pg_outbox.sent_retention' => '0',
-	'pg_outbox.dlq_retention' => '0');
+	'pg_outbox.dlq_retention' => '0', 'pg_outbox.max_inflight_bytes' => '1MB');
+# (pg_outbox.max_payload_size at its minimum, 1 byte, refuses every payload: by design
+# nothing could be delivered; section 8 checks it small.)
 my %maximum = (
 	'pg_outbox.batch_size' => '100000', 'pg_outbox.poll_interval' => '1h',
 	'pg_outbox.max_concurrency' => '4096', 'pg_outbox.http_timeout' => '1h',
 	'pg_outbox.max_attempts' => '1000000', 'pg_outbox.backoff_base' => '2147483647ms',
 	'pg_outbox.backoff_max' => '2147483647ms', 'pg_outbox.lease' => '2147483s',
 	'pg_outbox.breaker_threshold' => '1000000', 'pg_outbox.sent_retention' => '2147483647s',
-	'pg_outbox.dlq_retention' => '2147483647s');
+	'pg_outbox.dlq_retention' => '2147483647s', 'pg_outbox.max_payload_size' => '2147483647',
+	'pg_outbox.max_inflight_bytes' => '2147483647');
 for my $set ([ 'every GUC at its minimum', \%minimum ], [ 'every GUC at its maximum', \%maximum ])
 {
 	my ($what, $values) = @$set;
@@ -500,7 +525,7 @@ for my $set ([ 'every GUC at its minimum', \%minimum ], [ 'every GUC at its maxi
 	ok(reload_conf($node, map { ($_ => $values->{$_}) } sort keys %$values), "$what: the worker reloaded");
 	probe_delivered($what);
 }
-ok(reload_conf($node, map { ($_ => undef) } sort keys %minimum), 'settings reset: the worker reloaded');
+ok(reload_conf($node, map { ($_ => undef) } sort keys %{ { %minimum, %maximum } }), 'settings reset: the worker reloaded');
 is(sql(q{SELECT current_setting('pg_outbox.batch_size')}), '500', 'settings reset');
 probe_delivered('the reset');
 
@@ -510,10 +535,11 @@ probe_delivered('the reset');
 is(postmaster_pid(), $postmaster0, 'the postmaster is the one that started');
 is(worker_pid($node), $worker0, 'the worker is the one that started: it never died');
 my $final = sql(q{SELECT outbox.enqueue('plain', '{"final": "normal message"}')});
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $final"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($final)"),
 	'a final normal message is delivered');
-is(sql(q{SELECT count(*) FROM outbox.messages WHERE status <> 'sent'}), '0',
+is(sql(q{SELECT count(*) FROM outbox.messages}), '0',
 	'nothing is left pending or in flight');
+is(sql(q{SELECT count(*) FROM outbox.claims}), '0', 'no claim of the worker is left');
 my $log = slurp_file($node->logfile);
 unlike($log, qr/terminated by signal|PANIC|was terminated|server process .* exited with exit code/,
 	'no crash, no PANIC in the server log');
@@ -532,14 +558,14 @@ my $next = sql(q{SELECT outbox.enqueue('plain', '{"next to": "infinity"}')});
 {
 	is($inf_state, '22023', "deliver_at infinity is refused at enqueue");
 	ok($inf_state ne '00000'
-		  || wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $next AND status <> 'sent'"),
+		  || wait_sql($node, "SELECT status = 'sent' FROM outbox.message($next)"),
 		"deliver_at infinity: refused at enqueue, or another endpoint's message is marked sent");
 	ok($inf_state ne '00000'
 		  || scalar(grep { ($_->{headers}{'webhook-id'} // '') eq "msg_$next" } @{ $recv->requests(path => '/hooks/plain') }) == 1,
 		'... and delivered once');
 }
 sql(q{SELECT outbox.drop_endpoint('never', force => true)});
-ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $next AND status <> 'sent'"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($next)"),
 	'once that message is gone, the worker recovers');
 
 my $before_poison = worker_pid($node);
@@ -559,12 +585,69 @@ my $after = sql(q{SELECT outbox.enqueue('plain', '{"after": "poison"}')});
 				sub { sql("SELECT count(*) FROM dlq.dead_letters WHERE message_id = $id") eq '1' }),
 			"$what: refused at enqueue, or dead-lettered");
 	}
-	ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $after AND status <> 'sent'"),
+	ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($after)"),
 		'a normal message after them is delivered');
 }
 is(worker_pid($node), $before_poison, 'the worker did not crash on them');
 note('after the poison messages: '
 	  . join(' | ', (grep { /terminated by signal|pg_outbox worker:/ } split /\n/, slurp_file($node->logfile))[0 .. 2]));
+
+# ---------------------------------------------------------------------------
+# 8. pg_outbox.max_payload_size, set small (1 kB).  enqueue refuses a payload over it
+#    and inserts nothing; a row over it that a plain INSERT wrote is dead-lettered as
+#    PAYLOAD_TOO_LARGE without being read or sent (over HTTP and over NOTIFY), with
+#    its payload kept whole in the DLQ, and the worker goes on delivering.
+
+my $log_offset = -s $node->logfile;
+my $before_size = worker_pid($node);
+ok(reload_conf($node, 'pg_outbox.max_payload_size' => '1kB'), 'max_payload_size 1 kB: the worker reloaded');
+is(sql(q{SELECT current_setting('pg_outbox.max_payload_size')}), '1kB', 'max_payload_size is 1 kB');
+my $oversize = q{jsonb_build_object('oversize', repeat('x', 2000))};
+my $payload_size = sql("SELECT outbox._payload_size($oversize)");
+my ($en_state, undef, $en_err) = try_sql("SELECT outbox.enqueue('plain', $oversize, idempotency_key => 'oversize-1')");
+is($en_state, '54000', 'enqueue of a payload over max_payload_size: 54000');
+like($en_err, qr/payload of $payload_size bytes exceeds pg_outbox\.max_payload_size \(1024 bytes\)/,
+	'... saying by how much');
+# A payload of exactly 1 kB is accepted, and delivered.
+my $at_limit = "jsonb_build_object('at_the_limit', repeat('y', 1024 - "
+  . sql(q{SELECT outbox._payload_size(jsonb_build_object('at_the_limit', ''))}) . '))';
+is(sql("SELECT outbox._payload_size($at_limit)"), '1024', 'a payload of exactly 1 kB');
+my (undef, $at_out) = check_call('enqueue at max_payload_size', "SELECT outbox.enqueue('plain', $at_limit)", 'ok');
+my ($at_id) = ($at_out // '') =~ /^(\d+)$/m;
+is(sql(q{SELECT count(*) FROM (SELECT payload, idempotency_key FROM outbox.messages
+                               UNION ALL SELECT payload, idempotency_key FROM outbox.history
+                               UNION ALL SELECT payload, idempotency_key FROM dlq.dead_letters) m
+          WHERE m.payload ? 'oversize' OR m.idempotency_key = 'oversize-1'}),
+	'0', '... and inserts nothing');
+
+my ($big_http, $big_notify) = split /\n/, sql(qq{
+	INSERT INTO outbox.messages (endpoint, payload, event_type)
+	VALUES ('plain', $oversize, 'oversize.http'), ('feed', $oversize, 'oversize.notify')
+	RETURNING id});
+my $after_big = sql(q{SELECT outbox.enqueue('plain', '{"after": "oversize"}')});
+ok(wait_sql($node, "SELECT count(*) = 2 FROM outbox.message($big_http) s1, outbox.message($big_notify) s2
+                     WHERE s1.status = 'dead' AND s2.status = 'dead'"),
+	'rows over max_payload_size (HTTP, NOTIFY) are dead-lettered');
+is(sql("SELECT message_id, reason_code, attempts, http_status IS NULL, payload = $oversize
+          FROM dlq.dead_letters WHERE message_id IN ($big_http, $big_notify) ORDER BY message_id"),
+	"$big_http|PAYLOAD_TOO_LARGE|0|t|t\n$big_notify|PAYLOAD_TOO_LARGE|0|t|t",
+	'... as PAYLOAD_TOO_LARGE, after no attempt, with the payload kept whole');
+like(sql("SELECT error_message FROM dlq.dead_letters WHERE message_id = $big_http"),
+	qr/^payload of $payload_size bytes exceeds pg_outbox\.max_payload_size \(1024 bytes\)$/,
+	'... saying why');
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($after_big)"),
+	'the next message is delivered');
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message(" . ($at_id // 0) . ")"),
+	'the message of exactly max_payload_size is delivered');
+ok(!grep({ ($_->{headers}{'webhook-id'} // '') eq "msg_$big_http" } @{ $recv->requests(path => '/hooks/plain') }),
+	'the row over max_payload_size was never sent');
+ok(scalar(grep { ($_->{headers}{'webhook-id'} // '') eq "msg_$after_big" } @{ $recv->requests(path => '/hooks/plain') }) == 1,
+	'... and the next one was, once');
+ok(reload_conf($node, 'pg_outbox.max_payload_size' => undef), 'max_payload_size reset: the worker reloaded');
+is(worker_pid($node), $before_size, 'the worker did not crash on them');
+my $log_tail = substr(slurp_file($node->logfile), $log_offset);
+unlike($log_tail, qr/\[$before_size\][^\n]*(ERROR|FATAL)|terminated by signal|PANIC/,
+	'no error of the worker in the server log meanwhile');
 
 $node->stop('immediate');
 done_testing();

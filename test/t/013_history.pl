@@ -1,0 +1,169 @@
+#!/usr/bin/perl
+# The queue holds only undelivered work; delivered messages live in a history
+# partitioned by time (README "Storage"):
+#   1. a delivered message leaves outbox.messages in the transaction that records it,
+#      and is in outbox.history, in a time partition (not the default one);
+#   2. outbox.message(id) tells where any message stands: pending, in_flight, sent,
+#      dead (with its dead letter), and nothing for an unknown id;
+#   3. endpoint_stats counts the history from outbox.history_counts, and the counts
+#      agree with the rows;
+#   4. retention drops whole partitions: the relations that held the rows are gone,
+#      with their counts, and no DELETE ran on them;
+#   5. outbox.purge() empties the history and says how many it removed;
+#   6. sent_retention = 0 keeps nothing;
+#   7. a pg_dump / pg_restore round trip keeps the history, its partitions, its counts,
+#      the queue, the dead letters and the id sequence, and the restored database
+#      delivers.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_outbox_node('history',
+	'pg_outbox.sent_retention' => '1h',
+	'pg_outbox.backoff_base'   => '100ms');
+my $recv = start_receiver();
+sub sql { return $node->safe_psql($_[1] // 'postgres', $_[0]) }
+
+sql('CREATE EXTENSION pg_outbox');
+create_endpoint($node, 'h', $recv->url('/hooks/h'));
+create_endpoint($node, 'slow', $recv->url('/hooks/slow'));
+create_endpoint($node, 'bad', $recv->url('/hooks/bad'));
+$recv->add_rule(path => '/hooks/bad', status => 400);
+
+# ---------------------------------------------------------------------------
+# 1. Delivered messages leave the queue for a time partition.
+my @ids = split /\n/, sql(q{SELECT outbox.enqueue('h', jsonb_build_object('n', g)) FROM generate_series(1, 50) g});
+ok(wait_sql($node, q{SELECT count(*) = 50 FROM outbox.history WHERE endpoint = 'h'}),
+	'50 delivered messages are in the history');
+is(sql(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'h'}), '0', '... and none is left in the queue');
+is(sql(q{SELECT count(*) FROM outbox.history_default}), '0', '... none in the default partition');
+my $partitions = sql(q{SELECT count(DISTINCT tableoid) FROM outbox.history WHERE endpoint = 'h'});
+cmp_ok($partitions, '>=', 1, "... they are in time partitions ($partitions)");
+is(sql(q{SELECT p.to_at - p.from_at FROM outbox._history_partitions() p
+          WHERE p.from_at <= now() AND p.to_at > now()}),
+	'00:15:00', 'the current partition is 15 minutes wide (a quarter of 1h of retention)');
+cmp_ok(sql(q{SELECT count(*) FROM outbox._history_partitions() WHERE from_at > now()}), '>=', 2,
+	'partitions are created ahead of need');
+is(sql(q{SELECT count(*) FROM outbox.history h JOIN outbox._history_partitions() p ON p.partition = h.tableoid
+          WHERE h.sent_at < p.from_at OR h.sent_at >= p.to_at}), '0', 'every row is within its partition\'s bounds');
+
+# ---------------------------------------------------------------------------
+# 2. outbox.message(id), wherever the row lives.
+is(sql("SELECT status || ' ' || attempts || ' ' || (sent_at IS NOT NULL) || ' ' || last_http_status
+          FROM outbox.message($ids[0])"), 'sent 1 true 200', 'message(): a delivered message is sent, after 1 attempt');
+sql(q{SELECT outbox.pause_endpoint('slow')});
+my $pending = sql(q{SELECT outbox.enqueue('slow', '{"n": "held"}')});
+is(sql("SELECT status || ' ' || attempts FROM outbox.message($pending)"), 'pending 0',
+	'message(): a message of a paused endpoint is pending');
+$recv->add_rule(path => '/hooks/slow', action => 'hang', hang_ms => 3000, times => 1);
+sql(q{SELECT outbox.resume_endpoint('slow')});
+ok($recv->wait_requests('/hooks/slow', 1), 'the receiver holds the request of that message');
+is(sql("SELECT status FROM outbox.message($pending)"), 'in_flight', 'message(): while it is held, it is in_flight');
+is(sql(q{SELECT in_flight FROM outbox.endpoint_stats WHERE endpoint = 'slow'}), '1', '... and endpoint_stats says so');
+my $dead = sql(q{SELECT outbox.enqueue('bad', '{"n": "refused"}')});
+ok(wait_sql($node, "SELECT status = 'dead' FROM outbox.message($dead)"), 'message(): a refused message is dead');
+is(sql("SELECT dead_letter_id = (SELECT id FROM dlq.dead_letters WHERE message_id = $dead)
+               AND last_http_status = 400 AND attempts = 1 FROM outbox.message($dead)"),
+	't', '... with its dead letter, the status the receiver gave and its attempt');
+is(sql('SELECT count(*) FROM outbox.message(987654321)'), '0', 'message(): no row for an unknown id');
+
+# ---------------------------------------------------------------------------
+# 3. endpoint_stats counts the history without reading it.
+is(sql(q{SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'h'}), '50', 'endpoint_stats: 50 sent (retained)');
+is(sql(q{SELECT sum(sent) FROM outbox.history_counts WHERE endpoint = 'h'}), '50',
+	'... from the per-partition counts the worker keeps');
+like(sql('SELECT outbox.metrics()'), qr/^pg_outbox_messages\{endpoint="h",status="sent"\} 50$/m,
+	'metrics(): the same count');
+my $batches = sql(q{SELECT count(*) FROM outbox.history_counts WHERE endpoint = 'h'});
+is($batches, $partitions, 'one count row per partition and endpoint, not per message');
+
+# ---------------------------------------------------------------------------
+# 4. Retention drops whole partitions.  A second server keeps 20 s: its partitions are
+#    10 s wide, and the ones holding our rows go 20 to 30 s after the last was sent.
+#    (A retention made shorter at run time takes effect as the wider partitions made
+#    for the old one expire.)
+my $short = new_outbox_node('short',
+	'pg_outbox.sent_retention' => '20s',
+	'pg_stat_statements.track' => 'all',
+	'shared_preload_libraries' => 'pg_outbox,pg_stat_statements');
+$short->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+$short->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements');
+create_endpoint($short, 'h', $recv->url('/hooks/short'));
+$short->safe_psql('postgres', q{SELECT outbox.enqueue('h', jsonb_build_object('n', g)) FROM generate_series(1, 30) g});
+ok(wait_sql($short, q{SELECT count(*) = 30 FROM outbox.history}), 'retention 20s: 30 delivered and kept');
+my @held = split /\n/, $short->safe_psql('postgres', q{SELECT DISTINCT tableoid FROM outbox.history});
+is($short->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE p.to_at - p.from_at <> interval '10 s') || '/' || count(*)
+                                     FROM outbox._history_partitions() p}) =~ s{/\d+$}{}r,
+	'0', '... in partitions 10 s wide');
+ok(wait_sql($short, 'SELECT count(*) = 0 FROM pg_class WHERE oid IN (' . join(',', @held) . ')', 90),
+	'retention: the partitions that held the delivered rows were dropped');
+is($short->safe_psql('postgres', 'SELECT count(*) FROM outbox.history'), '0', '... the rows went with them');
+is($short->safe_psql('postgres', 'SELECT count(*) FROM outbox.history_counts WHERE partition::oid IN (' . join(',', @held) . ')'),
+	'0', '... and their counts');
+is($short->safe_psql('postgres', q{SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'h'}), '0',
+	'endpoint_stats: 0 sent retained');
+my $deletes = $short->safe_psql('postgres',
+	q{SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query ~* 'delete\s+from\s+(outbox\.)?history(_[0-9]|\s)'});
+is($deletes, '0', 'no DELETE ran on a time partition (they were dropped whole)');
+cmp_ok($short->safe_psql('postgres', q{SELECT count(*) FROM outbox._history_partitions() WHERE to_at > now()}), '>=', 1,
+	'partitions for what comes next remain');
+$short->stop;
+
+# ---------------------------------------------------------------------------
+# 5. purge() empties the history on demand and counts what it removed.
+sql(q{SELECT outbox.enqueue('h', jsonb_build_object('n', g)) FROM generate_series(1, 7) g});
+ok(wait_sql($node, q{SELECT count(*) = 57 FROM outbox.history WHERE endpoint = 'h'}), '7 more delivered');
+my $retained = sql('SELECT count(*) FROM outbox.history');
+is(sql(q{SELECT outbox.purge('0')}), $retained, "purge(0) removes every delivered message and says how many ($retained)");
+is(sql('SELECT count(*) FROM outbox.history'), '0', '... the history is empty');
+is(sql('SELECT coalesce(sum(sent), 0) FROM outbox.history_counts'), '0', '... and so are its counts');
+
+# ---------------------------------------------------------------------------
+# 6. sent_retention = 0 keeps nothing.
+reload_conf($node, 'pg_outbox.sent_retention' => '0');
+my $gone = sql(q{SELECT outbox.enqueue('h', '{"n": "not kept"}')});
+ok($recv->wait_requests('/hooks/h', 58), 'delivered with retention 0');
+ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $gone"), '... it left the queue');
+is(sql("SELECT count(*) FROM outbox.history WHERE id = $gone"), '0', '... and was not kept');
+is(sql("SELECT count(*) FROM outbox.message($gone)"), '0', 'message(): a message not kept is unknown');
+
+# ---------------------------------------------------------------------------
+# 7. pg_dump / pg_restore keeps the history and its partitions.
+reload_conf($node, 'pg_outbox.sent_retention' => '1h');
+sql(q{SELECT outbox.enqueue('h', jsonb_build_object('n', g)) FROM generate_series(1, 20) g});
+ok(wait_sql($node, q{SELECT count(*) = 20 FROM outbox.history WHERE endpoint = 'h'}), '20 delivered before the dump');
+sql(q{SELECT outbox.pause_endpoint('h')});
+sql(q{SELECT outbox.enqueue('h', '{"n": "pending at dump"}')});
+my $describe = q{SELECT (SELECT count(*) FROM outbox.history) || ' history, '
+                     || (SELECT count(*) FROM outbox._history_partitions()) || ' partitions, '
+                     || (SELECT sum(sent) FROM outbox.history_counts) || ' counted, '
+                     || (SELECT count(*) FROM outbox.messages) || ' queued, '
+                     || (SELECT count(*) FROM dlq.dead_letters) || ' dead, '
+                     || (SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'h') || ' sent in stats'};
+my $before = sql($describe);
+my $next_id = sql(q{SELECT last_value FROM outbox.messages_id_seq});
+my $dump = $node->basedir . '/outbox.dump';
+$node->command_ok([ 'pg_dump', '-Fc', '-d', $node->connstr('postgres'), '-f', $dump ], 'pg_dump of the database');
+sql('CREATE DATABASE restored');
+$node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored'), $dump ], 'pg_restore into a new database');
+is(sql($describe, 'restored'), $before, "the restored database holds the same ($before)");
+is(sql(q{SELECT string_agg(p.partition::text || p.from_at || p.to_at, ',' ORDER BY p.from_at)
+           FROM outbox._history_partitions() p}, 'restored'),
+	sql(q{SELECT string_agg(p.partition::text || p.from_at || p.to_at, ',' ORDER BY p.from_at)
+           FROM outbox._history_partitions() p}), '... the same partitions, with the same bounds');
+is(sql(q{SELECT count(*) FROM outbox.history h JOIN outbox.history_counts c ON c.partition = h.tableoid::regclass
+          WHERE h.endpoint = c.endpoint}, 'restored'),
+	sql(q{SELECT count(*) FROM outbox.history WHERE endpoint IN (SELECT endpoint FROM outbox.history_counts)}, 'restored'),
+	'... and the counts point at the restored partitions');
+is(sql(q{SELECT last_value FROM outbox.messages_id_seq}, 'restored'), $next_id, '... and the id sequence');
+my $probe = sql(q{SELECT status FROM outbox.message((SELECT max(id) FROM outbox.history))}, 'restored');
+is($probe, 'sent', 'message() finds a delivered message in the restored history');
+
+$node->stop;
+$recv->stop;
+done_testing();
