@@ -324,23 +324,34 @@ ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 2 FROM outbox.message(
 	'Retry-After: sent with attempts = 2');
 
 # ---------------------------------------------------------------------------
-# 10. An idempotency key is the webhook-id; while the message is in the outbox a
-#     second enqueue with the key is the same message and nothing is sent twice.
+# 10. An idempotency key is the webhook-id; while the message is undelivered (in the
+#     queue) a second enqueue with the key is the same message and nothing is sent
+#     twice.  Once it is delivered the key is free again: a later enqueue is a new
+#     message with the same webhook-id, which a receiver deduplicating on webhook-id
+#     (Standard Webhooks) recognises.
 
 endpoint('idem', '/hooks/idem');
+sql(q{SELECT outbox.pause_endpoint('idem')});
 my $idem_id = sql(q{SELECT outbox.enqueue('idem', '{"k": 1}', idempotency_key => 'order-42-created')});
+is(sql(q{SELECT outbox.enqueue('idem', '{"k": 2}', idempotency_key => 'order-42-created')}),
+	$idem_id, 'idempotency key: enqueue again while it is undelivered returns the same id');
+is(sql(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'idem'}), '1', '... and inserts nothing');
+sql(q{SELECT outbox.resume_endpoint('idem')});
 ok(wait_requests('/hooks/idem', 1), 'idempotency key: message received');
 is(reqs('/hooks/idem')->[0]{headers}{'webhook-id'}, 'order-42-created',
 	'idempotency key: webhook-id is the key');
+is(reqs('/hooks/idem')->[0]{body}, '{"k": 1}', 'idempotency key: the first payload is the one sent');
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($idem_id)"),
 	'idempotency key: sent');
-is(sql(q{SELECT outbox.enqueue('idem', '{"k": 2}', idempotency_key => 'order-42-created')}),
-	$idem_id, 'idempotency key: enqueue again returns the same id');
 my $idem_marker = sql(q{SELECT outbox.enqueue('idem', '{"k": 3}')});
 ok(wait_requests('/hooks/idem', 2), 'idempotency key: marker received');
 is_deeply([ map { $_->{headers}{'webhook-id'} } @{ reqs('/hooks/idem') } ],
 	[ 'order-42-created', "msg_$idem_marker" ],
 	'idempotency key: the repeated enqueue sent nothing');
+my $idem_again = sql(q{SELECT outbox.enqueue('idem', '{"k": 4}', idempotency_key => 'order-42-created')});
+isnt($idem_again, $idem_id, 'idempotency key: after delivery the key makes a new message');
+ok(wait_requests('/hooks/idem', 3), '... which is delivered');
+is(reqs('/hooks/idem')->[2]{headers}{'webhook-id'}, 'order-42-created', '... with the same webhook-id');
 
 # ---------------------------------------------------------------------------
 # 11. Requeue of a dead letter with a corrected payload: delivered with the new
@@ -445,7 +456,7 @@ my %expect = (
 	'closer/sent' => 1, 'closer/retry' => 1,
 	'closer2/sent' => 1,
 	'ra/sent' => 1,     'ra/retry' => 1,
-	'idem/sent' => 2,   'idem/retry' => 0,
+	'idem/sent' => 3,   'idem/retry' => 0,
 	'rq/sent' => 1,     'rq/dead' => 1,
 	'plain/sent' => 2,  'plain/dead' => 1,
 	'rb/sent' => 1,     'rb/dead' => 0);

@@ -1,13 +1,16 @@
 #!/usr/bin/perl
 # Upgrades lose nothing: ALTER EXTENSION pg_outbox UPDATE from the first release.
 #
-#  1. A database created at 0.1.0 (CREATE EXTENSION ... VERSION '0.1.0') holds a
-#     pending message of a paused endpoint, a sent one, an open dead letter and a
-#     grant to an operator role.  The current library serves it as it stands
-#     (worker_status() shows the columns 0.1.0 declares).
-#  2. ALTER EXTENSION pg_outbox UPDATE: the version is the control file's default, the
-#     grant survives, worker_status() has the new columns, the pending messages are
-#     delivered once the endpoint resumes, and the dead letter can be requeued and is
+#  1. A database created at 0.1.0 (CREATE EXTENSION ... VERSION '0.1.0') is filled the
+#     way a 0.1.0 worker left it: pending messages of a paused endpoint, messages in
+#     flight under that worker's claim, sent messages kept for retention, an open dead
+#     letter, grants to an operator and a producer.  The library of this version does
+#     not serve those tables: its worker waits, says why once in the log and in
+#     worker_status(), and touches nothing, across a server restart too.
+#  2. ALTER EXTENSION pg_outbox UPDATE (0.1.0 -> 0.2.0 -> current): the grants
+#     survive, every pending and in-flight message is delivered once the endpoint
+#     resumes (with its attempt of 0.1.0 counted), the sent ones are in the history
+#     and outbox.message() finds them, and the dead letter can be requeued and is
 #     delivered with its original webhook-id.
 #  3. The upgraded schema is the fresh install's, object for object: functions (with
 #     their definitions, privileges and comments), tables, columns, constraints,
@@ -44,21 +47,35 @@ sql(q{GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, t
 
 sql("SELECT outbox.create_endpoint('up', url => '" . $recv->url('/hooks/up') . "')");
 sql("SELECT outbox.create_endpoint('bad', url => '" . $recv->url('/hooks/bad') . "')");
-$recv->add_rule(path => '/hooks/bad', status => 400, times => 1);
-
-my $sent = sql(q{SELECT outbox.enqueue('up', '{"n": "sent before"}')});
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $sent"), '0.1.0: a message is delivered');
-my $dead = sql(q{SELECT outbox.enqueue('bad', '{"n": "dead"}')});
-ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $dead"), '0.1.0: a message is dead-lettered');
 sql(q{SELECT outbox.pause_endpoint('up')});
+# What a 0.1.0 worker leaves behind, written as it wrote it.
 my @pending = map { sql(qq{SELECT outbox.enqueue('up', '{"n": $_}')}) } 1 .. 5;
+my @in_flight = split /\n/, sql(q{INSERT INTO outbox.messages (endpoint, payload, status, attempts, lease_until)
+                                  SELECT 'up', jsonb_build_object('in_flight', g), 'in_flight', 1, now() + interval '5 min'
+                                    FROM generate_series(1, 3) g RETURNING id});
+my @sent = split /\n/, sql(q{INSERT INTO outbox.messages (endpoint, payload, status, attempts, sent_at, last_http_status)
+                             SELECT 'up', jsonb_build_object('sent', g), 'sent', 1, now() - interval '1 min', 200
+                               FROM generate_series(1, 4) g RETURNING id});
+my $dead = sql(q{SELECT nextval(pg_get_serial_sequence('outbox.messages', 'id'))});
+sql(qq{INSERT INTO dlq.dead_letters (message_id, endpoint, payload, reason_code, http_status, attempts,
+                                     message_created_at)
+       VALUES ($dead, 'bad', '{"n": "dead"}', 'HTTP_CLIENT_ERROR', 400, 1, now())});
+my $rows_010 = sql(q{SELECT string_agg(id || status || attempts, ',' ORDER BY id) FROM outbox.messages});
 
-# The current library serves a database still on 0.1.0.
-is(sql(q{SELECT count(*) FROM outbox.worker_status() WHERE pid IS NOT NULL}), '1',
-	'the new library answers worker_status() of a 0.1.0 database');
-my $cols_010 = sql(q{SELECT array_length(proallargtypes, 1) FROM pg_proc
-                     WHERE oid = 'outbox.worker_status()'::regprocedure});
-is($cols_010, '9', '0.1.0 declares nine worker_status() columns');
+# The worker of this library waits, says why, and touches nothing.
+ok(wait_sql($node, q{SELECT state ~ 'ALTER EXTENSION pg_outbox UPDATE' FROM outbox.worker_status()}),
+	'on 0.1.0 the worker waits: worker_status() says for ALTER EXTENSION ... UPDATE');
+ok(wait_until(sub { slurp_file($node->logfile) =~ /is version 0\.1\.0; this library delivers for version \Q$default_version\E only/ }),
+	'... and the log says why');
+$node->restart;
+ok(wait_sql($node, q{SELECT state ~ 'ALTER EXTENSION pg_outbox UPDATE' FROM outbox.worker_status()}),
+	'after a restart on the new library it still waits');
+sleep 1;
+is(scalar(() = slurp_file($node->logfile) =~ /is version 0\.1\.0; this library/g), 2,
+	'... said once per worker, not at every poll');
+is(sql(q{SELECT string_agg(id || status || attempts, ',' ORDER BY id) FROM outbox.messages}), $rows_010,
+	'... and the 0.1.0 rows are untouched');
+is(scalar @{ $recv->requests }, 0, '... nothing was sent');
 
 # ---------------------------------------------------------------------------
 # 2. The update
@@ -72,6 +89,7 @@ is(sql(q{SELECT has_function_privilege('public', 'outbox.worker_status()', 'EXEC
 	'... and PUBLIC still has none');
 is(sql(q{SET ROLE regress_upgrade_ops; SELECT config_loaded_at IS NOT NULL FROM outbox.worker_status()}), 't',
 	'the operator reads the new config_loaded_at column');
+ok(wait_sql($node, q{SELECT state !~ 'ALTER EXTENSION' FROM outbox.worker_status()}), 'the worker serves the database');
 
 # Send rights carried over: the 0.1.0 producer keeps every endpoint that existed; an
 # endpoint created after the update needs its own grant.
@@ -84,11 +102,19 @@ my ($rc, $out, $err) = $node->psql('postgres',
 like($err, qr/permission denied to send to endpoint "later"/, '... but not to an endpoint created after the update');
 is(sql(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'later'}), '0', '... and nothing was inserted');
 
-is(sql("SELECT string_agg(status, ',' ORDER BY id) FROM outbox.messages WHERE id IN (" . join(',', @pending) . ')'),
-	'pending,pending,pending,pending,pending,pending', 'the pending messages are still pending');
+is(sql('SELECT string_agg(s.status, \',\' ORDER BY m.id) FROM outbox.messages m, outbox.message(m.id) s WHERE m.id IN ('
+		. join(',', @pending, @in_flight) . ')'),
+	join(',', ('pending') x 9), 'the pending and in-flight messages of 0.1.0 are pending');
+is(sql('SELECT string_agg(s.status || s.attempts, \',\' ORDER BY h.id) FROM outbox.history h, outbox.message(h.id) s
+         WHERE h.id IN (' . join(',', @sent) . ')'),
+	join(',', ('sent1') x 4), 'the sent ones are in the history, and outbox.message() finds them');
 sql(q{SELECT outbox.resume_endpoint('up')});
-ok(wait_until(sub { my $ok = $recv->answered_2xx('/hooks/up'); !grep { !$ok->{"msg_$_"} } @pending }, 60),
-	'every message pending across the update is delivered (a 2xx reached the worker)');
+ok(wait_until(sub { my $ok = $recv->answered_2xx('/hooks/up'); !grep { !$ok->{"msg_$_"} } @pending, @in_flight }, 60),
+	'every message pending or in flight across the update is delivered (a 2xx reached the worker)');
+my %sent_ids = map { $_->{headers}{'webhook-id'} => 1 } @{ $recv->requests(path => '/hooks/up') };
+is(scalar(grep { $sent_ids{"msg_$_"} } @sent), 0, '... and none that 0.1.0 had sent already');
+ok(wait_sql($node, 'SELECT bool_and(attempts = 2) FROM outbox.history WHERE id IN (' . join(',', @in_flight) . ')'),
+	'the in-flight ones count their attempt of 0.1.0 (2 attempts)');
 
 my $dl = sql("SELECT id FROM dlq.dead_letters WHERE message_id = $dead");
 my $requeued = sql("SET ROLE regress_upgrade_ops; SELECT dlq.requeue($dl)");
@@ -117,6 +143,7 @@ SELECT line FROM (
          || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '')
          || CASE c.relkind WHEN 'v' THEN ' ' || pg_get_viewdef(c.oid) WHEN 'i' THEN ' ' || pg_get_indexdef(c.oid) ELSE '' END
     FROM pg_class c WHERE c.relnamespace::regnamespace::text IN ('outbox', 'dlq')
+     AND c.relname !~ '^history_[0-9]'  -- the history's time partitions are data: the worker makes them
   UNION ALL
   SELECT 'column ' || a.attrelid::regclass::text || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
          || ' notnull=' || a.attnotnull || ' identity=' || a.attidentity::text
@@ -125,6 +152,7 @@ SELECT line FROM (
     FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
     LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
    WHERE c.relnamespace::regnamespace::text IN ('outbox', 'dlq') AND a.attnum > 0 AND NOT a.attisdropped
+     AND c.relname !~ '^history_[0-9]'
   UNION ALL
   SELECT 'constraint ' || conrelid::regclass::text || '.' || conname || ' ' || pg_get_constraintdef(oid)
     FROM pg_constraint WHERE connamespace::regnamespace::text IN ('outbox', 'dlq')
