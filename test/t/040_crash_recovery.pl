@@ -10,7 +10,8 @@
 #
 # Each scenario has its own endpoint and receiver path.  Duplicates are allowed
 # (at-least-once) and only reported; a lost message, a rolled-back one that
-# arrives, or a row not ending as 'sent' fails the test.
+# arrives, or a message not ending as 'sent' (out of the queue, outbox.messages, and
+# into the history, outbox.history) fails the test.
 #
 # Evidence comes from outside the extension: a message counts as delivered only
 # when the receiver finished writing a 2xx to a still-connected worker (its
@@ -95,14 +96,25 @@ sub received_on
 	return $recv->stats->{by_path}{$path} // 0;
 }
 
+# The endpoint's queue is empty and its history holds $n messages, each once.
 sub all_sent
 {
 	my ($s, $n) = @_;
 	my $row = $node->safe_psql('postgres', qq{
-		SELECT count(*) FILTER (WHERE status = 'sent') = $n
-		   AND count(*) = $n
-		  FROM outbox.messages WHERE endpoint = 'crash_$s'});
+		SELECT NOT EXISTS (SELECT FROM outbox.messages WHERE endpoint = 'crash_$s')
+		   AND (SELECT count(*) = $n AND count(DISTINCT id) = $n
+		          FROM outbox.history WHERE endpoint = 'crash_$s')});
 	return $row eq 't';
+}
+
+# "status|count" lines of outbox.message() over the given ids (ids without a row are
+# not counted).
+sub statuses
+{
+	my ($ids) = @_;
+	return $node->safe_psql('postgres', sprintf(q{
+		SELECT s.status, count(*) FROM unnest('{%s}'::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s
+		 GROUP BY s.status ORDER BY s.status}, join(',', @$ids)));
 }
 
 # The assertions shared by (a) and (b).
@@ -116,19 +128,19 @@ sub check_delivery
 		"$label: every committed message is marked sent");
 	note(sprintf '%s: drained %.1f s after recovery', $label, time - $t0);
 
-	my $rows = $node->safe_psql('postgres', qq{
-		SELECT status, count(*) FROM outbox.messages WHERE endpoint = 'crash_$s'
-		 GROUP BY status ORDER BY status});
-	is($rows, "sent|$n", "$label: outbox rows of the endpoint: all $n sent");
+	is(statuses([ keys %$committed ]), "sent|$n", "$label: outbox.message() of the committed messages: all $n sent");
+	is($node->safe_psql('postgres', "SELECT count(*) FROM outbox.messages WHERE endpoint = 'crash_$s'"),
+		'0', "$label: no queue row left for the endpoint");
+	is(statuses([ keys %$rolled ]), '', "$label: outbox.message() knows none of the rolled-back messages");
 	is($node->safe_psql('postgres',
 			"SELECT count(*) FROM dlq.dead_letters WHERE endpoint = 'crash_$s'"),
 		'0', "$label: nothing dead-lettered");
 
-	# The rows' ids are exactly the committed ones (the rolled-back never existed).
+	# The history's ids are exactly the committed ones (the rolled-back never existed).
 	my %in_table = map { $_ => 1 } split /\n/,
 	  $node->safe_psql('postgres',
-		"SELECT id FROM outbox.messages WHERE endpoint = 'crash_$s' ORDER BY id");
-	is_deeply(\%in_table, $committed, "$label: outbox rows == committed enqueues");
+		"SELECT id FROM outbox.history WHERE endpoint = 'crash_$s' ORDER BY id");
+	is_deeply(\%in_table, $committed, "$label: history rows == committed enqueues");
 
 	# The receiver logs an answer just after writing it, so its record of the last
 	# answers can trail the rows marked sent: wait for it (bounded) before judging.
@@ -153,14 +165,14 @@ sub check_delivery
 	$dups += $_ - 1 for values %seen;
 	my @dup_ids = sort grep { $seen{$_} > 1 } keys %seen;
 
-	# No row may be marked sent before the receiver had given it a 2xx (sent_at is
+	# No message may be marked sent before the receiver had given it a 2xx (sent_at is
 	# the settle transaction's start, after the answer was read; 1 ms of slack for
 	# the two clocks' rounding).
 	my $first_ok = $recv->answered_2xx("/hooks/$s");
 	my @early;
 	for (split /\n/, $node->safe_psql('postgres', qq{
-		SELECT id, extract(epoch FROM sent_at) FROM outbox.messages
-		 WHERE endpoint = 'crash_$s' AND status = 'sent'}))
+		SELECT id, extract(epoch FROM sent_at) FROM outbox.history
+		 WHERE endpoint = 'crash_$s'}))
 	{
 		my ($id, $sent_at) = split /\|/;
 		my $ok_at = $first_ok->{"msg_$id"};
@@ -267,8 +279,14 @@ sub drain_with_crash
 		q{SELECT outbox.enqueue('crash_c', '{"hang": true}', event_type => 'crash.hang')});
 	ok(wait_until(sub { received_on('/hooks/c') >= 1 }, undef, "$label: first request"),
 		"$label: the first request arrived and hangs");
-	is($node->safe_psql('postgres', "SELECT status FROM outbox.messages WHERE id = $id"),
-		'in_flight', "$label: the message is in flight");
+	is($node->safe_psql('postgres', "SELECT status || '/' || attempts FROM outbox.message($id)"),
+		'in_flight/0', "$label: the message is in flight (its queue row: no attempt recorded yet)");
+	is($node->safe_psql('postgres', "SELECT attempts[array_position(message_ids, ${id}::bigint)] FROM outbox.claims
+		WHERE $id = ANY (message_ids)"), '1', "$label: its claim records attempt 1");
+	# The worker commits asynchronously: the claim must be on disk before the crash for
+	# the next worker to find it.  Wait (bounded) until the WAL is flushed past it.
+	my $lsn = $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
+	ok(wait_sql($node, "SELECT pg_current_wal_flush_lsn() >= '$lsn'"), "$label: the claim is flushed to disk");
 	my $old_pid = worker_pid($node);
 	my $log_offset = -s $node->logfile;
 	is(kill('KILL', $old_pid), 1, "$label: SIGKILL sent to worker $old_pid");
@@ -287,12 +305,18 @@ sub drain_with_crash
 	my ($recovered) = slurp_file($node->logfile, $log_offset)
 	  =~ /(\d+) claimed messages of a previous worker are pending again/;
 	note("$label: claims put back at worker start: " . ($recovered // 0));
-	my ($attempts, $sent_at) = split /\|/, $node->safe_psql('postgres',
-		"SELECT attempts, sent_at IS NOT NULL FROM outbox.messages WHERE id = $id");
+	ok(defined $recovered, "$label: the new worker put the dead worker's claim back");
+	my ($status, $attempts, $sent_at) = split /\|/, $node->safe_psql('postgres',
+		"SELECT status, attempts, sent_at IS NOT NULL FROM outbox.message($id)");
+	is($status, 'sent', "$label: outbox.message() says sent");
 	is($sent_at, 't', "$label: sent_at is set");
+	my $headers = join(',', map { $_->{headers}{'outbox-attempt'} // '?' } @$reqs);
 	note("$label: attempts counted $attempts; requests received " . scalar(@$reqs)
-		  . '; outbox-attempt headers: '
-		  . join(',', map { $_->{headers}{'outbox-attempt'} // '?' } @$reqs));
+		  . "; outbox-attempt headers: $headers");
+	# The new worker recorded the attempt of the claim left behind: the hung request
+	# counts, and the delivery after the restart is attempt 2.
+	is($headers, '1,2', "$label: the request after the restart is attempt 2");
+	is($attempts, '2', "$label: two attempts recorded (the crashed one counts)");
 	note(sprintf '%s SUMMARY: committed=1 received_distinct=%d requests=%d delivered_200=%d lost=%d',
 		$label, scalar(keys %ids), scalar(@$reqs), scalar(@ok), @ok ? 0 : 1);
 }

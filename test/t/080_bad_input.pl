@@ -625,8 +625,8 @@ my ($big_http, $big_notify) = split /\n/, sql(qq{
 	VALUES ('plain', $oversize, 'oversize.http'), ('feed', $oversize, 'oversize.notify')
 	RETURNING id});
 my $after_big = sql(q{SELECT outbox.enqueue('plain', '{"after": "oversize"}')});
-ok(wait_sql($node, "SELECT count(*) = 2 FROM outbox.message($big_http) s1, outbox.message($big_notify) s2
-                     WHERE s1.status = 'dead' AND s2.status = 'dead'"),
+ok(wait_sql($node, "SELECT count(*) = 2 FROM (SELECT * FROM outbox.message($big_http)
+                     UNION ALL SELECT * FROM outbox.message($big_notify)) s WHERE s.status = 'dead'"),
 	'rows over max_payload_size (HTTP, NOTIFY) are dead-lettered');
 is(sql("SELECT message_id, reason_code, attempts, http_status IS NULL, payload = $oversize
           FROM dlq.dead_letters WHERE message_id IN ($big_http, $big_notify) ORDER BY message_id"),
