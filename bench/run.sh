@@ -18,18 +18,39 @@ printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount)
   for i in $(seq 10); do printf "SELECT outbox.enqueue('parked', jsonb_build_object('customer', :c, 'line', $i), event_type => 'order.line');\n"; done
   printf 'COMMIT;\n'
 } >"$work/ten.sql"
+# The reference: the outbox table a team writes by hand (the design documents' shape:
+# uuid key, indexes on event_type and status), one INSERT in the same transaction.
+printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nINSERT INTO hand_outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), '"'order'"', :c, '"'order.created'"', jsonb_build_object('"'customer'"', :c, '"'amount'"', 10));\nCOMMIT;\n' >"$work/hand.sql"
 chmod 644 "$work"/*.sql
 tps() { as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -T 10 -f "$work/$1.sql" bench 2>/dev/null | awk '/^tps/ {printf "%.0f\n", $3}'; }
-plain=() one=() ten=()
-for _ in $(seq "$RUNS"); do plain+=("$(tps plain)"); one+=("$(tps one)"); ten+=("$(tps ten)"); done
+plain=() one=() ten=() hand=()
+for _ in $(seq "$RUNS"); do plain+=("$(tps plain)"); hand+=("$(tps hand)"); one+=("$(tps one)"); ten+=("$(tps ten)"); done
 R[tps_plain]=$(printf '%s\n' "${plain[@]}" | median)
 R[tps_one]=$(printf '%s\n' "${one[@]}" | median)
 R[tps_ten]=$(printf '%s\n' "${ten[@]}" | median)
-bench_sql -c "DELETE FROM outbox.messages" -c "TRUNCATE orders" -c "VACUUM outbox.messages" >/dev/null
+R[tps_hand]=$(printf '%s\n' "${hand[@]}" | median)
+bench_sql -c "DELETE FROM outbox.messages" -c "TRUNCATE orders, hand_outbox" -c "VACUUM outbox.messages" >/dev/null
 
 log "2. HTTP drain of a $BACKLOG-message backlog to nginx, and wrk against the same nginx"
 R[http]=$(drain_case http 0)
 R[wrk]=$(wrk -t1 -c64 -d5s -s "$BENCH/post.lua" "http://127.0.0.1:$NGINX_PORT/hook" | awk '/Requests\/sec/ {printf "%.0f", $2}')
+
+log "2b. drain, empty + VACUUM ANALYZE (what autovacuum does to a drained queue), idle ${IDLE:-60} s, drain"
+fill http "$BACKLOG"
+first=$(drain http "$BACKLOG")
+bench_sql -c "DELETE FROM outbox.messages" -c "VACUUM ANALYZE outbox.messages" >/dev/null
+sleep "${IDLE:-60}"
+fill http "$BACKLOG"
+second=$(drain http "$BACKLOG")
+R[flip]="${first% *} ${second% *}"
+
+log "2c. WAL per delivered message (pg_stat_wal from just after a CHECKPOINT, the backlog already filled)"
+fill http "$BACKLOG"
+bench_sql -c "CHECKPOINT" >/dev/null
+wal0=$(bench_sql -c "SELECT wal_records || ' ' || wal_bytes FROM pg_stat_wal")
+drain http "$BACKLOG" >/dev/null
+wal1=$(bench_sql -c "SELECT wal_records || ' ' || wal_bytes FROM pg_stat_wal")
+R[wal]=$(awk -v a="$wal0" -v b="$wal1" -v n="$BACKLOG" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.2f %.0f", (y[1] - x[1]) / n, (y[2] - x[2]) / n}')
 
 log "3. NOTIFY drain with a listener connected"
 as_postgres "$PG_BIN/psql" -X -q -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -d bench \
@@ -59,26 +80,33 @@ kill "$RECEIVER_PID" 2>/dev/null || true
 RECEIVER_PID=
 
 log "5. backlog scaling: case 2 with 1,000,000 retained sent rows and 100,000 dead letters"
-bench_sql -c "INSERT INTO outbox.messages (endpoint, payload, status, attempts, sent_at)
-              SELECT 'http', jsonb_build_object('order_id', g, 'note', repeat('x', 120)), 'sent', 1, now()
+bench_sql -c "INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
+              SELECT -g, 'http', jsonb_build_object('order_id', g, 'note', repeat('x', 120)), 1, now(), now()
                 FROM generate_series(1, 1000000) g" \
   -c "INSERT INTO dlq.dead_letters (message_id, endpoint, payload, reason_code, attempts, message_created_at)
       SELECT g, 'http', jsonb_build_object('order_id', g), 'RETRY_EXHAUSTED', 10, now()
-        FROM generate_series(1, 100000) g" -c "VACUUM ANALYZE outbox.messages" -c "VACUUM ANALYZE dlq.dead_letters" >/dev/null
-retained_max=$(bench_sql -c "SELECT max(id) FROM outbox.messages")
-fill_backlog_case() {  # like drain_case, but keeps the retained rows
-  local rates=() r
-  for _ in $(seq "$RUNS"); do
-    fill http "$BACKLOG"
-    r=$(drain http "$BACKLOG")
-    rates+=("${r% *}")
-    bench_sql -c "DELETE FROM outbox.messages WHERE id > $retained_max" \
-      -c "VACUUM outbox.messages" >/dev/null
-  done
-  printf '%s\n' "${rates[@]}" | median
+        FROM generate_series(1, 100000) g" -c "VACUUM ANALYZE dlq.dead_letters" >/dev/null
+R[backlog]=$(drain_case http 0)
+R[backlog]=${R[backlog]% *}
+bench_sql -c "TRUNCATE dlq.dead_letters" -c "SELECT outbox.purge('0')" >/dev/null
+
+log "5b. metrics() and endpoint_stats with an empty history, then with 10,000,000 retained delivered rows"
+scrape_ms() {  # median of 5 timings of metrics() + endpoint_stats, in ms
+  for _ in 1 2 3 4 5; do
+    bench_sql -c "\\timing on" -c "SELECT length(outbox.metrics())" -c "SELECT count(*) FROM outbox.endpoint_stats" |
+      awk '/^Time:/ {t += $2} END {print t}'
+  done | median
 }
-R[backlog]=$(fill_backlog_case)
-bench_sql -c "TRUNCATE outbox.messages, dlq.dead_letters" >/dev/null
+R[scrape0]=$(scrape_ms)
+# As the worker leaves them: rows in the current time partition, counted per partition.
+bench_sql -c "INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
+              SELECT -g, 'http', '{\"order_id\": 1}', 1, now(), now() FROM generate_series(1, 10000000) g" \
+  -c "INSERT INTO outbox.history_counts (partition, endpoint, sent)
+      SELECT tableoid::regclass, endpoint, count(*) FROM outbox.history GROUP BY 1, 2
+      ON CONFLICT (partition, endpoint) DO UPDATE SET sent = excluded.sent" -c "VACUUM ANALYZE outbox.history" >/dev/null
+R[scrape10m]=$(scrape_ms)
+R[sent10m]=$(bench_sql -c "SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'http'")
+bench_sql -c "SELECT outbox.purge('0')" >/dev/null
 
 log "6. ordered endpoint, 1,000 keys"
 R[ordered]=$(drain_case ordered 1000)
@@ -92,10 +120,14 @@ pg_outbox benchmark — $(nproc) cores, $(awk -F: '/model name/ {print $2; exit}
 | case                                   | result                         | reference / ratio                  |
 |----------------------------------------|--------------------------------|------------------------------------|
 | 1. enqueue overhead, 1 per transaction | ${R[tps_one]} TPS                      | plain ${R[tps_plain]} TPS, ratio $(ratio "${R[tps_one]}" "${R[tps_plain]}") |
+| 1. hand-written outbox INSERT (reference) | ${R[tps_hand]} TPS                   | enqueue / hand-written $(ratio "${R[tps_one]}" "${R[tps_hand]}") |
 | 1. enqueue overhead, 10 per transaction| ${R[tps_ten]} TPS                      | ratio $(ratio "${R[tps_ten]}" "${R[tps_plain]}") to plain |
 | 2. HTTP drain ($BACKLOG msgs)            | $http_rate msg/s, ${R[http]#* } ms CPU/1k  | wrk on the same nginx ${R[wrk]} req/s |
+| 2b. drain, VACUUM ANALYZE, idle, drain | ${R[flip]% *} then ${R[flip]#* } msg/s    | ratio $(ratio "${R[flip]#* }" "${R[flip]% *}") |
+| 2c. WAL per delivered message          | ${R[wal]% *} records, ${R[wal]#* } bytes | retention 1 day (history kept) |
 | 3. NOTIFY drain ($BACKLOG msgs)          | ${R[notify]% *} msg/s, ${R[notify]#* } ms CPU/1k |                                    |
 | 4. latency at 1,000 msg/s, 30 s        | p50 $lat_p50 ms, p95 $lat_p95 ms, p99 $lat_p99 ms | max $lat_max ms, $lat_n samples |
 | 5. HTTP drain with 1M sent + 100k DLQ  | ${R[backlog]} msg/s                     | ratio $(ratio "${R[backlog]}" "$http_rate") to case 2 |
+| 5b. metrics() + endpoint_stats         | ${R[scrape0]} ms with no history | ${R[scrape10m]} ms with ${R[sent10m]} retained |
 | 6. ordered endpoint, 1,000 keys        | ${R[ordered]% *} msg/s                     | ratio $(ratio "${R[ordered]% *}" "$http_rate") to case 2 |
 TABLE

@@ -215,11 +215,11 @@ is(sql(q{SELECT count(*) FROM dlq.dead_letters WHERE note LIKE 'fresh-%'}), '9',
 #
 # The worker creates partitions ahead of time only, so the one for two days ago is
 # created here, as the worker would have created it then (a range partition of
-# outbox.history; the worker reads the bounds from the catalog), holding 2,500
-# messages sent two days ago, counted in outbox.history_counts as its settles would
-# have counted them.  500 more, sent a day and a half ago, fall in the default
-# partition (no partition covers that time).  No other delivered message is older
-# than a day (the canaries are gone).
+# outbox.history with its index on id; the worker reads the bounds from the catalog),
+# holding 2,500 messages sent two days ago, counted in outbox.history_counts as its
+# settles would have counted them.  500 more, sent a day and a half ago, fall in the
+# default partition (no partition covers that time).  No other delivered message is
+# older than a day (the canaries are gone).
 
 ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.history WHERE payload ? 'canary'}, 30),
 	'no canary left');
@@ -229,6 +229,7 @@ sql(q{
 	  EXECUTE format('CREATE TABLE outbox.history_two_days_ago PARTITION OF outbox.history FOR VALUES FROM (%L) TO (%L)',
 	                 now() - interval '2 days 1 hour', now() - interval '2 days' + interval '1 hour');
 	END $$;
+	CREATE INDEX ON outbox.history_two_days_ago (id);
 	INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
 	SELECT 700000000 + g, 'paused', jsonb_build_object('bulk', g), 1,
 	       now() - interval '2 days', now() - interval '2 days'

@@ -73,7 +73,7 @@ my $held_id = sql(q{SELECT outbox.enqueue('held', '{"n": 3}')});
 
 ok(wait_until(sub { keys %{ $recv->answered_2xx('/hooks/ok') } == 1 }, undef, 'ok answered 2xx'),
 	'"ok": the receiver answered the message 2xx');
-ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.messages WHERE id = $ok_id"),
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($ok_id)"),
 	'"ok": the message is sent');
 ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $bad_id"),
 	'"bad": the 400 made a dead letter');
@@ -86,7 +86,7 @@ ok(wait_until(sub {
 			  && ($m->{'pg_outbox_deliveries_total|bad|dead'} // 0) == 1;
 		}, undef, 'worker counters'),
 	'metrics() counts the delivery and the dead letter');
-is(sql("SELECT status FROM outbox.messages WHERE id = $held_id"), 'pending',
+is(sql("SELECT status FROM outbox.message($held_id)"), 'pending',
 	'"held": paused, its message stays pending');
 
 # ---------------------------------------------------------------------------
