@@ -66,7 +66,8 @@ void define_settings() {
              &settings.backoff_base_ms, 1000, 1, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS);
   define_int("pg_outbox.backoff_max", "Longest retry delay (also caps Retry-After).",
              &settings.backoff_max_ms, 3600 * 1000, 1, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS);
-  define_int("pg_outbox.lease", "How long a claimed message stays claimed before another claim may take it.",
+  define_int("pg_outbox.lease",
+             "Longest a claimed message waits in the worker for its request to start before it is given back.",
              &settings.lease_s, 300, 1, INT_MAX / 1000, PGC_SIGHUP, GUC_UNIT_S);
   define_int("pg_outbox.breaker_threshold",
              "Consecutive retryable failures of an endpoint that open its circuit breaker.",

@@ -466,7 +466,7 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
     long timeout = endpoint.row.timeout_ms.value_or(settings.http_timeout_ms);
     client_.submit({static_cast<uint64_t>(m.id), endpoint.row.url, std::move(lines), m.payload, timeout});
     deliveries_[static_cast<uint64_t>(m.id)] = {m.endpoint, m.attempts, max_attempts_of(endpoint), claim_id,
-                                                 m.payload_size};
+                                                 m.payload_size, now_s * 1000};
     held_bytes_ += m.payload_size;
   }
 }
@@ -587,14 +587,31 @@ void Worker::on_breaker_transition(Endpoint& endpoint, core::Transition transiti
     auto d = deliveries_.find(tag);
     return d != deliveries_.end() && d->second.endpoint == name;
   });
-  // They were never started: the message stays as it is in the queue (its attempt
-  // was never recorded) and is claimed again once the circuit lets it.
-  for (uint64_t tag : cancelled) {
+  give_back(cancelled);
+}
+
+// Requests taken back before they started: the message stays as it is in the queue
+// (its attempt was never recorded) and is claimed again when it may go.
+void Worker::give_back(const std::vector<uint64_t>& tags) {
+  for (uint64_t tag : tags) {
     auto d = deliveries_.find(tag);
+    if (d == deliveries_.end()) continue;
     held_bytes_ -= d->second.payload_bytes;
     claim_member_settled(d->second.claim_id);
     deliveries_.erase(d);
   }
+  if (!tags.empty()) more_due_ = true;
+}
+
+// A claimed message waits in libcurl's queue at most pg_outbox.lease: behind a slow
+// endpoint it is better given back and claimed afresh than sent minutes late. A request
+// that has started is bounded by its own timeout instead.
+void Worker::give_back_stale_requests() {
+  int64_t oldest_allowed = now_ms() - 1000LL * settings.lease_s;
+  give_back(client_.cancel_queued([&](uint64_t tag) {
+    auto d = deliveries_.find(tag);
+    return d != deliveries_.end() && d->second.claimed_ms < oldest_allowed;
+  }));
 }
 
 void Worker::settle_pending() {
@@ -686,6 +703,7 @@ void Worker::housekeeping() {
   next_housekeeping_ms_ = now + kHousekeepingEveryMs;
   bool orphans_due = now >= next_orphan_check_ms_;
   if (orphans_due) next_orphan_check_ms_ = now + kOrphanCheckEveryMs;
+  give_back_stale_requests();
   in_settling_transaction("pg_outbox: housekeeping", [&] {
     require_same_extension();
     if (settings.sent_retention_s > 0) {

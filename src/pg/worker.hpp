@@ -38,6 +38,7 @@ class Worker {
     int max_attempts = 0;
     int64_t claim_id = 0;        // its row in outbox.claims
     int64_t payload_bytes = 0;   // counted in held_bytes_
+    int64_t claimed_ms = 0;
   };
 
   bool wait_for_work();
@@ -52,6 +53,8 @@ class Worker {
   void claim_member_settled(int64_t claim_id);
   std::vector<int64_t> in_flight_ids() const;
   void prepare_history_if_due();
+  void give_back(const std::vector<uint64_t>& tags);
+  void give_back_stale_requests();
   void deliver_notify(const std::vector<ClaimedMessage>& claimed);
   void collect_http_results(int wait_ms);
   void record_outcome(const http::Response& response);
