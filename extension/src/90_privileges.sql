@@ -27,6 +27,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 --       outbox.resume_endpoint(text),
 --       outbox.purge(interval),
 --       outbox.metrics(),
+--       outbox.message(bigint),
 --       outbox.worker_status(),
 --       outbox.grant_send(text, name),
 --       outbox.revoke_send(text, name),
@@ -34,6 +35,6 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 --       dlq.requeue_all(text, text, timestamptz),
 --       dlq.discard(bigint, text)
 --     TO operator;
---   GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages,
+--   GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages, outbox.history,
 --                   outbox.endpoint_stats, dlq.dead_letters, dlq.summary
 --     TO operator;
