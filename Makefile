@@ -67,7 +67,7 @@ extension/pg_outbox--0.2.0--$(OUTBOX_VERSION).sql: extension/upgrade/0.2.0--$(OU
 installcheck-server:
 	@'$(bindir)/psql' -X -d postgres -f test/installcheck_server.sql
 
-.PHONY: format unit bench bench-memory soak
+.PHONY: format unit bench bench-memory bench-steady soak
 format:
 	clang-format -i $(wildcard src/*/*.cpp src/*/*.hpp test/unit/*.cpp)
 
@@ -79,6 +79,9 @@ bench:
 
 bench-memory:
 	bash bench/worker_memory.sh
+
+bench-steady:
+	bash bench/steady_state.sh
 
 soak:
 	bash test/soak.sh $(SOAK_SECONDS)
