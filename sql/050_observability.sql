@@ -32,15 +32,6 @@ SELECT h.id, CASE WHEN h.tableoid = 'outbox.history_default'::regclass THEN 'def
                  AS partition
   FROM outbox.history h;
 
--- The history's time partitions, as the worker prepares them: hourly, from the
--- current hour to at least three hours ahead.  What was sent before the current hour
--- lands in the default partition.
-SELECT outbox._history_prepare(3600) >= now() + interval '3 hours' AS covered_3h_ahead;
-SELECT count(*) >= 4 AS time_partitions,
-       bool_and(to_at - from_at = interval '1 hour') AS hourly,
-       min(from_at) <= now() AS from_this_hour
-  FROM outbox._history_partitions();
-
 SELECT outbox.create_endpoint('alpha', url => 'http://127.0.0.1:8080/hooks/alpha',
                               secret => 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw');
 SELECT outbox.create_endpoint('beta', channel => 'beta');
@@ -55,8 +46,18 @@ UPDATE outbox.messages SET created_at = created_at - interval '10 minutes',
                            next_attempt_at = next_attempt_at - interval '10 minutes'
  WHERE id = 1;
 INSERT INTO outbox.claims (message_ids, attempts) VALUES ('{4,5}', '{1,1}');
+-- The history's time partitions, as the worker prepares them: hourly, from the
+-- current hour to at least three hours ahead.  What was sent before the current hour
+-- lands in the default partition.  (One transaction: one now().)
+BEGIN;
+SELECT outbox._history_prepare(3600) >= now() + interval '3 hours' AS covered_3h_ahead;
+SELECT count(*) >= 4 AS time_partitions,
+       bool_and(to_at - from_at = interval '1 hour') AS hourly,
+       min(from_at) <= now() AS from_this_hour
+  FROM outbox._history_partitions();
 SELECT pg_temp.deliver('{5}', now() - interval '2 days') + pg_temp.deliver('{6}', now() - interval '1 hour')
        + pg_temp.deliver('{7}', now()) AS delivered;
+COMMIT;
 SELECT id, partition FROM kept ORDER BY id;
 SELECT endpoint, sent FROM outbox.history_counts;
 -- beta: only a message scheduled for tomorrow: it is pending but not waiting yet.

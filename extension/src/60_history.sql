@@ -17,6 +17,7 @@ AS $fn$
      CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
                                      '^FOR VALUES FROM \(''([^'']*)''\) TO \(''([^'']*)''\)$') AS b
      WHERE i.inhparent = 'outbox.history'::regclass
+       AND b IS NOT NULL  -- the default partition has no bounds
 $fn$;
 
 -- Makes sure that partitions of width_s seconds, aligned on multiples of it since the
@@ -63,12 +64,15 @@ $fn$;
 
 -- Removes the delivered messages sent before cutoff: each partition wholly before it is
 -- dropped (its count read from outbox.history_counts, not from its rows), and the
--- default partition's rows before it are deleted.  With exact, the rows before cutoff
--- in the partition that straddles it are deleted too (outbox.purge); the worker leaves
--- them for the drop of their partition.  A partition that cannot be locked within the
--- lock timeout (a long reader of the history) waits for the next call.  Returns how
+-- default partition's rows before it are deleted.  The rows before cutoff in the
+-- partition that straddles it are deleted too when exact (outbox.purge), or when that
+-- partition is wider than trim_wider_than: it was made for a longer retention than
+-- today's, and waiting for its end would keep rows hours too long.  Otherwise the worker
+-- leaves them for the drop of their partition.  A partition that cannot be locked within
+-- the lock timeout (a long reader of the history) waits for the next call.  Returns how
 -- many messages were removed.
-CREATE OR REPLACE FUNCTION outbox._history_retire(cutoff timestamptz, exact boolean)
+CREATE OR REPLACE FUNCTION outbox._history_retire(cutoff timestamptz, exact boolean,
+                                                  trim_wider_than interval DEFAULT NULL)
     RETURNS bigint
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
@@ -91,7 +95,7 @@ BEGIN
             EXCEPTION WHEN lock_not_available THEN
                 EXIT;
             END;
-        ELSIF exact THEN
+        ELSIF exact OR p.to_at - p.from_at > trim_wider_than THEN
             EXECUTE format('WITH gone AS (DELETE FROM %s h WHERE h.sent_at < $1 RETURNING h.endpoint),'
                            '     n AS (SELECT g.endpoint, count(*) AS n FROM gone g GROUP BY g.endpoint),'
                            '     counted AS (UPDATE outbox.history_counts hc SET sent = hc.sent - n.n FROM n'

@@ -15,7 +15,9 @@ SELECT dl.endpoint,
  GROUP BY dl.endpoint, dl.reason_code, dl.event_type;
 COMMENT ON VIEW dlq.summary IS 'open dead letters by endpoint, reason_code and event_type';
 
--- Messages per endpoint, for endpoint_stats and metrics(): undelivered ones read from
+-- Messages per endpoint, for endpoint_stats and metrics() (a view, not a function: a
+-- view's tables are read with its owner's rights, so operators who may read
+-- endpoint_stats need no right on the tables behind it): undelivered ones read from
 -- the queue (its size is the backlog), in-flight ones from the worker's claims, and
 -- delivered ones from the counts the worker keeps per history partition, so that the
 -- cost never depends on the retained history.  oldest_due: when the oldest waiting
@@ -23,35 +25,31 @@ COMMENT ON VIEW dlq.summary IS 'open dead letters by endpoint, reason_code and e
 -- not yet attempted); a message whose deliver_at is still in the future is not waiting
 -- yet.  In-flight messages count as waiting.  Every endpoint that appears anywhere has
 -- a row, whether or not it still exists.
-CREATE OR REPLACE FUNCTION outbox._message_counts(OUT endpoint text, OUT pending bigint, OUT in_flight bigint,
-                                                  OUT sent bigint, OUT oldest_due timestamptz)
-    RETURNS SETOF record
-    LANGUAGE sql STABLE
-    SET search_path = pg_catalog, pg_temp
-AS $fn$
-    SELECT n.endpoint,
-           coalesce(q.undelivered, 0) - coalesce(f.in_flight, 0),
-           coalesce(f.in_flight, 0),
-           coalesce(h.sent, 0),
-           q.oldest_due
-      FROM (SELECT e.name AS endpoint FROM outbox.endpoints e
-            UNION SELECT DISTINCT m.endpoint FROM outbox.messages m
-            UNION SELECT DISTINCT hc.endpoint FROM outbox.history_counts hc WHERE hc.sent > 0
-            UNION SELECT DISTINCT hd.endpoint FROM outbox.history_default hd) n
-      LEFT JOIN (SELECT m.endpoint, count(*) AS undelivered,
-                        min(CASE WHEN m.attempts = 0 THEN m.next_attempt_at ELSE m.created_at END)
-                            FILTER (WHERE m.attempts > 0 OR m.next_attempt_at <= now()) AS oldest_due
-                   FROM outbox.messages m GROUP BY m.endpoint) q ON q.endpoint = n.endpoint
-      LEFT JOIN (SELECT m.endpoint, count(DISTINCT m.id) AS in_flight
-                   FROM outbox.claims c CROSS JOIN unnest(c.message_ids) AS i(id)
-                   JOIN outbox.messages m ON m.id = i.id
-                  GROUP BY m.endpoint) f ON f.endpoint = n.endpoint
-      LEFT JOIN (SELECT x.endpoint, sum(x.sent)::bigint AS sent
-                   FROM (SELECT hc.endpoint, hc.sent FROM outbox.history_counts hc
-                         UNION ALL
-                         SELECT hd.endpoint, 1 FROM outbox.history_default hd) x
-                  GROUP BY x.endpoint) h ON h.endpoint = n.endpoint
-$fn$;
+CREATE OR REPLACE VIEW outbox._message_counts AS
+SELECT n.endpoint,
+       coalesce(q.undelivered, 0) - coalesce(f.in_flight, 0) AS pending,
+       coalesce(f.in_flight, 0)                              AS in_flight,
+       coalesce(h.sent, 0)                                   AS sent,
+       q.oldest_due
+  FROM (SELECT e.name AS endpoint FROM outbox.endpoints e
+        UNION SELECT DISTINCT m.endpoint FROM outbox.messages m
+        UNION SELECT DISTINCT hc.endpoint FROM outbox.history_counts hc WHERE hc.sent > 0
+        UNION SELECT DISTINCT hd.endpoint FROM outbox.history_default hd) n
+  LEFT JOIN (SELECT m.endpoint, count(*) AS undelivered,
+                    min(CASE WHEN m.attempts = 0 THEN m.next_attempt_at ELSE m.created_at END)
+                        FILTER (WHERE m.attempts > 0 OR m.next_attempt_at <= now()) AS oldest_due
+               FROM outbox.messages m GROUP BY m.endpoint) q ON q.endpoint = n.endpoint
+  LEFT JOIN (SELECT m.endpoint, count(DISTINCT m.id) AS in_flight
+               FROM outbox.claims c CROSS JOIN unnest(c.message_ids) AS i(id)
+               JOIN outbox.messages m ON m.id = i.id
+              GROUP BY m.endpoint) f ON f.endpoint = n.endpoint
+  LEFT JOIN (SELECT x.endpoint, sum(x.sent)::bigint AS sent
+               FROM (SELECT hc.endpoint, hc.sent FROM outbox.history_counts hc
+                     UNION ALL
+                     SELECT hd.endpoint, 1 FROM outbox.history_default hd) x
+              GROUP BY x.endpoint) h ON h.endpoint = n.endpoint;
+COMMENT ON VIEW outbox._message_counts IS
+    'pg_outbox: messages per endpoint (pending, in flight, delivered and kept) for endpoint_stats and metrics()';
 
 -- Per endpoint: messages waiting, in flight and delivered (kept in the history), open
 -- dead letters, the age of the oldest waiting message, pause and circuit breaker.
@@ -67,7 +65,7 @@ SELECT e.name                              AS endpoint,
        e.breaker_failures,
        e.breaker_open_until
   FROM outbox.endpoints e
-  LEFT JOIN outbox._message_counts() m ON m.endpoint = e.name
+  LEFT JOIN outbox._message_counts m ON m.endpoint = e.name
   LEFT JOIN (SELECT dl.endpoint, count(*) AS dead
                FROM dlq.dead_letters dl
               WHERE dl.requeued_at IS NULL AND dl.discarded_at IS NULL
@@ -101,7 +99,7 @@ BEGIN
                                       CASE st.ord WHEN 1 THEN c.pending WHEN 2 THEN c.in_flight ELSE c.sent END),
                                E'\n' ORDER BY c.endpoint, st.ord), '')
       INTO v_family
-      FROM outbox._message_counts() c
+      FROM outbox._message_counts c
      CROSS JOIN (VALUES (1, 'pending'), (2, 'in_flight'), (3, 'sent')) st(ord, status);
     v_out := v_out
           || E'# HELP pg_outbox_messages Messages in the outbox by endpoint and status.\n'

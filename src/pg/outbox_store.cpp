@@ -78,8 +78,11 @@ int64_t OutboxStore::recover_claims() {
   return statement.run({}).int64(0, 0);
 }
 
-// The claim, which writes nothing: the worker is the only one to claim in its
-// database, and it knows what it has in flight (`excluded`). For each endpoint in
+// The claim writes nothing to the rows it takes but a row lock for its own short
+// transaction (FOR UPDATE SKIP LOCKED): a row another transaction holds (an operator's
+// UPDATE, a drop_endpoint) is left for a later claim instead of being sent under its
+// feet. The worker is the only one to claim in its database, and it knows what it has
+// in flight (`excluded`). For each endpoint in
 // turn (the worker rotates their order, so no endpoint starves another), the LATERAL
 // subquery walks that endpoint's part of the claim index, oldest due first; for
 // ordered endpoints it keeps a message only when no earlier undelivered message has
@@ -97,7 +100,8 @@ static const char* const kClaimSql =
     "            SELECT 1 FROM outbox.messages h"
     "             WHERE h.endpoint = m.endpoint AND h.ordering_key = m.ordering_key AND h.id < m.id))"
     "     ORDER BY m.next_attempt_at, m.id"
-    "     LIMIT $3) d"
+    "     LIMIT $3"
+    "     FOR UPDATE SKIP LOCKED) d"
     "  LIMIT $3),"
     " counted AS (SELECT due.id, due.next_attempt_at, CASE WHEN due.size <= $6 THEN due.size ELSE 0 END AS size"
     "               FROM due),"
@@ -283,9 +287,11 @@ int64_t OutboxStore::prepare_history(int width_s) {
   return statement.run({Int32GetDatum(width_s)}).int64(0, 0);
 }
 
-int64_t OutboxStore::retire_history(int retention_s) {
-  static Statement statement("SELECT outbox._history_retire(now() - make_interval(secs => $1), false)", {kInt4});
-  return statement.run({Int32GetDatum(retention_s)}).int64(0, 0);
+int64_t OutboxStore::retire_history(int retention_s, int width_s) {
+  static Statement statement(
+      "SELECT outbox._history_retire(now() - make_interval(secs => $1), false, make_interval(secs => $2))",
+      {kInt4, kInt4});
+  return statement.run({Int32GetDatum(retention_s), Int32GetDatum(width_s)}).int64(0, 0);
 }
 
 // The bounded delete below picks its ids in an ARRAY() subquery: it runs once, as an

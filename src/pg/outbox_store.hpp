@@ -91,7 +91,9 @@ class OutboxStore {
 
   // History partitions of width_s seconds exist up to the returned time (unix ms).
   int64_t prepare_history(int width_s);
-  int64_t retire_history(int retention_s);
+  // Drops what retention has passed; rows of a partition wider than width_s (made for a
+  // longer retention) are deleted one by one, so that a shorter retention holds at once.
+  int64_t retire_history(int retention_s, int width_s);
   int64_t purge_dead_letters(int retention_s, int limit);
   // Messages whose endpoint no longer exists (a plain INSERT may name any endpoint),
   // found through the distinct endpoints of the queue, not by reading every row.

@@ -85,6 +85,11 @@ void Worker::run() {
     // autovacuum last saw; a table with no usable index is still read.
     SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
     SetConfigOption("enable_bitmapscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    // Bounded waits: a lock held by someone else (an operator's open transaction on an
+    // endpoint or a message) fails the worker's statement after 2 s instead of holding
+    // the worker, and with it every delivery, for as long as the lock lives; the
+    // transaction is rolled back and retried like any other error, its results kept.
+    SetConfigOption("lock_timeout", "2s", PGC_SUSET, PGC_S_OVERRIDE);
     ereport(LOG, (errmsg("pg_outbox worker started for database \"%s\"", MyBgworkerEntry->bgw_extra)));
   });
 
@@ -708,7 +713,7 @@ void Worker::housekeeping() {
     require_same_extension();
     if (settings.sent_retention_s > 0) {
       prepare_history_if_due();
-      store_.retire_history(settings.sent_retention_s);
+      store_.retire_history(settings.sent_retention_s, core::history_partition_width_s(settings.sent_retention_s));
     }
     if (settings.dlq_retention_s >= 0) store_.purge_dead_letters(settings.dlq_retention_s, kPurgeBatch);
     if (orphans_due) {
