@@ -18,7 +18,7 @@ CREATE TABLE outbox.claims (
     attempts    int[] NOT NULL,
     claimed_at  timestamptz NOT NULL DEFAULT now(),
     CHECK (cardinality(message_ids) = cardinality(attempts))
-);
+) WITH (toast_tuple_target = 8160);  -- a batch of 500 (6 kB) stays in its row, uncompressed
 COMMENT ON TABLE outbox.claims IS
     'pg_outbox: batches of messages the worker has claimed and not yet fully settled';
 
