@@ -136,7 +136,7 @@ SELECT outbox._request_wake();
 \echo :SQLSTATE
 SELECT outbox._boundary_selftest('ok');
 \echo :SQLSTATE
-SELECT outbox._message_counts();
+SELECT * FROM outbox._message_counts;
 \echo :SQLSTATE
 SELECT outbox._payload_size('{}');
 \echo :SQLSTATE
@@ -206,7 +206,7 @@ SELECT outbox._request_wake();
 \echo :SQLSTATE
 SELECT outbox._history_retire('infinity', true);
 \echo :SQLSTATE
-SELECT outbox._message_counts();
+SELECT * FROM outbox._message_counts;
 \echo :SQLSTATE
 INSERT INTO outbox.claims (message_ids, attempts) VALUES ('{1}', '{1}');
 \echo :SQLSTATE
