@@ -21,8 +21,9 @@ AS $fn$
 $fn$;
 
 -- Makes sure that partitions of width_s seconds, aligned on multiples of it since the
--- epoch, cover the history from now to at least three widths ahead; returns until when
--- the history is covered.  A range that cannot get its partition (the default
+-- epoch, cover the history from now to at least three widths ahead (from the end of the
+-- current partition, if it was made for a longer retention); returns until when the
+-- history is covered.  A range that cannot get its partition (the default
 -- partition already holds rows of it, or a reader holds the history longer than the
 -- lock timeout) is left to the default partition, and the next range is tried.
 CREATE OR REPLACE FUNCTION outbox._history_prepare(width_s int)
@@ -36,11 +37,27 @@ DECLARE
     v_to      timestamptz;
     v_covered timestamptz;
     v_name    text;
+    v_old     record;
+    v_empty   boolean;
 BEGIN
     IF width_s IS NULL OR width_s < 1 THEN
         RAISE EXCEPTION 'width_s must be a positive number of seconds'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- Partitions made ahead for a longer retention (wider) go while they are still
+    -- empty: the coming rows belong in partitions of today's width.
+    FOR v_old IN SELECT * FROM outbox._history_partitions() p
+                  WHERE p.from_at > now() AND p.to_at - p.from_at > make_interval(secs => width_s) LOOP
+        BEGIN
+            EXECUTE format('SELECT NOT EXISTS (SELECT FROM %s)', v_old.partition) INTO v_empty;
+            IF v_empty THEN
+                DELETE FROM outbox.history_counts hc WHERE hc.partition = v_old.partition;
+                EXECUTE format('DROP TABLE %s', v_old.partition);
+            END IF;
+        EXCEPTION WHEN lock_not_available THEN
+            EXIT;
+        END;
+    END LOOP;
     v_from := to_timestamp(floor(extract(epoch FROM now()) / width_s) * width_s);
     SELECT max(p.to_at) INTO v_covered FROM outbox._history_partitions() p;
     IF v_covered > v_from THEN

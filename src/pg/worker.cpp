@@ -106,12 +106,7 @@ void Worker::run() {
       error_streak_ = 0;
     } catch (const ExtensionChanged&) {
       abort_transaction();
-      forget_deliveries();
-      ready_ = false;
-      pg_call([] {
-        ereport(LOG, (errmsg("pg_outbox worker: the extension was dropped or created again"),
-                      errdetail("Deliveries in flight for the old tables were abandoned.")));
-      });
+      on_extension_changed();
     } catch (const PgError& e) {
       history_covered_ms_ = 0;  // a partition may be what is missing
       // Copied now: the error lives in the transaction's memory, which the abort frees.
@@ -149,14 +144,37 @@ bool Worker::wait_for_work() {
 
 // Disk full, statement_timeout, a dropped table...: roll back, log, back off, go on.
 // Results not yet written stay in pending_ and are settled once the database is back.
+// The extension was dropped (and perhaps created again): what was in flight belongs to
+// tables that are gone; wait for the extension, then serve it afresh.
+void Worker::on_extension_changed() {
+  forget_deliveries();
+  ready_ = false;
+  pg_call([] {
+    ereport(LOG, (errmsg("pg_outbox worker: the extension was dropped or created again"),
+                  errdetail("Deliveries in flight for the old tables were abandoned.")));
+  });
+}
+
 void Worker::recover_from_error(int sqlstate, std::string message) {
-  // Gone tables or functions mean DROP EXTENSION: wait for it to come back.
+  abort_transaction();
+  // Gone tables or functions: usually a DROP EXTENSION that committed while the
+  // statement waited for its locks (the check at the start of the transaction saw the
+  // extension still there). Then it is no error; otherwise wait for the tables anyway.
   if (sqlstate == ERRCODE_UNDEFINED_TABLE || sqlstate == ERRCODE_INVALID_SCHEMA_NAME ||
       sqlstate == ERRCODE_UNDEFINED_FUNCTION) {
+    uint32_t oid = extension_oid_;
+    try {
+      in_transaction("pg_outbox: checking for the extension", [&] { oid = store_.extension_oid(); });
+    } catch (const std::exception&) {
+      abort_transaction();
+    }
+    if (oid != extension_oid_) {
+      on_extension_changed();
+      return;
+    }
     ready_ = false;
     forget_deliveries();
   }
-  abort_transaction();
   error_streak_ = std::min(error_streak_ + 1, 6);
   int backoff_ms = 100 << error_streak_;
   error_backoff_until_ms_ = now_ms() + backoff_ms;

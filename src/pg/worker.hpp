@@ -44,6 +44,7 @@ class Worker {
   bool wait_for_work();
   void iterate(bool woken);
   void recover_from_error(int sqlstate, std::string message);
+  void on_extension_changed();
   bool prepare_database();
   void require_same_extension();
   void forget_deliveries();

@@ -300,9 +300,18 @@ reload_with('pg_outbox.sent_retention' => '1s');
 ok(wait_sql($node, sprintf(q{SELECT count(*) = 0 FROM outbox.history WHERE id IN (%s)}, join(',', @auto))),
 	'sent_retention 1s: the worker purged them itself');
 is(states_of(@auto), '0:', '... outbox.message() knows none of them');
-is(sql(sprintf(q{SELECT count(*) FROM unnest('{%s}'::text[]) AS p(name) WHERE to_regclass(p.name) IS NOT NULL},
+# They sat in a partition made for the default retention (6 h wide): a shorter retention
+# does not wait for its end, the worker trims such a partition row by row, and drops
+# whole the 10 s partitions made for the new retention.
+is(sql(sprintf(q{SELECT count(*) FROM unnest('{%s}'::text[]) AS p(name)
+                  JOIN outbox._history_partitions() hp ON hp.partition = to_regclass(p.name)
+                 WHERE hp.to_at - hp.from_at > interval '10 s'},
 			join(',', map { qq{"$_"} } grep { $_ ne 'outbox.history_default' } @auto_parts))),
-	'0', '... by dropping the partitions that held them');
+	scalar(grep { $_ ne 'outbox.history_default' } @auto_parts),
+	'... from the wide partitions of the old retention, trimmed row by row');
+ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox._history_partitions() p
+                     WHERE p.from_at > now() AND p.to_at - p.from_at > interval '10 s'}),
+	'the empty partitions made ahead for the old retention are dropped');
 is(sql("SELECT status || '/' || attempts FROM outbox.message($held)"), 'pending/0',
 	'... but not the pending one');
 reload_with('pg_outbox.sent_retention' => undef);
