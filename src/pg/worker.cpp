@@ -717,8 +717,9 @@ void Worker::count(const std::string& endpoint, core::Verdict verdict) {
 // before a delivery needs one: created when less than two widths remain.
 void Worker::prepare_history_if_due() {
   int width_s = core::history_partition_width_s(settings.sent_retention_s);
-  if (now_ms() + 2000LL * width_s < history_covered_ms_) return;
+  if (width_s == history_width_s_ && now_ms() + 2000LL * width_s < history_covered_ms_) return;
   history_covered_ms_ = store_.prepare_history(width_s);
+  history_width_s_ = width_s;  // a new retention re-plans the partitions ahead at once
 }
 
 void Worker::housekeeping() {

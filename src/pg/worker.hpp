@@ -79,6 +79,7 @@ class Worker {
   std::unordered_map<int64_t, size_t> claims_;  // outbox.claims id -> its messages not yet settled
   int64_t held_bytes_ = 0;                      // payload bytes of deliveries_
   int64_t history_covered_ms_ = 0;              // history partitions exist until then
+  int history_width_s_ = 0;                     // ... of this width
   std::unordered_map<std::string, std::array<uint64_t, 3>> counted_;  // to publish: sent, retried, dead
 
   bool ready_ = false;         // the extension exists at our version and claims were recovered
