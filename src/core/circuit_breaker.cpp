@@ -19,18 +19,20 @@ void open(Breaker& b, int64_t cooldown_ms, int64_t now_ms) {
   cooldown_ms = std::max<int64_t>(cooldown_ms, 0);  // a misconfigured base must not overflow
   b.state = BreakerState::Open;
   b.cooldown_ms = cooldown_ms;
-  b.open_until_ms = now_ms > std::numeric_limits<int64_t>::max() - cooldown_ms
-                        ? std::numeric_limits<int64_t>::max()
-                        : now_ms + cooldown_ms;
+  b.open_until_ms = now_ms > std::numeric_limits<int64_t>::max() - cooldown_ms ? std::numeric_limits<int64_t>::max()
+                                                                               : now_ms + cooldown_ms;
 }
 
 }  // namespace
 
 const char* breaker_state_name(BreakerState state) {
   switch (state) {
-    case BreakerState::Closed: return "closed";
-    case BreakerState::Open: return "open";
-    case BreakerState::HalfOpen: return "half_open";
+    case BreakerState::Closed:
+      return "closed";
+    case BreakerState::Open:
+      return "open";
+    case BreakerState::HalfOpen:
+      return "half_open";
   }
   return "closed";
 }
@@ -44,9 +46,12 @@ std::optional<BreakerState> parse_breaker_state(std::string_view name) {
 
 Admission admission(const Breaker& breaker, int64_t now_ms) {
   switch (breaker.state) {
-    case BreakerState::Closed: return Admission::Normal;
-    case BreakerState::Open: return now_ms < breaker.open_until_ms ? Admission::None : Admission::ProbeOnly;
-    case BreakerState::HalfOpen: return Admission::None;
+    case BreakerState::Closed:
+      return Admission::Normal;
+    case BreakerState::Open:
+      return now_ms < breaker.open_until_ms ? Admission::None : Admission::ProbeOnly;
+    case BreakerState::HalfOpen:
+      return Admission::None;
   }
   return Admission::None;
 }
@@ -72,7 +77,7 @@ Transition record_retryable_failure(Breaker& breaker, const BreakerConfig& confi
       open(breaker, std::min(config.base_ms, config.max_ms), now_ms);
       return Transition::Opened;
     case BreakerState::HalfOpen: {
-      int64_t next = breaker.cooldown_ms <= 0 ? config.base_ms
+      int64_t next = breaker.cooldown_ms <= 0                  ? config.base_ms
                      : breaker.cooldown_ms > config.max_ms / 2 ? config.max_ms
                                                                : breaker.cooldown_ms * 2;
       open(breaker, std::min(next, config.max_ms), now_ms);

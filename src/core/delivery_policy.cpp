@@ -12,13 +12,20 @@ namespace pg_outbox::core {
 
 const char* reason_code(DeadReason reason) {
   switch (reason) {
-    case DeadReason::None: return "";
-    case DeadReason::HttpClientError: return "HTTP_CLIENT_ERROR";
-    case DeadReason::PayloadTooLarge: return "PAYLOAD_TOO_LARGE";
-    case DeadReason::RetryExhausted: return "RETRY_EXHAUSTED";
-    case DeadReason::EndpointDropped: return "ENDPOINT_DROPPED";
-    case DeadReason::InvalidMessage: return "INVALID_MESSAGE";
-    case DeadReason::EgressDenied: return "EGRESS_DENIED";
+    case DeadReason::None:
+      return "";
+    case DeadReason::HttpClientError:
+      return "HTTP_CLIENT_ERROR";
+    case DeadReason::PayloadTooLarge:
+      return "PAYLOAD_TOO_LARGE";
+    case DeadReason::RetryExhausted:
+      return "RETRY_EXHAUSTED";
+    case DeadReason::EndpointDropped:
+      return "ENDPOINT_DROPPED";
+    case DeadReason::InvalidMessage:
+      return "INVALID_MESSAGE";
+    case DeadReason::EgressDenied:
+      return "EGRESS_DENIED";
   }
   return "";
 }
@@ -65,8 +72,7 @@ BackoffPolicy::BackoffPolicy(int64_t base_ms, int64_t max_ms) : base_ms_(base_ms
 int64_t BackoffPolicy::delay_ms(int attempts_made, double unit_random) const {
   // Double until the cap; stopping there is what keeps huge attempt counts safe.
   int64_t ceiling = base_ms_;
-  for (int n = 1; n < attempts_made && ceiling < max_ms_; ++n)
-    ceiling = ceiling > max_ms_ / 2 ? max_ms_ : ceiling * 2;
+  for (int n = 1; n < attempts_made && ceiling < max_ms_; ++n) ceiling = ceiling > max_ms_ / 2 ? max_ms_ : ceiling * 2;
   ceiling = std::min(ceiling, max_ms_);
 
   if (!(unit_random >= 0.0)) unit_random = 0.0;  // also catches NaN
@@ -78,9 +84,8 @@ int64_t BackoffPolicy::delay_ms(int attempts_made, double unit_random) const {
   return lower + std::min(spread, static_cast<int64_t>(unit_random * static_cast<double>(spread)));
 }
 
-Settlement settle_attempt(Outcome outcome, int attempts_made, int max_attempts,
-                          const BackoffPolicy& backoff, std::optional<int64_t> retry_after_ms,
-                          double unit_random) {
+Settlement settle_attempt(Outcome outcome, int attempts_made, int max_attempts, const BackoffPolicy& backoff,
+                          std::optional<int64_t> retry_after_ms, double unit_random) {
   switch (outcome.verdict) {
     case Verdict::Sent:
       return {Verdict::Sent, DeadReason::None, 0};
@@ -90,9 +95,8 @@ Settlement settle_attempt(Outcome outcome, int attempts_made, int max_attempts,
       break;
   }
   if (attempts_made >= std::max(max_attempts, 1)) return {Verdict::Dead, DeadReason::RetryExhausted, 0};
-  int64_t delay = retry_after_ms
-                      ? std::clamp<int64_t>(*retry_after_ms, 0, backoff.max_ms())
-                      : backoff.delay_ms(attempts_made, unit_random);
+  int64_t delay = retry_after_ms ? std::clamp<int64_t>(*retry_after_ms, 0, backoff.max_ms())
+                                 : backoff.delay_ms(attempts_made, unit_random);
   return {Verdict::Retry, DeadReason::None, delay};
 }
 

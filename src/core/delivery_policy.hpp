@@ -94,8 +94,7 @@ struct Settlement {
 //
 // The caller decides whether a Retry-After applies: it passes the parsed value
 // only when honours_retry_after(status) is true, and nullopt otherwise.
-Settlement settle_attempt(Outcome outcome, int attempts_made, int max_attempts,
-                          const BackoffPolicy& backoff, std::optional<int64_t> retry_after_ms,
-                          double unit_random);
+Settlement settle_attempt(Outcome outcome, int attempts_made, int max_attempts, const BackoffPolicy& backoff,
+                          std::optional<int64_t> retry_after_ms, double unit_random);
 
 }  // namespace pg_outbox::core

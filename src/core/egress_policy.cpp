@@ -104,8 +104,7 @@ std::optional<IpAddress> address_of(const struct sockaddr* address) {
 std::optional<IpAddress> numeric_ipv4(std::string_view s) {
   if (s.empty() || s.size() > 64) return std::nullopt;
   for (char c : s)
-    if (!is_digit(c) && !(c >= 'a' && c <= 'f') && !(c >= 'A' && c <= 'F') && c != 'x' && c != 'X' &&
-        c != '.')
+    if (!is_digit(c) && !(c >= 'a' && c <= 'f') && !(c >= 'A' && c <= 'F') && c != 'x' && c != 'X' && c != '.')
       return std::nullopt;
   in_addr in;
   if (inet_aton(std::string(s).c_str(), &in) == 0) return std::nullopt;
@@ -188,10 +187,12 @@ class RuleParser {
     rule.text = std::string(text_);
     for (char c : text_) {
       auto u = static_cast<unsigned char>(c);
-      if (u >= 0x80) return bad("non-ASCII characters are not allowed (write an internationalized name in its xn-- form)");
+      if (u >= 0x80)
+        return bad("non-ASCII characters are not allowed (write an internationalized name in its xn-- form)");
       if (u <= 0x20 || u == 0x7F) return bad("a rule must not contain whitespace or control characters");
     }
-    if (text_.find("://") != std::string_view::npos) return bad("a rule is a host name pattern or an address range, not a URL");
+    if (text_.find("://") != std::string_view::npos)
+      return bad("a rule is a host name pattern or an address range, not a URL");
     if (text_.front() == '[') return bad("write IPv6 addresses without brackets");
     if (text_.find('/') != std::string_view::npos || text_.find(':') != std::string_view::npos)
       return parse_range(rule);
@@ -206,7 +207,9 @@ class RuleParser {
   }
 
  private:
-  std::string bad(std::string_view why) const { return "invalid egress rule " + quoted(text_) + ": " + std::string(why); }
+  std::string bad(std::string_view why) const {
+    return "invalid egress rule " + quoted(text_) + ": " + std::string(why);
+  }
 
   std::optional<std::string> parse_range(EgressRule& rule) {
     const size_t slash = text_.find('/');
@@ -270,8 +273,9 @@ class RuleParser {
     if (name.empty()) return bad(wildcard ? "\"*.\" must be followed by a domain" : "empty host pattern");
     for (char c : name)
       if (!is_alpha(c) && !is_digit(c) && c != '-' && c != '.' && c != '_')
-        return bad("a host pattern may contain only letters, digits, \"-\", \".\" and \"_\", after an optional "
-                   "leading \"*.\"");
+        return bad(
+            "a host pattern may contain only letters, digits, \"-\", \".\" and \"_\", after an optional "
+            "leading \"*.\"");
     if (name.front() == '.' && !wildcard)
       return bad("a host pattern must not start with \".\" (write \"*" + std::string(name) +
                  "\" to match the names below " + std::string(name.substr(1)) + ")");

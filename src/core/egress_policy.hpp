@@ -100,8 +100,7 @@ struct EgressDecision {
 // (or the host, when it is an IP literal: that can only differ from the address
 // through a proxy, and never allows more). Else, with a non-empty allow list, allowed
 // only when an allow rule matches: a host pattern the host, or a range the address.
-EgressDecision check_egress(const EgressPolicy& policy, std::string_view host,
-                            const struct sockaddr* address);
+EgressDecision check_egress(const EgressPolicy& policy, std::string_view host, const struct sockaddr* address);
 
 // The check without an address (create_endpoint, where only the URL is known). An
 // IP-literal host is checked as the address; a name only against the host patterns:

@@ -9,8 +9,7 @@ namespace pg_outbox::core {
 namespace {
 
 constexpr std::string_view kShortDays[] = {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"};
-constexpr std::string_view kLongDays[] = {"Monday", "Tuesday",  "Wednesday", "Thursday",
-                                          "Friday", "Saturday", "Sunday"};
+constexpr std::string_view kLongDays[] = {"Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"};
 constexpr std::string_view kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                         "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
 
@@ -70,9 +69,9 @@ std::optional<int64_t> to_unix(int year, int month0, int day, int h, int m, int 
 std::optional<int64_t> parse_imf_fixdate(std::string_view text) {
   Cursor c{text};
   int day, month, year, h, m, s;
-  if (c.one_of(kShortDays) && c.literal(", ") && c.digits(2, day) && c.literal(" ") &&
-      c.one_of(kMonths, &month) && c.literal(" ") && c.digits(4, year) && c.literal(" ") &&
-      c.time_of_day(h, m, s) && c.literal(" GMT") && c.s.empty())
+  if (c.one_of(kShortDays) && c.literal(", ") && c.digits(2, day) && c.literal(" ") && c.one_of(kMonths, &month) &&
+      c.literal(" ") && c.digits(4, year) && c.literal(" ") && c.time_of_day(h, m, s) && c.literal(" GMT") &&
+      c.s.empty())
     return to_unix(year, month, day, h, m, s);
   return std::nullopt;
 }
@@ -80,9 +79,8 @@ std::optional<int64_t> parse_imf_fixdate(std::string_view text) {
 std::optional<int64_t> parse_rfc850(std::string_view text) {
   Cursor c{text};
   int day, month, yy, h, m, s;
-  if (c.one_of(kLongDays) && c.literal(", ") && c.digits(2, day) && c.literal("-") &&
-      c.one_of(kMonths, &month) && c.literal("-") && c.digits(2, yy) && c.literal(" ") &&
-      c.time_of_day(h, m, s) && c.literal(" GMT") && c.s.empty())
+  if (c.one_of(kLongDays) && c.literal(", ") && c.digits(2, day) && c.literal("-") && c.one_of(kMonths, &month) &&
+      c.literal("-") && c.digits(2, yy) && c.literal(" ") && c.time_of_day(h, m, s) && c.literal(" GMT") && c.s.empty())
     return to_unix(yy >= 70 ? 1900 + yy : 2000 + yy, month, day, h, m, s);
   return std::nullopt;
 }
@@ -90,8 +88,7 @@ std::optional<int64_t> parse_rfc850(std::string_view text) {
 std::optional<int64_t> parse_asctime(std::string_view text) {
   Cursor c{text};
   int day, month, year, h, m, s;
-  if (!(c.one_of(kShortDays) && c.literal(" ") && c.one_of(kMonths, &month) && c.literal(" ")))
-    return std::nullopt;
+  if (!(c.one_of(kShortDays) && c.literal(" ") && c.one_of(kMonths, &month) && c.literal(" "))) return std::nullopt;
   // The day is two digits or a space and one digit.
   if (!(c.digits(2, day) || (c.literal(" ") && c.digits(1, day)))) return std::nullopt;
   if (c.literal(" ") && c.time_of_day(h, m, s) && c.literal(" ") && c.digits(4, year) && c.s.empty())

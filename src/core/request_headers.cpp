@@ -15,11 +15,11 @@ namespace {
 // Names a user header may not set (compared case-insensitively); see the header.
 constexpr std::string_view kReserved[] = {
     // ours
-    "content-type", "user-agent", "webhook-id", "webhook-timestamp", "webhook-signature",
-    "outbox-event-type", "outbox-attempt",
+    "content-type", "user-agent", "webhook-id", "webhook-timestamp", "webhook-signature", "outbox-event-type",
+    "outbox-attempt",
     // framing and connection management
-    "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade",
-    "proxy-connection", "expect",
+    "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade", "proxy-connection",
+    "expect",
     // the URL alone chooses the virtual host: a producer must not address another one
     "host"};
 

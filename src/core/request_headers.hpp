@@ -13,12 +13,12 @@ namespace pg_outbox::core {
 struct DeliveryHeaders {
   std::vector<std::pair<std::string, std::string>> endpoint_headers;  // outbox.endpoints.headers
   std::vector<std::pair<std::string, std::string>> message_headers;   // outbox.messages.headers
-  std::string webhook_id;        // see webhook_id_for
-  int64_t timestamp_unix_s = 0;  // time of this attempt
-  std::string event_type;        // empty = omit outbox-event-type
-  int attempt = 1;               // 1 for the first attempt
-  std::string secret;            // whsec_...; empty = unsigned
-  std::string user_agent;        // e.g. "pg_outbox/1.0"; empty = omit
+  std::string webhook_id;                                             // see webhook_id_for
+  int64_t timestamp_unix_s = 0;                                       // time of this attempt
+  std::string event_type;                                             // empty = omit outbox-event-type
+  int attempt = 1;                                                    // 1 for the first attempt
+  std::string secret;                                                 // whsec_...; empty = unsigned
+  std::string user_agent;                                             // e.g. "pg_outbox/1.0"; empty = omit
 };
 
 // Builds the header lines, in this order:

@@ -88,10 +88,14 @@ class Parser {
     for (int i = 0; i < 4; ++i) {
       char c = text_[pos_++];
       out <<= 4;
-      if (c >= '0' && c <= '9') out |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') out |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') out |= static_cast<uint32_t>(c - 'A' + 10);
-      else return false;
+      if (c >= '0' && c <= '9')
+        out |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        out |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        out |= static_cast<uint32_t>(c - 'A' + 10);
+      else
+        return false;
     }
     return true;
   }
@@ -110,14 +114,30 @@ class Parser {
       if (pos_ >= text_.size()) return false;
       char e = text_[pos_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           uint32_t cp = 0;
           if (!hex4(cp)) return false;
@@ -149,10 +169,14 @@ size_t utf8_sequence_length(std::string_view s, size_t i) {
   if (b0 >= 0x01 && b0 < 0x80) return 1;
   size_t len = 0;
   uint32_t min = 0;
-  if ((b0 & 0xE0) == 0xC0) len = 2, min = 0x80;
-  else if ((b0 & 0xF0) == 0xE0) len = 3, min = 0x800;
-  else if ((b0 & 0xF8) == 0xF0) len = 4, min = 0x10000;
-  else return 0;
+  if ((b0 & 0xE0) == 0xC0)
+    len = 2, min = 0x80;
+  else if ((b0 & 0xF0) == 0xE0)
+    len = 3, min = 0x800;
+  else if ((b0 & 0xF8) == 0xF0)
+    len = 4, min = 0x10000;
+  else
+    return 0;
   if (i + len > s.size()) return 0;
   uint32_t cp = b0 & (0x7F >> len);
   for (size_t k = 1; k < len; ++k) {

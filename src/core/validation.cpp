@@ -19,13 +19,20 @@ bool is_hex(char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' 
 bool is_ctl_or_space(unsigned char c) { return c <= 0x20 || c == 0x7F; }
 
 // RFC 3986 character classes used by check_url.
-bool is_unreserved(char c) {
-  return is_alpha(c) || is_digit(c) || c == '-' || c == '.' || c == '_' || c == '~';
-}
+bool is_unreserved(char c) { return is_alpha(c) || is_digit(c) || c == '-' || c == '.' || c == '_' || c == '~'; }
 bool is_sub_delim(char c) {
   switch (c) {
-    case '!': case '$': case '&': case '\'': case '(': case ')':
-    case '*': case '+': case ',': case ';': case '=':
+    case '!':
+    case '$':
+    case '&':
+    case '\'':
+    case '(':
+    case ')':
+    case '*':
+    case '+':
+    case ',':
+    case ';':
+    case '=':
       return true;
     default:
       return false;
@@ -46,7 +53,6 @@ bool all_pct_or(std::string_view s, Pred allowed) {
   }
   return true;
 }
-
 
 // Dotted-quad IPv4 with each part 0..255 and no leading zeros (which some
 // resolvers read as octal).
@@ -109,19 +115,28 @@ long next_code_point(std::string_view s, size_t& i) {
   unsigned char c = static_cast<unsigned char>(s[i]);
   int extra;
   long cp;
-  if (c < 0x80) { ++i; return c; }
-  if (c >= 0xC2 && c <= 0xDF) { extra = 1; cp = c & 0x1F; }
-  else if (c >= 0xE0 && c <= 0xEF) { extra = 2; cp = c & 0x0F; }
-  else if (c >= 0xF0 && c <= 0xF4) { extra = 3; cp = c & 0x07; }
-  else return -1;
+  if (c < 0x80) {
+    ++i;
+    return c;
+  }
+  if (c >= 0xC2 && c <= 0xDF) {
+    extra = 1;
+    cp = c & 0x1F;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    extra = 2;
+    cp = c & 0x0F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    extra = 3;
+    cp = c & 0x07;
+  } else
+    return -1;
   if (i + extra >= s.size()) return -1;  // truncated sequence
   for (int k = 1; k <= extra; ++k) {
     unsigned char cc = static_cast<unsigned char>(s[i + k]);
     if ((cc & 0xC0) != 0x80) return -1;
     cp = (cp << 6) | (cc & 0x3F);
   }
-  if ((extra == 2 && cp < 0x800) || (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-      (cp >= 0xD800 && cp <= 0xDFFF))
+  if ((extra == 2 && cp < 0x800) || (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
     return -1;
   i += extra + 1;
   return cp;
@@ -129,8 +144,7 @@ long next_code_point(std::string_view s, size_t& i) {
 
 bool is_unicode_space(long cp) {
   return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-         cp == 0x205F || cp == 0x3000;
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 bool is_unicode_control(long cp) { return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F); }
@@ -236,8 +250,21 @@ std::optional<std::string> check_header(std::string_view name, std::string_view 
     // RFC 9110 section 5.6.2 tchar.
     bool tchar = is_alpha(c) || is_digit(c);
     switch (c) {
-      case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
-      case '-': case '.': case '^': case '_': case '`': case '|': case '~':
+      case '!':
+      case '#':
+      case '$':
+      case '%':
+      case '&':
+      case '\'':
+      case '*':
+      case '+':
+      case '-':
+      case '.':
+      case '^':
+      case '_':
+      case '`':
+      case '|':
+      case '~':
         tchar = true;
         break;
       default:
@@ -249,8 +276,7 @@ std::optional<std::string> check_header(std::string_view name, std::string_view 
   // The name is a valid token from here on, so it is safe to quote; the value never is.
   const std::string quoted = "\"" + std::string(name) + "\"";
   if (value.size() > kMaxHeaderValueBytes)
-    return "value of header " + quoted + " must be at most " + std::to_string(kMaxHeaderValueBytes) +
-           " bytes long";
+    return "value of header " + quoted + " must be at most " + std::to_string(kMaxHeaderValueBytes) + " bytes long";
   for (char c : value) {
     auto u = static_cast<unsigned char>(c);
     if (u == '\r' || u == '\n' || u == 0) return "value of header " + quoted + " must not contain CR, LF or NUL";

@@ -17,19 +17,17 @@ std::string hmac_sha256(std::string_view key, std::string_view message) {
   // OpenSSL treats a NULL key specially, so an empty key still gets a valid pointer.
   static const unsigned char empty = 0;
   const auto* key_ptr = key.empty() ? &empty : reinterpret_cast<const unsigned char*>(key.data());
-  const auto* msg_ptr =
-      message.empty() ? &empty : reinterpret_cast<const unsigned char*>(message.data());
+  const auto* msg_ptr = message.empty() ? &empty : reinterpret_cast<const unsigned char*>(message.data());
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int out_len = 0;
-  if (HMAC(EVP_sha256(), key_ptr, static_cast<int>(key.size()), msg_ptr, message.size(), out,
-           &out_len) == nullptr ||
+  if (HMAC(EVP_sha256(), key_ptr, static_cast<int>(key.size()), msg_ptr, message.size(), out, &out_len) == nullptr ||
       out_len != 32)
     throw std::runtime_error("HMAC-SHA256 computation failed in libcrypto");
   return std::string(reinterpret_cast<const char*>(out), out_len);
 }
 
-std::string webhook_signature(std::string_view whsec_secret, std::string_view webhook_id,
-                              int64_t timestamp_unix_s, std::string_view body) {
+std::string webhook_signature(std::string_view whsec_secret, std::string_view webhook_id, int64_t timestamp_unix_s,
+                              std::string_view body) {
   if (auto err = check_secret(whsec_secret)) throw std::invalid_argument(*err);
   // check_secret has just proven that this decodes.
   std::string key = *base64_decode(whsec_secret.substr(6));

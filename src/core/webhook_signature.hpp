@@ -19,7 +19,7 @@ std::string hmac_sha256(std::string_view key, std::string_view message);
 // timestamp is the decimal unix time in seconds (the webhook-timestamp header).
 // Throws std::invalid_argument when whsec_secret fails check_secret; the message
 // explains why but never contains the secret.
-std::string webhook_signature(std::string_view whsec_secret, std::string_view webhook_id,
-                              int64_t timestamp_unix_s, std::string_view body);
+std::string webhook_signature(std::string_view whsec_secret, std::string_view webhook_id, int64_t timestamp_unix_s,
+                              std::string_view body);
 
 }  // namespace pg_outbox::core

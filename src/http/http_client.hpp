@@ -27,74 +27,74 @@ namespace pg_outbox::http {
 constexpr std::size_t kBodyHeadLimit = 1024 + 3;
 
 struct Request {
-    uint64_t tag = 0;  // the caller's id (message id), returned in the Response
-    std::string url;
-    std::vector<std::string> headers;  // complete "Name: value" lines, already validated
-    std::string body;                  // POSTed as is (any bytes)
-    long timeout_ms = 0;  // whole-transfer timeout (connect included); <= 0 is taken as 1
+  uint64_t tag = 0;  // the caller's id (message id), returned in the Response
+  std::string url;
+  std::vector<std::string> headers;  // complete "Name: value" lines, already validated
+  std::string body;                  // POSTed as is (any bytes)
+  long timeout_ms = 0;               // whole-transfer timeout (connect included); <= 0 is taken as 1
 };
 
 struct Response {
-    uint64_t tag = 0;
-    // HTTP status of the final response, 0 when none was received. When transport_error is set
-    // the status may still be non-zero (the headers arrived, then the transfer failed): the
-    // transfer did not complete, so transport_error must be checked first.
-    long status = 0;
-    bool transport_error = false;  // connect refused / DNS / TLS / timeout / closed connection
-    std::string error;             // curl's error text, empty on success
-    std::string body_head;         // first kBodyHeadLimit bytes of the response body
-    std::string retry_after;       // raw value of the final response's Retry-After, empty if none
-    // The egress rule that refused the address the request would have gone to (then
-    // transport_error is set and nothing was sent), empty otherwise.
-    std::string egress_denied;
-    double total_ms = 0;           // transfer time
+  uint64_t tag = 0;
+  // HTTP status of the final response, 0 when none was received. When transport_error is set
+  // the status may still be non-zero (the headers arrived, then the transfer failed): the
+  // transfer did not complete, so transport_error must be checked first.
+  long status = 0;
+  bool transport_error = false;  // connect refused / DNS / TLS / timeout / closed connection
+  std::string error;             // curl's error text, empty on success
+  std::string body_head;         // first kBodyHeadLimit bytes of the response body
+  std::string retry_after;       // raw value of the final response's Retry-After, empty if none
+  // The egress rule that refused the address the request would have gone to (then
+  // transport_error is set and nothing was sent), empty otherwise.
+  std::string egress_denied;
+  double total_ms = 0;  // transfer time
 };
 
 class Client {
-public:
-    // Throws std::runtime_error if libcurl cannot be initialised.
-    explicit Client(int max_concurrency);
-    ~Client();
-    Client(const Client&) = delete;
-    Client& operator=(const Client&) = delete;
+ public:
+  // Throws std::runtime_error if libcurl cannot be initialised.
+  explicit Client(int max_concurrency);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
 
-    // GUC reload. Values < 1 are taken as 1. Lowering it never cancels transfers already in
-    // flight; it only delays starting queued ones.
-    void set_max_concurrency(int max_concurrency);
+  // GUC reload. Values < 1 are taken as 1. Lowering it never cancels transfers already in
+  // flight; it only delays starting queued ones.
+  void set_max_concurrency(int max_concurrency);
 
-    // The egress policy, checked on the address of every connection before it is opened
-    // (CURLOPT_OPENSOCKETFUNCTION) and of every connection a request is about to use,
-    // reused ones included (CURLOPT_PREREQFUNCTION). Applies to every connection opened
-    // or reused from now on. An empty policy allows everything.
-    void set_egress_policy(core::EgressPolicy policy);
+  // The egress policy, checked on the address of every connection before it is opened
+  // (CURLOPT_OPENSOCKETFUNCTION) and of every connection a request is about to use,
+  // reused ones included (CURLOPT_PREREQFUNCTION). Applies to every connection opened
+  // or reused from now on. An empty policy allows everything.
+  void set_egress_policy(core::EgressPolicy policy);
 
-    // Queued; started (by run()) as soon as fewer than max_concurrency are in flight.
-    void submit(Request request);
+  // Queued; started (by run()) as soon as fewer than max_concurrency are in flight.
+  void submit(Request request);
 
-    // Removes the queued (not yet started) requests whose tag the predicate selects and
-    // returns their tags: used when an endpoint's circuit opens, so that requests that
-    // would only fail are given back instead of spending an attempt.
-    std::vector<uint64_t> cancel_queued(const std::function<bool(uint64_t tag)>& select);
+  // Removes the queued (not yet started) requests whose tag the predicate selects and
+  // returns their tags: used when an endpoint's circuit opens, so that requests that
+  // would only fail are given back instead of spending an attempt.
+  std::vector<uint64_t> cancel_queued(const std::function<bool(uint64_t tag)>& select);
 
-    size_t in_flight() const;  // started, not finished
-    size_t queued() const;     // submitted, not started
+  size_t in_flight() const;  // started, not finished
+  size_t queued() const;     // submitted, not started
 
-    // Starts queued requests (slots freed during this call are refilled by the next one, after
-    // the caller has seen the results) and drives transfers for at most timeout_ms, waiting in epoll_wait
-    // (bounded by libcurl's next timer); returns as soon as at least one response is ready
-    // (possibly empty on timeout, or early when a signal interrupts the wait).
-    // timeout_ms <= 0: just process what is ready, never wait. Returns at once when nothing is
-    // in flight. Throws std::runtime_error only if the multi handle itself fails (out of memory).
-    std::vector<Response> run(int timeout_ms);
+  // Starts queued requests (slots freed during this call are refilled by the next one, after
+  // the caller has seen the results) and drives transfers for at most timeout_ms, waiting in epoll_wait
+  // (bounded by libcurl's next timer); returns as soon as at least one response is ready
+  // (possibly empty on timeout, or early when a signal interrupts the wait).
+  // timeout_ms <= 0: just process what is ready, never wait. Returns at once when nothing is
+  // in flight. Throws std::runtime_error only if the multi handle itself fails (out of memory).
+  std::vector<Response> run(int timeout_ms);
 
-    // Drops everything (used at shutdown): queued requests, transfers in flight (their handles
-    // are removed and freed, their connections closed) and responses not yet returned. The
-    // client stays usable; the destructor does the same and then closes idle connections.
-    void abandon_all();
+  // Drops everything (used at shutdown): queued requests, transfers in flight (their handles
+  // are removed and freed, their connections closed) and responses not yet returned. The
+  // client stays usable; the destructor does the same and then closes idle connections.
+  void abandon_all();
 
-private:
-    struct Impl;
-    std::unique_ptr<Impl> impl_;
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace pg_outbox::http

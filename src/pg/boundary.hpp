@@ -68,8 +68,7 @@ auto pg_call(Fn&& fn) -> decltype(fn()) {
     PG_END_TRY();
     if (edata != nullptr) throw PgError(edata);
   } else {
-    static_assert(std::is_scalar_v<Result>,
-                  "pg_call results cross a longjmp boundary: return plain values only");
+    static_assert(std::is_scalar_v<Result>, "pg_call results cross a longjmp boundary: return plain values only");
     // volatile: set inside the sigsetjmp scope and read after it.
     Result volatile result{};
     PG_TRY();
@@ -123,12 +122,12 @@ Datum invoke_cpp(Fn&& fn) noexcept {
 
 // Defines a SQL-callable function whose body is C++ running inside invoke_cpp.
 // Usage: PG_OUTBOX_FUNCTION(pg_outbox_check_url) { ... return (Datum) 0; }
-#define PG_OUTBOX_FUNCTION(name)                                                     \
-  extern "C" {                                                                       \
-  PG_FUNCTION_INFO_V1(name);                                                         \
-  }                                                                                  \
-  static Datum name##_body(FunctionCallInfo fcinfo);                                 \
-  extern "C" Datum name(PG_FUNCTION_ARGS) {                                          \
-    return pg_outbox::pg::invoke_cpp([fcinfo]() { return name##_body(fcinfo); });   \
-  }                                                                                  \
+#define PG_OUTBOX_FUNCTION(name)                                                  \
+  extern "C" {                                                                    \
+  PG_FUNCTION_INFO_V1(name);                                                      \
+  }                                                                               \
+  static Datum name##_body(FunctionCallInfo fcinfo);                              \
+  extern "C" Datum name(PG_FUNCTION_ARGS) {                                       \
+    return pg_outbox::pg::invoke_cpp([fcinfo]() { return name##_body(fcinfo); }); \
+  }                                                                               \
   static Datum name##_body(FunctionCallInfo fcinfo)

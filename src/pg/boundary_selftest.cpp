@@ -27,11 +27,9 @@ struct LiveGuard {
 }  // namespace
 
 PG_OUTBOX_FUNCTION(pg_outbox_boundary_selftest) {
-  if (PG_ARGISNULL(0))
-    throw pg_outbox::pg::SqlError(ERRCODE_NULL_VALUE_NOT_ALLOWED, "kind must not be null");
-  std::string kind = pg_outbox::pg::pg_call([&] {
-    return static_cast<const char*>(text_to_cstring(PG_GETARG_TEXT_PP(0)));
-  });
+  if (PG_ARGISNULL(0)) throw pg_outbox::pg::SqlError(ERRCODE_NULL_VALUE_NOT_ALLOWED, "kind must not be null");
+  std::string kind =
+      pg_outbox::pg::pg_call([&] { return static_cast<const char*>(text_to_cstring(PG_GETARG_TEXT_PP(0))); });
   if (live_guards != 0)
     throw std::logic_error("a destructor was skipped by an earlier call (" + std::to_string(live_guards) + ")");
   LiveGuard guard;
@@ -41,7 +39,8 @@ PG_OUTBOX_FUNCTION(pg_outbox_boundary_selftest) {
   if (kind == "unknown") throw 42;
   if (kind == "pg_error_in_cpp") {
     // A PostgreSQL ERROR raised under C++ frames: it must unwind them as a PgError.
-    pg_outbox::pg::pg_call([] { ereport(ERROR, (errcode(ERRCODE_DIVISION_BY_ZERO), errmsg("selftest PostgreSQL error"))); });
+    pg_outbox::pg::pg_call(
+        [] { ereport(ERROR, (errcode(ERRCODE_DIVISION_BY_ZERO), errmsg("selftest PostgreSQL error"))); });
   }
   if (kind != "ok")
     throw pg_outbox::pg::SqlError(ERRCODE_INVALID_PARAMETER_VALUE, "unknown selftest kind \"" + kind + "\"");

@@ -38,11 +38,11 @@ int64 stored_size(Datum value) { return static_cast<int64>(toast_raw_datum_size(
 Datum enqueue_as_owner(FunctionCallInfo fcinfo) {
   static SPIPlanPtr plan = nullptr;
   if (!PG_ARGISNULL(1) && stored_size(PG_GETARG_DATUM(1)) > pg_outbox::pg::settings.max_payload_size)
-    ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-                    errmsg("payload of %lld bytes exceeds pg_outbox.max_payload_size (%d bytes)",
-                           static_cast<long long>(stored_size(PG_GETARG_DATUM(1))),
-                           pg_outbox::pg::settings.max_payload_size),
-                    errhint("Store large documents elsewhere and send a reference to them.")));
+    ereport(ERROR,
+            (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+             errmsg("payload of %lld bytes exceeds pg_outbox.max_payload_size (%d bytes)",
+                    static_cast<long long>(stored_size(PG_GETARG_DATUM(1))), pg_outbox::pg::settings.max_payload_size),
+             errhint("Store large documents elsewhere and send a reference to them.")));
   Oid caller = GetUserId();
   Oid owner = function_owner(fcinfo->flinfo->fn_oid);
   // Superusers and the extension's owner need no send right: decided here, from the

@@ -44,7 +44,7 @@ void _PG_init(void) {
     // A WARNING: CREATE EXTENSION runs its script with client_min_messages raised to
     // WARNING, and this is the moment the operator must hear it.
     ereport(WARNING, (errmsg("pg_outbox is not in shared_preload_libraries: messages will not be delivered"),
-                     errhint("Add pg_outbox to shared_preload_libraries and restart the server.")));
+                      errhint("Add pg_outbox to shared_preload_libraries and restart the server.")));
     return;
   }
   pg_outbox::pg::request_shared_state();

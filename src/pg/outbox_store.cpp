@@ -157,7 +157,7 @@ int64_t OutboxStore::record_claim(const std::vector<int64_t>& ids, const std::ve
 }
 
 std::optional<int64_t> OutboxStore::next_due_in_ms(const std::vector<std::string>& endpoints,
-                                                const std::vector<int64_t>& excluded) {
+                                                   const std::vector<int64_t>& excluded) {
   // One index probe per endpoint: the oldest message of each that is not in flight.
   // Measured against the transaction's now(), the clock the claim used: a message
   // that came due after the claim's now() is "due in N ms", never "due already".
@@ -225,8 +225,8 @@ void OutboxStore::settle(const Settlements& s, bool keep_history) {
         "       AS r(id, delay_ms, error, http_status, attempts)"
         " WHERE m.id = ANY ($1) AND m.id = r.id",
         {kInt8Array, kInt8Array, kTextArray, kInt4Array, kInt4Array});
-    statement.run({int8_array(ids), int8_array(delays), text_array(errors), int4_array(statuses),
-                   int4_array(attempts)});
+    statement.run(
+        {int8_array(ids), int8_array(delays), text_array(errors), int4_array(statuses), int4_array(attempts)});
   }
   if (!s.dead.empty()) {
     std::vector<int64_t> ids;
@@ -257,8 +257,8 @@ void OutboxStore::settle(const Settlements& s, bool keep_history) {
         "        coalesce(first_failed_at, now()), now(), created_at"
         "   FROM moved",
         {kInt8Array, kTextArray, kTextArray, kInt4Array, kTextArray, kInt4Array});
-    statement.run({int8_array(ids), text_array(reasons), text_array(errors), int4_array(statuses),
-                   text_array(bodies), int4_array(attempts)});
+    statement.run({int8_array(ids), text_array(reasons), text_array(errors), int4_array(statuses), text_array(bodies),
+                   int4_array(attempts)});
   }
   if (!s.finished_claims.empty()) {
     static Statement statement("DELETE FROM outbox.claims WHERE id = ANY($1)", {kInt8Array});
@@ -274,8 +274,7 @@ void OutboxStore::save_breaker(const std::string& endpoint, const core::Breaker&
       " WHERE name = $1",
       {kText, kText, kInt4, INT8OID, INT8OID});
   statement.run({text_datum(endpoint), text_datum(core::breaker_state_name(b.state)),
-                 Int32GetDatum(b.consecutive_failures), Int64GetDatum(b.open_until_ms),
-                 Int64GetDatum(b.cooldown_ms)});
+                 Int32GetDatum(b.consecutive_failures), Int64GetDatum(b.open_until_ms), Int64GetDatum(b.cooldown_ms)});
 }
 
 void OutboxStore::notify(const std::string& channel, const std::string& payload) {

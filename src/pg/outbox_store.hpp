@@ -33,17 +33,27 @@ struct ClaimedMessage {
   std::string payload;       // HTTP: the jsonb text; NOTIFY: the whole envelope; empty when too large
   std::string headers_json;  // empty: none
   std::string idempotency_key;
-  int attempts = 0;            // including this one
-  int64_t payload_size = 0;    // as stored, uncompressed (outbox._payload_size)
-  bool too_large = false;      // over pg_outbox.max_payload_size: not read, never sent
+  int attempts = 0;          // including this one
+  int64_t payload_size = 0;  // as stored, uncompressed (outbox._payload_size)
+  bool too_large = false;    // over pg_outbox.max_payload_size: not read, never sent
 };
 
 // The results of a round of deliveries, written back in one transaction. Every result
 // carries the attempt number it settles: the queue's row records it (a retry), or it
 // travels with the row to the history or the DLQ.
 struct Settlements {
-  struct Sent { int64_t id; int32_t http_status; int attempts; };
-  struct Retry { int64_t id; int64_t delay_ms; std::string error; int32_t http_status; int attempts; };
+  struct Sent {
+    int64_t id;
+    int32_t http_status;
+    int attempts;
+  };
+  struct Retry {
+    int64_t id;
+    int64_t delay_ms;
+    std::string error;
+    int32_t http_status;
+    int attempts;
+  };
   struct Dead {
     int64_t id;
     core::DeadReason reason;
@@ -82,7 +92,8 @@ class OutboxStore {
   int64_t record_claim(const std::vector<int64_t>& ids, const std::vector<int32_t>& attempts);
   // How long until the earliest next_attempt_at among the messages of these endpoints
   // not excluded, from the transaction's now() (0 or less: due already, so blocked).
-  std::optional<int64_t> next_due_in_ms(const std::vector<std::string>& endpoints, const std::vector<int64_t>& excluded);
+  std::optional<int64_t> next_due_in_ms(const std::vector<std::string>& endpoints,
+                                        const std::vector<int64_t>& excluded);
 
   // keep_history: delivered messages go to outbox.history (else they are deleted).
   void settle(const Settlements& settlements, bool keep_history);

@@ -34,10 +34,10 @@ bool check_egress_rules(char** value, void**, GucSource) {
   return false;
 }
 
-void define_int(const char* name, const char* description, int* target, int boot, int min, int max,
-                GucContext context, int flags) {
-  DefineCustomIntVariable(name, description, nullptr, target, boot, min, max, context, flags, nullptr,
-                          nullptr, nullptr);
+void define_int(const char* name, const char* description, int* target, int boot, int min, int max, GucContext context,
+                int flags) {
+  DefineCustomIntVariable(name, description, nullptr, target, boot, min, max, context, flags, nullptr, nullptr,
+                          nullptr);
 }
 
 }  // namespace
@@ -46,26 +46,26 @@ void define_settings() {
   // Only the worker, registered at server start, reads it: a restart setting. A session
   // that loads the library later (no shared_preload_libraries) may not define one, so
   // there it is a plain reloadable setting that nothing uses.
-  DefineCustomStringVariable("pg_outbox.database", "Database whose outbox the background worker serves.",
-                             nullptr, &settings.database, "postgres",
-                             process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP, 0,
-                             nullptr, nullptr, nullptr);
+  DefineCustomStringVariable("pg_outbox.database", "Database whose outbox the background worker serves.", nullptr,
+                             &settings.database, "postgres",
+                             process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP, 0, nullptr,
+                             nullptr, nullptr);
   DefineCustomBoolVariable("pg_outbox.enabled", "Deliver messages (off pauses all delivery).", nullptr,
                            &settings.enabled, true, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
   define_int("pg_outbox.poll_interval", "Longest the worker sleeps when it is not woken by a commit.",
              &settings.poll_interval_ms, 1000, 10, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS);
-  define_int("pg_outbox.batch_size", "Most messages claimed in one transaction.", &settings.batch_size,
-             500, 1, 100000, PGC_SIGHUP, 0);
-  define_int("pg_outbox.max_concurrency", "Most HTTP requests in flight at once.",
-             &settings.max_concurrency, 64, 1, 4096, PGC_SIGHUP, 0);
-  define_int("pg_outbox.http_timeout", "Default whole-request HTTP timeout of an endpoint.",
-             &settings.http_timeout_ms, 5000, 1, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS);
+  define_int("pg_outbox.batch_size", "Most messages claimed in one transaction.", &settings.batch_size, 500, 1, 100000,
+             PGC_SIGHUP, 0);
+  define_int("pg_outbox.max_concurrency", "Most HTTP requests in flight at once.", &settings.max_concurrency, 64, 1,
+             4096, PGC_SIGHUP, 0);
+  define_int("pg_outbox.http_timeout", "Default whole-request HTTP timeout of an endpoint.", &settings.http_timeout_ms,
+             5000, 1, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS);
   define_int("pg_outbox.max_attempts", "Default delivery attempts before a message is dead-lettered.",
              &settings.max_attempts, 10, 1, 1000000, PGC_SIGHUP, 0);
-  define_int("pg_outbox.backoff_base", "First retry delay; it doubles with every attempt.",
-             &settings.backoff_base_ms, 1000, 1, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS);
-  define_int("pg_outbox.backoff_max", "Longest retry delay (also caps Retry-After).",
-             &settings.backoff_max_ms, 3600 * 1000, 1, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS);
+  define_int("pg_outbox.backoff_base", "First retry delay; it doubles with every attempt.", &settings.backoff_base_ms,
+             1000, 1, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS);
+  define_int("pg_outbox.backoff_max", "Longest retry delay (also caps Retry-After).", &settings.backoff_max_ms,
+             3600 * 1000, 1, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS);
   define_int("pg_outbox.lease",
              "Longest a claimed message waits in the worker for its request to start before it is given back.",
              &settings.lease_s, 300, 1, INT_MAX / 1000, PGC_SIGHUP, GUC_UNIT_S);
@@ -74,7 +74,8 @@ void define_settings() {
              &settings.breaker_threshold, 10, 1, 1000000, PGC_SIGHUP, 0);
   define_int("pg_outbox.sent_retention", "How long sent messages are kept (0: deleted at once).",
              &settings.sent_retention_s, 86400, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
-  define_int("pg_outbox.dlq_retention", "How long handled (requeued or discarded) dead letters are kept (-1: for ever); open ones always are.",
+  define_int("pg_outbox.dlq_retention",
+             "How long handled (requeued or discarded) dead letters are kept (-1: for ever); open ones always are.",
              &settings.dlq_retention_s, -1, -1, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
   define_int("pg_outbox.max_payload_size",
              "Largest payload enqueue accepts; a larger row inserted directly is dead-lettered.",
@@ -84,14 +85,12 @@ void define_settings() {
              &settings.max_inflight_bytes, 64 << 20, 1 << 20, INT_MAX, PGC_SIGHUP, GUC_UNIT_BYTE);
   // Where the server may send: superuser settings (SIGHUP context), hidden from other
   // roles (GUC_SUPERUSER_ONLY), refused at SET/reload when a rule does not parse.
-  DefineCustomStringVariable("pg_outbox.egress_allow",
-                             "Host patterns and CIDR ranges deliveries may go to (empty: anywhere not denied).",
-                             nullptr, &settings.egress_allow, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY,
-                             check_egress_rules, nullptr, nullptr);
-  DefineCustomStringVariable("pg_outbox.egress_deny",
-                             "Host patterns and CIDR ranges deliveries may never go to (deny wins).", nullptr,
-                             &settings.egress_deny, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY, check_egress_rules,
-                             nullptr, nullptr);
+  DefineCustomStringVariable(
+      "pg_outbox.egress_allow", "Host patterns and CIDR ranges deliveries may go to (empty: anywhere not denied).",
+      nullptr, &settings.egress_allow, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY, check_egress_rules, nullptr, nullptr);
+  DefineCustomStringVariable(
+      "pg_outbox.egress_deny", "Host patterns and CIDR ranges deliveries may never go to (deny wins).", nullptr,
+      &settings.egress_deny, "", PGC_SIGHUP, GUC_SUPERUSER_ONLY, check_egress_rules, nullptr, nullptr);
   MarkGUCPrefixReserved("pg_outbox");
 }
 

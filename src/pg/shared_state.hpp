@@ -28,7 +28,7 @@ struct EndpointCounters {
 struct SharedState {
   pg_atomic_uint32 wake_requested;     // collapses many commits into one SetLatch
   pg_atomic_uint64 endpoints_version;  // bumped when a committed change touched outbox.endpoints
-  Latch* worker_latch;              // nullptr while no worker runs
+  Latch* worker_latch;                 // nullptr while no worker runs
 
   slock_t mutex;  // guards everything below
   int worker_pid;

@@ -24,8 +24,8 @@ int64_t Rows::int64(size_t row, size_t column) const {
 Rows Statement::run(const std::vector<Datum>& arguments) {
   if (plan_ == nullptr) {
     plan_ = pg_call([&] {
-      SPIPlanPtr plan = SPI_prepare(sql_, static_cast<int>(argument_types_.size()),
-                                    const_cast<Oid*>(argument_types_.data()));
+      SPIPlanPtr plan =
+          SPI_prepare(sql_, static_cast<int>(argument_types_.size()), const_cast<Oid*>(argument_types_.data()));
       if (plan == nullptr) elog(ERROR, "pg_outbox: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
       if (SPI_keepplan(plan) != 0) elog(ERROR, "pg_outbox: SPI_keepplan failed");
       return plan;
@@ -66,8 +66,8 @@ Datum build_array(const std::vector<T>& values, Oid element_type, ToDatum to_dat
     get_typlenbyvalalign(element_type, &length, &by_value, &align);
     Datum* datums = static_cast<Datum*>(palloc(sizeof(Datum) * (values.empty() ? 1 : values.size())));
     for (size_t i = 0; i < values.size(); ++i) datums[i] = to_datum(values[i]);
-    return PointerGetDatum(construct_array(datums, static_cast<int>(values.size()), element_type, length,
-                                           by_value, align));
+    return PointerGetDatum(
+        construct_array(datums, static_cast<int>(values.size()), element_type, length, by_value, align));
   });
 }
 
@@ -88,7 +88,8 @@ Datum text_array(const std::vector<std::string>& values) {
 }
 
 Datum text_datum(const std::string& value) {
-  return pg_call([&] { return PointerGetDatum(cstring_to_text_with_len(value.data(), static_cast<int>(value.size()))); });
+  return pg_call(
+      [&] { return PointerGetDatum(cstring_to_text_with_len(value.data(), static_cast<int>(value.size()))); });
 }
 
 void in_transaction(const char* activity, const std::function<void()>& body) {

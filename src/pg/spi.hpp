@@ -22,8 +22,7 @@ namespace pg_outbox::pg {
 class Rows {
  public:
   Rows() = default;
-  Rows(size_t columns, std::vector<std::optional<std::string>> cells)
-      : columns_(columns), cells_(std::move(cells)) {}
+  Rows(size_t columns, std::vector<std::optional<std::string>> cells) : columns_(columns), cells_(std::move(cells)) {}
   size_t size() const { return columns_ ? cells_.size() / columns_ : 0; }
   const std::optional<std::string>& at(size_t row, size_t column) const { return cells_[row * columns_ + column]; }
   std::string text(size_t row, size_t column) const { return at(row, column).value_or(""); }
@@ -39,8 +38,7 @@ class Rows {
 // plan cache re-plans it when the tables change (DROP/CREATE EXTENSION).
 class Statement {
  public:
-  Statement(const char* sql, std::vector<Oid> argument_types)
-      : sql_(sql), argument_types_(std::move(argument_types)) {}
+  Statement(const char* sql, std::vector<Oid> argument_types) : sql_(sql), argument_types_(std::move(argument_types)) {}
   // Runs inside an open transaction with SPI connected; returns the rows (if any).
   Rows run(const std::vector<Datum>& arguments);
 

@@ -15,8 +15,8 @@ extern "C" {
 
 namespace {
 
-using pg_outbox::pg::SharedState;
 using pg_outbox::pg::shared_state;
+using pg_outbox::pg::SharedState;
 
 // A snapshot of the shared state, taken without holding the spinlock for long.
 // Heap-allocated with palloc: SharedState is large and plain data.
@@ -48,7 +48,8 @@ PG_OUTBOX_FUNCTION(pg_outbox_worker_status) {
     // The columns this version knows, in declaration order. A database still on an
     // older version of the extension declares a prefix of them: fill what it asks for.
     constexpr int kColumns = 10;
-    if (desc->natts > kColumns) elog(ERROR, "worker_status declares %d columns, this library knows %d", desc->natts, kColumns);
+    if (desc->natts > kColumns)
+      elog(ERROR, "worker_status declares %d columns, this library knows %d", desc->natts, kColumns);
     Datum values[kColumns];
     bool nulls[kColumns] = {false};
     bool running = s->worker_pid != 0;

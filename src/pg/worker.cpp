@@ -32,9 +32,9 @@ struct ExtensionChanged : std::runtime_error {
 
 constexpr const char* kVersion = "0.3.0";  // the extension version this library serves
 constexpr const char* kUserAgent = "pg_outbox/0.3.0";
-constexpr size_t kResponseBodyLimit = 1024;     // dlq.dead_letters.response_body keeps the first 1 KiB
-constexpr int kSettleBatch = 1000;              // results written back per transaction, at most
-constexpr int kHttpSliceMs = 20;                // longest the worker is deaf to its latch
+constexpr size_t kResponseBodyLimit = 1024;  // dlq.dead_letters.response_body keeps the first 1 KiB
+constexpr int kSettleBatch = 1000;           // results written back per transaction, at most
+constexpr int kHttpSliceMs = 20;             // longest the worker is deaf to its latch
 // Gap between claims that commits trigger: 2 ms while claims find work, doubling up
 // to 50 ms while they come back empty (commits for a paused endpoint, say).
 constexpr int kWakeCoalesceMinMs = 2;
@@ -384,8 +384,8 @@ size_t Worker::claim_and_deliver() {
     }
     for (const std::string& name : probes) {
       // One message goes out as the probe; its result closes or reopens the circuit.
-      auto claimed = store_.claim({name}, ordered, 1, excluded, settings.max_inflight_bytes,
-                                  settings.max_payload_size, false);
+      auto claimed =
+          store_.claim({name}, ordered, 1, excluded, settings.max_inflight_bytes, settings.max_payload_size, false);
       if (claimed.empty()) continue;
       probed.push_back(name);
       std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
@@ -447,11 +447,14 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
     if (m.too_large) {
       // Never read, never sent: the receiver would refuse it and the worker must not
       // hold it. No attempt was made.
-      pending_.dead.push_back({m.id, core::DeadReason::PayloadTooLarge,
+      pending_.dead.push_back({m.id,
+                               core::DeadReason::PayloadTooLarge,
                                "payload of " + std::to_string(m.payload_size) +
                                    " bytes exceeds pg_outbox.max_payload_size (" +
                                    std::to_string(settings.max_payload_size) + " bytes)",
-                               0, {}, m.attempts - 1});
+                               0,
+                               {},
+                               m.attempts - 1});
       count(m.endpoint, core::Verdict::Dead);
       claim_member_settled(claim_id);
       continue;
@@ -461,8 +464,10 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
     if (!endpoint.headers) invalid = "endpoint headers: " + endpoint.headers_error;
     if (invalid.empty() && !m.headers_json.empty()) {
       auto parsed = core::parse_string_object(m.headers_json);
-      if (!parsed.pairs) invalid = "message headers: " + parsed.error;
-      else headers.message_headers = std::move(*parsed.pairs);
+      if (!parsed.pairs)
+        invalid = "message headers: " + parsed.error;
+      else
+        headers.message_headers = std::move(*parsed.pairs);
     }
     std::vector<std::string> lines;
     if (invalid.empty()) {
@@ -488,8 +493,8 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
     }
     long timeout = endpoint.row.timeout_ms.value_or(settings.http_timeout_ms);
     client_.submit({static_cast<uint64_t>(m.id), endpoint.row.url, std::move(lines), m.payload, timeout});
-    deliveries_[static_cast<uint64_t>(m.id)] = {m.endpoint, m.attempts, max_attempts_of(endpoint), claim_id,
-                                                 m.payload_size, now_s * 1000};
+    deliveries_[static_cast<uint64_t>(m.id)] = {m.endpoint, m.attempts,     max_attempts_of(endpoint),
+                                                claim_id,   m.payload_size, now_s * 1000};
     held_bytes_ += m.payload_size;
   }
 }
@@ -503,10 +508,10 @@ void Worker::deliver_notify(const std::vector<ClaimedMessage>& claimed) {
   for (const ClaimedMessage* m : in_order) {
     const Endpoint& endpoint = endpoints_.at(m->endpoint);
     if (m->too_large || m->payload.size() >= kNotifyPayloadLimit) {
-      std::string error = m->too_large ? "payload of " + std::to_string(m->payload_size) +
-                                             " bytes exceeds pg_outbox.max_payload_size"
-                                       : "NOTIFY envelope of " + std::to_string(m->payload.size()) +
-                                             " bytes exceeds PostgreSQL's limit of 7999";
+      std::string error =
+          m->too_large
+              ? "payload of " + std::to_string(m->payload_size) + " bytes exceeds pg_outbox.max_payload_size"
+              : "NOTIFY envelope of " + std::to_string(m->payload.size()) + " bytes exceeds PostgreSQL's limit of 7999";
       pending_.dead.push_back({m->id, core::DeadReason::PayloadTooLarge, error, 0, {}, m->attempts - 1});
       count(m->endpoint, core::Verdict::Dead);
       continue;
@@ -522,8 +527,7 @@ void Worker::collect_http_results(int wait_ms) {
   // Each batch is recorded before libcurl runs again: a circuit that the batch opens
   // must take the endpoint's queued requests back before run() starts them.
   size_t gathered = 0;
-  for (std::vector<http::Response> responses = client_.run(wait_ms); !responses.empty();
-       responses = client_.run(0)) {
+  for (std::vector<http::Response> responses = client_.run(wait_ms); !responses.empty(); responses = client_.run(0)) {
     for (const http::Response& response : responses) record_outcome(response);
     gathered += responses.size();
     // Gather what else is already finished, so that one transaction settles many.
@@ -549,8 +553,8 @@ void Worker::record_outcome(const http::Response& response) {
     count(delivery.endpoint, core::Verdict::Dead);
     return;
   }
-  core::Outcome outcome = response.transport_error ? core::classify_transport_error()
-                                                   : core::classify_http_status(response.status);
+  core::Outcome outcome =
+      response.transport_error ? core::classify_transport_error() : core::classify_http_status(response.status);
   std::optional<int64_t> retry_after;
   if (!response.transport_error && core::honours_retry_after(response.status) && !response.retry_after.empty())
     retry_after = core::parse_retry_after_ms(response.retry_after, now);
@@ -597,8 +601,8 @@ void Worker::on_breaker_transition(Endpoint& endpoint, core::Transition transiti
     ereport(LOG, (errmsg("pg_outbox: circuit for endpoint \"%s\" %s", endpoint.row.name.c_str(), what),
                   transition == core::Transition::Closed
                       ? 0
-                      : errdetail("%d consecutive retryable failures; next probe in %lld ms.",
-                                  b.consecutive_failures, static_cast<long long>(b.cooldown_ms))));
+                      : errdetail("%d consecutive retryable failures; next probe in %lld ms.", b.consecutive_failures,
+                                  static_cast<long long>(b.cooldown_ms))));
   });
   if (transition == core::Transition::Closed) {
     more_due_ = true;  // the endpoint's waiting messages flow again at once
@@ -638,8 +642,8 @@ void Worker::give_back_stale_requests() {
 }
 
 void Worker::settle_pending() {
-  bool dirty_breakers = std::any_of(endpoints_.begin(), endpoints_.end(),
-                                    [](const auto& e) { return e.second.breaker_dirty; });
+  bool dirty_breakers =
+      std::any_of(endpoints_.begin(), endpoints_.end(), [](const auto& e) { return e.second.breaker_dirty; });
   if (pending_.empty() && !dirty_breakers) return;
   auto settle = [&] {
     require_same_extension();

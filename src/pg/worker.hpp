@@ -36,8 +36,8 @@ class Worker {
     std::string endpoint;
     int attempts = 0;
     int max_attempts = 0;
-    int64_t claim_id = 0;        // its row in outbox.claims
-    int64_t payload_bytes = 0;   // counted in held_bytes_
+    int64_t claim_id = 0;       // its row in outbox.claims
+    int64_t payload_bytes = 0;  // counted in held_bytes_
     int64_t claimed_ms = 0;
   };
 
@@ -75,18 +75,18 @@ class Worker {
   std::mt19937_64 random_;
   std::unordered_map<std::string, Endpoint> endpoints_;
   std::unordered_map<uint64_t, Delivery> deliveries_;
-  Settlements pending_;  // results not yet written back (kept across a failed settle)
+  Settlements pending_;                         // results not yet written back (kept across a failed settle)
   std::unordered_map<int64_t, size_t> claims_;  // outbox.claims id -> its messages not yet settled
   int64_t held_bytes_ = 0;                      // payload bytes of deliveries_
   int64_t history_covered_ms_ = 0;              // history partitions exist until then
   int history_width_s_ = 0;                     // ... of this width
   std::unordered_map<std::string, std::array<uint64_t, 3>> counted_;  // to publish: sent, retried, dead
 
-  bool ready_ = false;         // the extension exists at our version and claims were recovered
+  bool ready_ = false;               // the extension exists at our version and claims were recovered
   std::string waiting_for_version_;  // the version we last logged waiting on
-  uint32_t extension_oid_ = 0;  // of the extension whose tables the deliveries belong to
-  bool more_due_ = true;       // the last claim was full: claim again as soon as there is room
-  int64_t next_claim_ms_ = 0;  // otherwise: when something becomes due (or the poll interval)
+  uint32_t extension_oid_ = 0;       // of the extension whose tables the deliveries belong to
+  bool more_due_ = true;             // the last claim was full: claim again as soon as there is room
+  int64_t next_claim_ms_ = 0;        // otherwise: when something becomes due (or the poll interval)
   int64_t last_claim_ms_ = 0;
   int wake_gap_ms_ = 2;  // see kWakeCoalesceMinMs
   int64_t next_housekeeping_ms_ = 0;

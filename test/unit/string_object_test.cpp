@@ -64,7 +64,9 @@ TEST(SanitizeUtf8, ACharacterAcrossTheLimitIsLeftOutWhole) {
 }
 
 TEST(SanitizeUtf8, ReplacesNulAndInvalidBytes) {
-  EXPECT_EQ(sanitize_utf8(std::string("a\0b", 3), 100), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(sanitize_utf8(std::string("a\0b", 3), 100),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(sanitize_utf8("\xFF\xC3", 100), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(sanitize_utf8("\xED\xA0\x80", 100), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate is not UTF-8
 }

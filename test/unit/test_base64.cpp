@@ -44,13 +44,13 @@ TEST(Base64, RoundTripsAllByteValuesAndLengths) {
 }
 
 TEST(Base64, RejectsInvalidText) {
-  EXPECT_FALSE(base64_decode("Zg"));        // unpadded
-  EXPECT_FALSE(base64_decode("Zg="));       // wrong length
-  EXPECT_FALSE(base64_decode("Zm9v\n"));    // whitespace
-  EXPECT_FALSE(base64_decode("Zm 9"));      // space
-  EXPECT_FALSE(base64_decode("Zm9-"));      // URL-safe alphabet
+  EXPECT_FALSE(base64_decode("Zg"));      // unpadded
+  EXPECT_FALSE(base64_decode("Zg="));     // wrong length
+  EXPECT_FALSE(base64_decode("Zm9v\n"));  // whitespace
+  EXPECT_FALSE(base64_decode("Zm 9"));    // space
+  EXPECT_FALSE(base64_decode("Zm9-"));    // URL-safe alphabet
   EXPECT_FALSE(base64_decode("Zm9_"));
-  EXPECT_FALSE(base64_decode("Z==="));      // too much padding
+  EXPECT_FALSE(base64_decode("Z==="));  // too much padding
   EXPECT_FALSE(base64_decode("===="));
   EXPECT_FALSE(base64_decode("Zg==Zm9v"));  // padding before the end
   EXPECT_FALSE(base64_decode("Z=g="));      // padding inside a group

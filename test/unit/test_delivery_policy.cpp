@@ -33,16 +33,45 @@ TEST(ClassifyHttpStatus, SuccessIsEvery2xx) {
 }
 
 TEST(ClassifyHttpStatus, RetryableStatuses) {
-  for (long s : {408L, 425L, 429L, 500L, 502L, 503L, 504L, 599L})
-    expect_outcome(s, Verdict::Retry, DeadReason::None);
+  for (long s : {408L, 425L, 429L, 500L, 502L, 503L, 504L, 599L}) expect_outcome(s, Verdict::Retry, DeadReason::None);
 }
 
 TEST(ClassifyHttpStatus, PayloadTooLarge) { expect_outcome(413, Verdict::Dead, DeadReason::PayloadTooLarge); }
 
 TEST(ClassifyHttpStatus, EverythingElseIsAClientError) {
-  for (long s : {100L, 101L, 199L, 300L, 301L, 302L, 304L, 307L, 308L, 399L, 400L, 401L, 403L,
-                 404L, 405L, 409L, 410L, 411L, 414L, 415L, 422L, 424L, 426L, 428L, 431L, 451L,
-                 499L, 0L, -1L, 99L, 600L, 999L, std::numeric_limits<long>::max(),
+  for (long s : {100L,
+                 101L,
+                 199L,
+                 300L,
+                 301L,
+                 302L,
+                 304L,
+                 307L,
+                 308L,
+                 399L,
+                 400L,
+                 401L,
+                 403L,
+                 404L,
+                 405L,
+                 409L,
+                 410L,
+                 411L,
+                 414L,
+                 415L,
+                 422L,
+                 424L,
+                 426L,
+                 428L,
+                 431L,
+                 451L,
+                 499L,
+                 0L,
+                 -1L,
+                 99L,
+                 600L,
+                 999L,
+                 std::numeric_limits<long>::max(),
                  std::numeric_limits<long>::min()})
     expect_outcome(s, Verdict::Dead, DeadReason::HttpClientError);
 }
@@ -82,8 +111,8 @@ TEST(RetryAfter, HttpDate) {
 }
 
 TEST(RetryAfter, GarbageIsNullopt) {
-  for (const char* bad : {"", "   ", "-1", "+5", "1.5", "1e3", "soon", "12 s", "0x10",
-                          "Sun, 06 Nov 1994 08:49:37", "Sun, 31 Feb 1994 08:49:37 GMT"})
+  for (const char* bad : {"", "   ", "-1", "+5", "1.5", "1e3", "soon", "12 s", "0x10", "Sun, 06 Nov 1994 08:49:37",
+                          "Sun, 31 Feb 1994 08:49:37 GMT"})
     EXPECT_FALSE(parse_retry_after_ms(bad, 0).has_value()) << bad;
 }
 
@@ -127,10 +156,10 @@ TEST(Backoff, AlwaysWithinHalfCeilingAndCeiling) {
 
 TEST(Backoff, OddInputsAreClamped) {
   BackoffPolicy p(1000, 60000);
-  EXPECT_EQ(p.delay_ms(0, 0.0), 500);    // attempts < 1 behaves as 1
+  EXPECT_EQ(p.delay_ms(0, 0.0), 500);  // attempts < 1 behaves as 1
   EXPECT_EQ(p.delay_ms(-7, 0.0), 500);
-  EXPECT_EQ(p.delay_ms(1, -3.0), 500);   // random below 0 -> 0
-  EXPECT_EQ(p.delay_ms(1, 1.0), 999);    // random at or above 1 -> just below 1
+  EXPECT_EQ(p.delay_ms(1, -3.0), 500);  // random below 0 -> 0
+  EXPECT_EQ(p.delay_ms(1, 1.0), 999);   // random at or above 1 -> just below 1
   EXPECT_EQ(p.delay_ms(1, 42.0), 999);
   EXPECT_EQ(p.delay_ms(1, std::nan("")), 500);
   // A tiny base never yields a zero delay.

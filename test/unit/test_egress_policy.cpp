@@ -127,23 +127,56 @@ TEST(EgressParse, MappedRuleBecomesIpv4Range) {
   EXPECT_EQ(rule("::ffff:7f00:1").kind, Kind::ipv4_range);
   EXPECT_EQ(rule("::ffff:7f00:1").prefix_length, 32);
   EXPECT_EQ(rule("::ffff:0:0/96").prefix_length, 0);  // all of IPv4
-  EXPECT_EQ(rule("::/80").kind, Kind::ipv6_range);     // wider than the mapped block: stays IPv6
+  EXPECT_EQ(rule("::/80").kind, Kind::ipv6_range);    // wider than the mapped block: stays IPv6
 }
 
 TEST(EgressParse, PrefixTooLongMessage) {
   std::vector<EgressRule> out;
-  EXPECT_EQ(parse_egress_rules("10.0.0.0/33", out), "invalid egress rule \"10.0.0.0/33\": prefix length must be 0 to 32");
-  EXPECT_EQ(parse_egress_rules("fc00::/129", out), "invalid egress rule \"fc00::/129\": prefix length must be 0 to 128");
+  EXPECT_EQ(parse_egress_rules("10.0.0.0/33", out),
+            "invalid egress rule \"10.0.0.0/33\": prefix length must be 0 to 32");
+  EXPECT_EQ(parse_egress_rules("fc00::/129", out),
+            "invalid egress rule \"fc00::/129\": prefix length must be 0 to 128");
 }
 
 TEST(EgressParse, RejectsBadRulesNamingThem) {
-  const char* bad[] = {"10.0.0.0/33", "10.0.0.0/", "10.0.0.0/-1", "10.0.0.0/+8", "10.0.0.0/8/8", "10.0.0.0/x",
-                       "10.0.0.0/0008", "::/129", "fc00::/", "256.0.0.1", "1.2.3", "1.2.3.4.5", "010.0.0.1/8",
-                       "127.1", "0x7f000001", "2130706433", "10.0.0.0/8.5", "example.com/8", "gg::1", "1:2:3",
-                       "[::1]", "[::1]/128", "example.com:443", "https://example.com", "exa mple.com",
-                       "ex!ample.com", "example.com/", "*.", "**",
-                       "*.*.example.com", "foo.*.com", "*example.com", "example*", ".example.com", "example..com",
-                       ".", "*..example.com", "a/b"};
+  const char* bad[] = {"10.0.0.0/33",
+                       "10.0.0.0/",
+                       "10.0.0.0/-1",
+                       "10.0.0.0/+8",
+                       "10.0.0.0/8/8",
+                       "10.0.0.0/x",
+                       "10.0.0.0/0008",
+                       "::/129",
+                       "fc00::/",
+                       "256.0.0.1",
+                       "1.2.3",
+                       "1.2.3.4.5",
+                       "010.0.0.1/8",
+                       "127.1",
+                       "0x7f000001",
+                       "2130706433",
+                       "10.0.0.0/8.5",
+                       "example.com/8",
+                       "gg::1",
+                       "1:2:3",
+                       "[::1]",
+                       "[::1]/128",
+                       "example.com:443",
+                       "https://example.com",
+                       "exa mple.com",
+                       "ex!ample.com",
+                       "example.com/",
+                       "*.",
+                       "**",
+                       "*.*.example.com",
+                       "foo.*.com",
+                       "*example.com",
+                       "example*",
+                       ".example.com",
+                       "example..com",
+                       ".",
+                       "*..example.com",
+                       "a/b"};
   for (const char* text : bad) {
     std::vector<EgressRule> out;
     auto msg = parse_egress_rules(text, out);
@@ -165,8 +198,7 @@ TEST(EgressParse, SpecificMessages) {
   EXPECT_EQ(msg("[::1]"), "invalid egress rule \"[::1]\": write IPv6 addresses without brackets");
   EXPECT_EQ(msg("256.0.0.1"), "invalid egress rule \"256.0.0.1\": not a valid IPv4 address");
   EXPECT_EQ(msg("gg::1"), "invalid egress rule \"gg::1\": not a valid IPv6 address");
-  EXPECT_EQ(msg("127.1"),
-            "invalid egress rule \"127.1\": an IPv4 address must be written as a dotted quad a.b.c.d");
+  EXPECT_EQ(msg("127.1"), "invalid egress rule \"127.1\": an IPv4 address must be written as a dotted quad a.b.c.d");
   EXPECT_EQ(msg("example.com:443"),
             "invalid egress rule \"example.com:443\": a rule must not contain a port (write the host or address "
             "alone)");
@@ -209,10 +241,16 @@ TEST(EgressParse, ErrorLeavesOutputUnchanged) {
 
 TEST(EgressParse, QuotesUnprintableBytesEscaped) {
   std::vector<EgressRule> out;
-  auto msg = parse_egress_rules(std::string("ex\x01" "ample.com", 12), out);
+  auto msg = parse_egress_rules(std::string("ex\x01"
+                                            "ample.com",
+                                            12),
+                                out);
   expect_pg_style(msg);
   EXPECT_EQ(msg->find("invalid egress rule \"ex\\x01ample.com\": "), 0u) << *msg;
-  msg = parse_egress_rules("b\xc3\xbc" "cher.de", out);
+  msg = parse_egress_rules(
+      "b\xc3\xbc"
+      "cher.de",
+      out);
   expect_pg_style(msg);
   EXPECT_EQ(msg->find("invalid egress rule \"b\\xc3\\xbccher.de\": non-ASCII"), 0u) << *msg;
   msg = parse_egress_rules("exa\tmple.com", out);
@@ -284,8 +322,8 @@ TEST(EgressCidr, Ipv6Boundaries) {
 
 TEST(EgressMapped, HostLiteralDeniedByIpv4Range) {
   EgressPolicy p = policy("", "127.0.0.0/8");
-  for (const char* host : {"::ffff:127.0.0.1", "::FFFF:127.0.0.1", "::ffff:7f00:1", "[::ffff:127.0.0.1]",
-                           "0:0:0:0:0:ffff:7f00:1"}) {
+  for (const char* host :
+       {"::ffff:127.0.0.1", "::FFFF:127.0.0.1", "::ffff:7f00:1", "[::ffff:127.0.0.1]", "0:0:0:0:0:ffff:7f00:1"}) {
     EgressDecision d = check_egress_host(p, host);
     EXPECT_FALSE(d.allowed) << host;
     EXPECT_EQ(d.rule, "127.0.0.0/8") << host;
@@ -503,16 +541,24 @@ TEST(EgressCheck, RecommendedProductionDenyList) {
                           "127.0.0.0/8, ::1/128, 0.0.0.0/8, 169.254.0.0/16, fe80::/10, 10.0.0.0/8, 172.16.0.0/12, "
                           "192.168.0.0/16, fc00::/7, 100.64.0.0/10");
   ASSERT_EQ(p.deny.size(), 10u);
-  const std::pair<const char*, const char*> denied[] = {
-      {"127.0.0.1", "127.0.0.0/8"},          {"127.255.255.254", "127.0.0.0/8"},
-      {"::1", "::1/128"},                    {"::ffff:127.0.0.1", "127.0.0.0/8"},
-      {"0.0.0.0", "0.0.0.0/8"},              {"169.254.169.254", "169.254.0.0/16"},
-      {"::ffff:169.254.169.254", "169.254.0.0/16"}, {"fe80::1", "fe80::/10"},
-      {"10.0.0.1", "10.0.0.0/8"},            {"10.255.255.255", "10.0.0.0/8"},
-      {"172.16.0.1", "172.16.0.0/12"},       {"172.31.255.254", "172.16.0.0/12"},
-      {"192.168.1.1", "192.168.0.0/16"},     {"fc00::1", "fc00::/7"},
-      {"fd00:ec2::254", "fc00::/7"},         {"100.64.0.1", "100.64.0.0/10"},
-      {"100.127.255.254", "100.64.0.0/10"},  {"::ffff:10.0.0.1", "10.0.0.0/8"}};
+  const std::pair<const char*, const char*> denied[] = {{"127.0.0.1", "127.0.0.0/8"},
+                                                        {"127.255.255.254", "127.0.0.0/8"},
+                                                        {"::1", "::1/128"},
+                                                        {"::ffff:127.0.0.1", "127.0.0.0/8"},
+                                                        {"0.0.0.0", "0.0.0.0/8"},
+                                                        {"169.254.169.254", "169.254.0.0/16"},
+                                                        {"::ffff:169.254.169.254", "169.254.0.0/16"},
+                                                        {"fe80::1", "fe80::/10"},
+                                                        {"10.0.0.1", "10.0.0.0/8"},
+                                                        {"10.255.255.255", "10.0.0.0/8"},
+                                                        {"172.16.0.1", "172.16.0.0/12"},
+                                                        {"172.31.255.254", "172.16.0.0/12"},
+                                                        {"192.168.1.1", "192.168.0.0/16"},
+                                                        {"fc00::1", "fc00::/7"},
+                                                        {"fd00:ec2::254", "fc00::/7"},
+                                                        {"100.64.0.1", "100.64.0.0/10"},
+                                                        {"100.127.255.254", "100.64.0.0/10"},
+                                                        {"::ffff:10.0.0.1", "10.0.0.0/8"}};
   for (const auto& [address, deny_rule] : denied) {
     EgressDecision connected = check_egress(p, "innocent.example.com", SocketAddress(address).get());
     EXPECT_FALSE(connected.allowed) << address;
@@ -521,9 +567,9 @@ TEST(EgressCheck, RecommendedProductionDenyList) {
     EXPECT_FALSE(literal.allowed) << address;
     EXPECT_EQ(literal.rule, deny_rule) << address;
   }
-  for (const char* address : {"93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946", "1.1.1.1", "11.0.0.1",
-                              "172.32.0.1", "172.15.255.255", "192.169.0.1", "100.128.0.1", "169.255.0.1",
-                              "::ffff:93.184.216.34"}) {
+  for (const char* address :
+       {"93.184.216.34", "2606:2800:220:1:248:1893:25c8:1946", "1.1.1.1", "11.0.0.1", "172.32.0.1", "172.15.255.255",
+        "192.169.0.1", "100.128.0.1", "169.255.0.1", "::ffff:93.184.216.34"}) {
     EXPECT_TRUE(check_egress(p, "example.com", SocketAddress(address).get()).allowed) << address;
     EXPECT_TRUE(check_egress_host(p, address).allowed) << address;
     EXPECT_EQ(check_egress_host(p, address).rule, "") << address;

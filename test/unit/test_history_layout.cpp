@@ -7,12 +7,12 @@
 using namespace pg_outbox::core;
 
 TEST(HistoryLayout, QuarterOfTheRetentionOnTheLadder) {
-  EXPECT_EQ(history_partition_width_s(86400), 21600);       // 1 day: 6 h partitions
-  EXPECT_EQ(history_partition_width_s(7 * 86400), 86400);   // a week: daily
-  EXPECT_EQ(history_partition_width_s(3600), 900);          // 1 h: 15 min
-  EXPECT_EQ(history_partition_width_s(60), 10);             // 1 min: 10 s
-  EXPECT_EQ(history_partition_width_s(600), 60);            // 10 min: 1 min
-  EXPECT_EQ(history_partition_width_s(1200), 300);          // 20 min: 5 min
+  EXPECT_EQ(history_partition_width_s(86400), 21600);      // 1 day: 6 h partitions
+  EXPECT_EQ(history_partition_width_s(7 * 86400), 86400);  // a week: daily
+  EXPECT_EQ(history_partition_width_s(3600), 900);         // 1 h: 15 min
+  EXPECT_EQ(history_partition_width_s(60), 10);            // 1 min: 10 s
+  EXPECT_EQ(history_partition_width_s(600), 60);           // 10 min: 1 min
+  EXPECT_EQ(history_partition_width_s(1200), 300);         // 20 min: 5 min
 }
 
 TEST(HistoryLayout, NeverBelowTenSecondsNorAboveADay) {

@@ -30,19 +30,36 @@ TEST(HttpDate, DoesNotDependOnTimeZone) {
   setenv("TZ", "America/New_York", 1);
   tzset();
   EXPECT_EQ(parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"), kExample);
-  if (old) setenv("TZ", saved.c_str(), 1); else unsetenv("TZ");
+  if (old)
+    setenv("TZ", saved.c_str(), 1);
+  else
+    unsetenv("TZ");
   tzset();
 }
 
 TEST(HttpDate, RejectsGarbage) {
-  for (const char* bad :
-       {"", "120", "Sun, 06 Nov 1994 08:49:37", "Sun, 06 Nov 1994 08:49:37 UTC",
-        "Sun, 6 Nov 1994 08:49:37 GMT", "sun, 06 nov 1994 08:49:37 GMT", "Xyz, 06 Nov 1994 08:49:37 GMT",
-        "Sun, 06 Foo 1994 08:49:37 GMT", "Sun, 31 Nov 1994 08:49:37 GMT", "Sun, 29 Feb 2023 08:49:37 GMT",
-        "Sun, 00 Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 24:00:00 GMT", "Sun, 06 Nov 1994 08:60:00 GMT",
-        "Sun, 06 Nov 1994 08:49:61 GMT", "Sun, 06 Nov 1994 08:49:37 GMT ", "Sun,06 Nov 1994 08:49:37 GMT",
-        "Sun, 06 Nov 94 08:49:37 GMT", "Sun, 06-Nov-94 08:49:37 GMT", "Sunday, 06 Nov 1994 08:49:37 GMT",
-        "Sun Nov 6 08:49:37 1994", "Sun Nov  6 08:49:37 94", "Sun, 06 Nov 1994 8:49:37 GMT",
-        "Sun, 06 Nov 1994 08:49:37 GMTx"})
+  for (const char* bad : {"",
+                          "120",
+                          "Sun, 06 Nov 1994 08:49:37",
+                          "Sun, 06 Nov 1994 08:49:37 UTC",
+                          "Sun, 6 Nov 1994 08:49:37 GMT",
+                          "sun, 06 nov 1994 08:49:37 GMT",
+                          "Xyz, 06 Nov 1994 08:49:37 GMT",
+                          "Sun, 06 Foo 1994 08:49:37 GMT",
+                          "Sun, 31 Nov 1994 08:49:37 GMT",
+                          "Sun, 29 Feb 2023 08:49:37 GMT",
+                          "Sun, 00 Nov 1994 08:49:37 GMT",
+                          "Sun, 06 Nov 1994 24:00:00 GMT",
+                          "Sun, 06 Nov 1994 08:60:00 GMT",
+                          "Sun, 06 Nov 1994 08:49:61 GMT",
+                          "Sun, 06 Nov 1994 08:49:37 GMT ",
+                          "Sun,06 Nov 1994 08:49:37 GMT",
+                          "Sun, 06 Nov 94 08:49:37 GMT",
+                          "Sun, 06-Nov-94 08:49:37 GMT",
+                          "Sunday, 06 Nov 1994 08:49:37 GMT",
+                          "Sun Nov 6 08:49:37 1994",
+                          "Sun Nov  6 08:49:37 94",
+                          "Sun, 06 Nov 1994 8:49:37 GMT",
+                          "Sun, 06 Nov 1994 08:49:37 GMTx"})
     EXPECT_FALSE(parse_http_date(bad).has_value()) << bad;
 }

@@ -34,10 +34,10 @@ TEST(WebhookIdFor, KeyOrMessageId) {
 }
 
 TEST(RequestHeaders, OwnHeadersInOrderWithoutSecret) {
-  EXPECT_EQ(build_request_headers(basic(), "{}"),
-            (Lines{"Content-Type: application/json", "User-Agent: pg_outbox/1.0", "webhook-id: msg_42",
-                   "webhook-timestamp: 1700000000", "outbox-event-type: order.created",
-                   "outbox-attempt: 3", "Expect:"}));
+  EXPECT_EQ(
+      build_request_headers(basic(), "{}"),
+      (Lines{"Content-Type: application/json", "User-Agent: pg_outbox/1.0", "webhook-id: msg_42",
+             "webhook-timestamp: 1700000000", "outbox-event-type: order.created", "outbox-attempt: 3", "Expect:"}));
 }
 
 TEST(RequestHeaders, SignatureOnlyWithSecretAndOverTheBody) {
@@ -57,8 +57,7 @@ TEST(RequestHeaders, StandardWebhooksVectorEndToEnd) {
   Lines lines = build_request_headers(h, R"({"test": 2432232314})");
   EXPECT_EQ(lines, (Lines{"Content-Type: application/json", "webhook-id: msg_p5jXN8AQM9LWM0D4loKWxJek",
                           "webhook-timestamp: 1614265330", "outbox-attempt: 1",
-                          "webhook-signature: v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
-                          "Expect:"}));
+                          "webhook-signature: v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", "Expect:"}));
 }
 
 TEST(RequestHeaders, EmptyEventTypeAndUserAgentAreOmitted) {
@@ -74,8 +73,7 @@ TEST(RequestHeaders, EmptyEventTypeAndUserAgentAreOmitted) {
 TEST(RequestHeaders, EndpointHeadersCannotBeReplacedByMessageHeaders) {
   DeliveryHeaders h = basic();
   h.endpoint_headers = {{"Authorization", "Bearer endpoint"}, {"X-Team", "billing"}, {"X-Env", "prod"}};
-  h.message_headers = {{"authorization", "Bearer producer"}, {"x-team", "payments"}, {"X-Env", ""},
-                       {"X-Trace", "abc"}};
+  h.message_headers = {{"authorization", "Bearer producer"}, {"x-team", "payments"}, {"X-Env", ""}, {"X-Trace", "abc"}};
   Lines lines = build_request_headers(h, "{}");
   Lines user(lines.begin(), lines.begin() + 4);
   EXPECT_EQ(user, (Lines{"Authorization: Bearer endpoint", "X-Team: billing", "X-Env: prod", "X-Trace: abc"}));
@@ -102,12 +100,11 @@ TEST(RequestHeaders, ReservedUserHeadersAreDropped) {
   DeliveryHeaders h = basic();
   h.secret = kSecret;
   h.endpoint_headers = {{"Content-Type", "text/plain"}, {"X-Keep", "1"}, {"Content-Length", "0"}};
-  h.message_headers = {{"WEBHOOK-ID", "forged"},          {"webhook-timestamp", "1"},
-                       {"Webhook-Signature", "v1,forged"}, {"outbox-event-type", "forged"},
-                       {"Outbox-Attempt", "99"},          {"user-agent", "evil"},
-                       {"Transfer-Encoding", "chunked"},  {"Expect", "100-continue"},
-                       {"Connection", "close"},           {"Host", "admin.internal.example"},
-                       {"X-Keep-Too", "2"}};
+  h.message_headers = {
+      {"WEBHOOK-ID", "forged"},           {"webhook-timestamp", "1"}, {"Webhook-Signature", "v1,forged"},
+      {"outbox-event-type", "forged"},    {"Outbox-Attempt", "99"},   {"user-agent", "evil"},
+      {"Transfer-Encoding", "chunked"},   {"Expect", "100-continue"}, {"Connection", "close"},
+      {"Host", "admin.internal.example"}, {"X-Keep-Too", "2"}};
   Lines lines = build_request_headers(h, "{}");
   ASSERT_EQ(lines.size(), 10u);
   EXPECT_EQ(lines[0], "X-Keep: 1");

@@ -33,8 +33,7 @@ TEST(HmacSha256, Rfc4231Vectors) {
   for (int i = 1; i <= 25; ++i) key4 += char(i);
   EXPECT_EQ(hex(hmac_sha256(key4, std::string(50, '\xcd'))),
             "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b");
-  EXPECT_EQ(hex(hmac_sha256(std::string(131, '\xaa'),
-                            "Test Using Larger Than Block-Size Key - Hash Key First")),
+  EXPECT_EQ(hex(hmac_sha256(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First")),
             "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
   EXPECT_EQ(hex(hmac_sha256(std::string(131, '\xaa'),
                             "This is a test using a larger than block-size key and a larger than "
@@ -45,16 +44,15 @@ TEST(HmacSha256, Rfc4231Vectors) {
 
 TEST(HmacSha256, EmptyKeyAndMessageAreFine) {
   // Cross-checked with: python3 -c 'import hmac,hashlib;print(hmac.new(b"",b"",hashlib.sha256).hexdigest())'
-  EXPECT_EQ(hex(hmac_sha256("", "")),
-            "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
+  EXPECT_EQ(hex(hmac_sha256("", "")), "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad");
 }
 
 // The published Standard Webhooks test vector (standard-webhooks repository,
 // libraries/go/webhook_test.go, TestWebhookSign); also cross-checked with
 // `openssl dgst -sha256 -mac HMAC` and Python's hmac module.
 TEST(WebhookSignature, StandardWebhooksReferenceVector) {
-  EXPECT_EQ(webhook_signature("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_p5jXN8AQM9LWM0D4loKWxJek",
-                              1614265330, R"({"test": 2432232314})"),
+  EXPECT_EQ(webhook_signature("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330,
+                              R"({"test": 2432232314})"),
             "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
 }
 
