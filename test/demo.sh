@@ -167,7 +167,7 @@ ROLLBACK;
 DO $$
 BEGIN
   FOR i IN 1..1200 LOOP
-    EXIT WHEN EXISTS (SELECT 1 FROM outbox.messages WHERE endpoint = 'orders_feed' AND status = 'sent');
+    EXIT WHEN EXISTS (SELECT 1 FROM outbox.history WHERE endpoint = 'orders_feed');
     PERFORM pg_sleep(0.1);
   END LOOP;
 END $$;
@@ -181,12 +181,14 @@ grep -q 'Asynchronous notification "orders"' <<<"$out" || die "no NOTIFY on chan
 # ---------------------------------------------------------------------------------------
 step "5. What the webhook receiver got (only the committed message; signature checked here)"
 wait_for 120 "billing delivered" \
-  "SELECT count(*) = 1 AND bool_and(status = 'sent') FROM outbox.messages WHERE endpoint = 'billing'"
+  "SELECT count(*) = 1 FROM outbox.history WHERE endpoint = 'billing'"
 show_requests /hooks/billing
 grep -q '"bob"' "$RECV_LOG" && die "a rolled-back message reached the receiver"
 [ "$(grep -c '"/hooks/billing"' "$RECV_LOG")" = 1 ] || die "expected exactly one billing request"
-sql -c "SELECT id, endpoint, event_type, status, attempts, last_http_status, sent_at IS NOT NULL AS sent
-          FROM outbox.messages ORDER BY id"
+echo "the queue holds what is not delivered yet; delivered messages are in the history:"
+sql -c "SELECT count(*) AS queued FROM outbox.messages"
+sql -c "SELECT h.id, h.endpoint, h.event_type, m.status, h.attempts, h.last_http_status, h.sent_at IS NOT NULL AS sent
+          FROM outbox.history h, outbox.message(h.id) m ORDER BY h.id"
 
 # ---------------------------------------------------------------------------------------
 step "6. Failures: 3 messages to 'broken' (500, max_attempts 3), 2 to 'legacy' (400)"
@@ -225,12 +227,12 @@ SELECT dlq.discard(max(id), 'customer 2 cancelled; not resent')
   FROM dlq.dead_letters WHERE endpoint = 'legacy';
 SQL
 wait_for 120 "requeued messages delivered" \
-  "SELECT count(*) = 4 AND bool_and(status = 'sent') FROM outbox.messages WHERE endpoint IN ('broken', 'legacy')"
+  "SELECT count(*) = 4 FROM outbox.history WHERE endpoint IN ('broken', 'legacy')"
 echo "delivered (the webhook-id is the original message's, so receivers can deduplicate):"
 show_requests /hooks/invoices /hooks/legacy/v2
 sql <<'SQL'
-SELECT id, endpoint, idempotency_key AS "webhook-id", status, attempts, last_http_status, payload
-  FROM outbox.messages WHERE endpoint IN ('broken', 'legacy') ORDER BY id;
+SELECT id, endpoint, idempotency_key AS "webhook-id", attempts, last_http_status, payload
+  FROM outbox.history WHERE endpoint IN ('broken', 'legacy') ORDER BY id;
 SELECT id, endpoint, reason_code, requeued_as, requeued_at IS NOT NULL AS requeued,
        discarded_at IS NOT NULL AS discarded, note
   FROM dlq.dead_letters ORDER BY id;

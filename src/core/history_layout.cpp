@@ -1,5 +1,7 @@
 #include "core/history_layout.hpp"
 
+#include "core/cpp_only.hpp"
+
 namespace pg_outbox::core {
 
 int history_partition_width_s(int retention_s) {

@@ -1,7 +1,7 @@
 // The HTTP side of delivery: a libcurl multi-interface client that POSTs webhook payloads,
 // keeps up to max_concurrency transfers in flight and reuses keep-alive connections.
 //
-// Pure C++: no PostgreSQL header here or in the .cpp (see ENGINEERING.md). libcurl itself is
+// Pure C++: no PostgreSQL header here or in the .cpp (see README.md, Architecture). libcurl itself is
 // hidden behind a pimpl, so the worker (pg/) can include this header after postgres.h without
 // pulling curl.h in.
 //

@@ -1,0 +1,224 @@
+// The worker's claim: which endpoints may be claimed now, how much, and handing what
+// it took to libcurl (HTTP) or to pg_notify (NOTIFY, settled in the same transaction).
+#include "pg/worker.hpp"
+
+#include "core/request_headers.hpp"
+#include "pg/settings.hpp"
+#include "pg/worker_internal.hpp"
+
+#include <algorithm>
+#include <iterator>
+
+namespace pg_outbox::pg {
+
+using namespace worker_detail;
+
+size_t Worker::claim_target() const {
+  // Enough claimed work to keep every connection busy between two claims.
+  return static_cast<size_t>(std::max(settings.batch_size, 2 * settings.max_concurrency));
+}
+
+int Worker::max_attempts_of(const Endpoint& endpoint) const {
+  return endpoint.row.max_attempts.value_or(settings.max_attempts);
+}
+
+size_t Worker::claim_and_deliver() {
+  // Claimed HTTP messages go to libcurl only once the claim has committed: a claim
+  // that fails rolls back, and nothing it took may have been sent.
+  std::vector<ClaimedMessage> to_send;
+  std::vector<std::string> probed;
+  size_t claimed_notify = 0;
+  int64_t claim_id = 0;
+  in_settling_transaction("pg_outbox: claiming messages", [&] {
+    require_same_extension();
+    refresh_endpoints();
+    int64_t now = now_ms();
+    std::vector<std::string> http, notify, ordered, probes, all_active;
+    int64_t next_breaker_ms = INT64_MAX;
+    for (auto& [name, endpoint] : endpoints_) {
+      if (endpoint.row.paused) continue;
+      if (endpoint.row.ordered) ordered.push_back(name);
+      if (!endpoint.row.channel.empty()) {
+        notify.push_back(name);
+        all_active.push_back(name);
+        continue;
+      }
+      switch (core::admission(endpoint.row.breaker, now)) {
+        case core::Admission::Normal:
+          http.push_back(name);
+          all_active.push_back(name);
+          break;
+        case core::Admission::ProbeOnly:
+          probes.push_back(name);
+          break;
+        case core::Admission::None:
+          if (endpoint.row.breaker.state == core::BreakerState::Open)
+            next_breaker_ms = std::min(next_breaker_ms, endpoint.row.breaker.open_until_ms);
+          break;
+      }
+    }
+    // Endpoints come in hash order; rotating it each claim spreads a batch that cannot
+    // take everyone across endpoints over time.
+    if (!http.empty()) std::rotate(http.begin(), http.begin() + (claim_round_++ % http.size()), http.end());
+    if (!notify.empty()) std::rotate(notify.begin(), notify.begin() + (claim_round_ % notify.size()), notify.end());
+    size_t room = claim_target() - std::min(claim_target(), client_.in_flight() + client_.queued());
+    int limit = static_cast<int>(std::min<size_t>(room, static_cast<size_t>(settings.batch_size)));
+    // Payload bytes the worker may still take on: what it holds counts until settled.
+    int64_t budget = std::max<int64_t>(0, settings.max_inflight_bytes - held_bytes_);
+    if (budget == 0) limit = 0;
+    std::vector<int64_t> excluded = in_flight_ids();
+    if (!notify.empty()) {
+      auto claimed = store_.claim(notify, ordered, settings.batch_size, excluded, settings.max_inflight_bytes,
+                                  settings.max_payload_size, true);
+      claimed_notify = claimed.size();
+      deliver_notify(claimed);
+      more_due_ = claimed.size() == static_cast<size_t>(settings.batch_size);
+    } else {
+      more_due_ = false;
+    }
+    if (!http.empty() && limit > 0) {
+      auto claimed = store_.claim(http, ordered, limit, excluded, budget, settings.max_payload_size, false);
+      more_due_ = more_due_ || claimed.size() == static_cast<size_t>(limit);
+      std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
+    }
+    for (const std::string& name : probes) {
+      // One message goes out as the probe; its result closes or reopens the circuit.
+      auto claimed =
+          store_.claim({name}, ordered, 1, excluded, settings.max_inflight_bytes, settings.max_payload_size, false);
+      if (claimed.empty()) continue;
+      probed.push_back(name);
+      std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
+    }
+    if (!more_due_) {
+      // Nothing more is due now: sleep until the next retry or deliver_at comes due.
+      // A past time means blocked rows (ordered keys whose head is out); a settle or
+      // a commit wakes us for those.
+      // What this claim took is in flight too.
+      for (const ClaimedMessage& m : to_send) excluded.push_back(m.id);
+      std::optional<int64_t> due_in = all_active.empty() ? std::nullopt : store_.next_due_in_ms(all_active, excluded);
+      int64_t poll = now + settings.poll_interval_ms;
+      next_claim_ms_ = std::min({poll, next_breaker_ms, due_in && *due_in > 0 ? now + *due_in : poll});
+    }
+    if (!to_send.empty()) {
+      // The batch's record: its attempts count even if the worker dies mid-delivery.
+      std::vector<int64_t> ids;
+      std::vector<int32_t> attempts;
+      for (const ClaimedMessage& m : to_send) {
+        ids.push_back(m.id);
+        attempts.push_back(m.attempts);
+      }
+      claim_id = store_.record_claim(ids, attempts);
+    }
+    settle_pending();  // NOTIFY results settle in this transaction
+  });
+  if (claim_id != 0) claims_[claim_id] = to_send.size();
+  for (const std::string& name : probed) {
+    Endpoint& endpoint = endpoints_.at(name);
+    core::on_probe_claimed(endpoint.row.breaker);
+    endpoint.breaker_dirty = true;
+  }
+  start_http(to_send, claim_id);
+  return claimed_notify + to_send.size();
+}
+
+// The messages handed to libcurl: the next claim must not take them again.
+std::vector<int64_t> Worker::in_flight_ids() const {
+  std::vector<int64_t> ids;
+  ids.reserve(deliveries_.size());
+  for (const auto& [tag, delivery] : deliveries_) ids.push_back(static_cast<int64_t>(tag));
+  return ids;
+}
+
+// One more message of a claim is settled; the claim's row goes with the last one.
+void Worker::claim_member_settled(int64_t claim_id) {
+  auto claim = claims_.find(claim_id);
+  if (claim == claims_.end()) return;
+  if (--claim->second == 0) {
+    pending_.finished_claims.push_back(claim_id);
+    claims_.erase(claim);
+  }
+}
+
+void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t claim_id) {
+  int64_t now_s = now_ms() / 1000;
+  for (const ClaimedMessage& m : claimed) {
+    Endpoint& endpoint = endpoints_.at(m.endpoint);  // claimed by endpoint name
+    if (m.too_large) {
+      // Never read, never sent: the receiver would refuse it and the worker must not
+      // hold it. No attempt was made.
+      pending_.dead.push_back({m.id,
+                               core::DeadReason::PayloadTooLarge,
+                               "payload of " + std::to_string(m.payload_size) +
+                                   " bytes exceeds pg_outbox.max_payload_size (" +
+                                   std::to_string(settings.max_payload_size) + " bytes)",
+                               0,
+                               {},
+                               m.attempts - 1});
+      count(m.endpoint, core::Verdict::Dead);
+      claim_member_settled(claim_id);
+      continue;
+    }
+    core::DeliveryHeaders headers;
+    std::string invalid;
+    if (!endpoint.headers) invalid = "endpoint headers: " + endpoint.headers_error;
+    if (invalid.empty() && !m.headers_json.empty()) {
+      auto parsed = core::parse_string_object(m.headers_json);
+      if (!parsed.pairs)
+        invalid = "message headers: " + parsed.error;
+      else
+        headers.message_headers = std::move(*parsed.pairs);
+    }
+    std::vector<std::string> lines;
+    if (invalid.empty()) {
+      headers.endpoint_headers = *endpoint.headers;
+      headers.webhook_id = core::webhook_id_for(m.idempotency_key, m.id);
+      headers.timestamp_unix_s = now_s;
+      headers.event_type = m.event_type;
+      headers.attempt = m.attempts;
+      headers.secret = endpoint.row.secret;
+      headers.user_agent = kUserAgent;
+      try {
+        lines = core::build_request_headers(headers, m.payload);
+      } catch (const std::invalid_argument& e) {
+        invalid = e.what();
+      }
+    }
+    if (!invalid.empty()) {
+      // Never sendable as it stands: to the DLQ at once, the worker goes on.
+      pending_.dead.push_back({m.id, core::DeadReason::InvalidMessage, invalid, 0, {}, m.attempts - 1});
+      count(m.endpoint, core::Verdict::Dead);
+      claim_member_settled(claim_id);
+      continue;
+    }
+    long timeout = endpoint.row.timeout_ms.value_or(settings.http_timeout_ms);
+    client_.submit({static_cast<uint64_t>(m.id), endpoint.row.url, std::move(lines), m.payload, timeout});
+    deliveries_[static_cast<uint64_t>(m.id)] = {m.endpoint, m.attempts,     max_attempts_of(endpoint),
+                                                claim_id,   m.payload_size, now_s * 1000};
+    held_bytes_ += m.payload_size;
+  }
+}
+
+void Worker::deliver_notify(const std::vector<ClaimedMessage>& claimed) {
+  // PostgreSQL refuses NOTIFY payloads of 8000 bytes or more.
+  constexpr size_t kNotifyPayloadLimit = 8000;
+  std::vector<const ClaimedMessage*> in_order;
+  for (const ClaimedMessage& m : claimed) in_order.push_back(&m);
+  std::sort(in_order.begin(), in_order.end(), [](auto* a, auto* b) { return a->id < b->id; });
+  for (const ClaimedMessage* m : in_order) {
+    const Endpoint& endpoint = endpoints_.at(m->endpoint);
+    if (m->too_large || m->payload.size() >= kNotifyPayloadLimit) {
+      std::string error =
+          m->too_large
+              ? "payload of " + std::to_string(m->payload_size) + " bytes exceeds pg_outbox.max_payload_size"
+              : "NOTIFY envelope of " + std::to_string(m->payload.size()) + " bytes exceeds PostgreSQL's limit of 7999";
+      pending_.dead.push_back({m->id, core::DeadReason::PayloadTooLarge, error, 0, {}, m->attempts - 1});
+      count(m->endpoint, core::Verdict::Dead);
+      continue;
+    }
+    store_.notify(endpoint.row.channel, m->payload);
+    pending_.sent.push_back({m->id, 0, m->attempts});
+    count(m->endpoint, core::Verdict::Sent);
+  }
+}
+
+}  // namespace pg_outbox::pg

@@ -1,0 +1,122 @@
+// Writing results back (batched short transactions that can fail and be retried without
+// losing or double-counting anything), the shared counters, and housekeeping.
+#include "pg/worker.hpp"
+
+#include "core/history_layout.hpp"
+#include "pg/shared_state.hpp"
+#include "pg/worker_internal.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace pg_outbox::pg {
+
+using namespace worker_detail;
+
+void Worker::settle_pending() {
+  bool dirty_breakers =
+      std::any_of(endpoints_.begin(), endpoints_.end(), [](const auto& e) { return e.second.breaker_dirty; });
+  if (pending_.empty() && !dirty_breakers) return;
+  auto settle = [&] {
+    require_same_extension();
+    bool keep_history = settings.sent_retention_s > 0;
+    if (keep_history && !pending_.sent.empty()) prepare_history_if_due();
+    store_.settle(pending_, keep_history);
+    for (auto& [name, endpoint] : endpoints_) {
+      if (!endpoint.breaker_dirty) continue;
+      store_.save_breaker(name, endpoint.row.breaker);
+      endpoint.breaker_dirty = false;
+    }
+  };
+  if (IsTransactionState()) {
+    settle();  // the caller's in_settling_transaction publishes once it has committed
+  } else {
+    in_transaction("pg_outbox: settling deliveries", settle);
+    publish_counts();
+  }
+  for (const auto& r : pending_.retry) next_claim_ms_ = std::min(next_claim_ms_, now_ms() + r.delay_ms);
+  bool unblocks = !pending_.sent.empty() || !pending_.dead.empty() || !pending_.finished_claims.empty();
+  pending_ = Settlements{};
+  if (unblocks) more_due_ = true;  // an ordered key's next message, or room for more
+}
+
+// A transaction that may settle results (the claim, with NOTIFY's, and housekeeping).
+// If it fails, the results and counts go back to what they were before it: results it
+// wrote are unwritten again, and NOTIFY results it made were rolled back with their
+// notifications, so they must be neither forgotten nor counted. Counts are published
+// only once the transaction has committed.
+void Worker::in_settling_transaction(const char* activity, const std::function<void()>& body) {
+  Settlements saved = pending_;
+  auto saved_counts = counted_;
+  try {
+    in_transaction(activity, body);
+  } catch (...) {
+    pending_ = std::move(saved);
+    counted_ = std::move(saved_counts);
+    throw;
+  }
+  publish_counts();
+}
+
+// Adds the counts of committed results to the shared counters of worker_status() and
+// metrics().
+void Worker::publish_counts() {
+  if (counted_.empty()) return;
+  SpinLockAcquire(&shared_state->mutex);
+  for (const auto& [name, counts] : counted_) {
+    int slot = 0;
+    while (slot < shared_state->counted_endpoints && strcmp(shared_state->endpoints[slot].name, name.c_str()) != 0)
+      ++slot;
+    if (slot == shared_state->counted_endpoints && slot < kCountedEndpoints) {
+      strlcpy(shared_state->endpoints[slot].name, name.c_str(), sizeof shared_state->endpoints[slot].name);
+      shared_state->counted_endpoints++;
+    }
+    if (slot < kCountedEndpoints) {
+      shared_state->endpoints[slot].sent += counts[0];
+      shared_state->endpoints[slot].retried += counts[1];
+      shared_state->endpoints[slot].dead += counts[2];
+    }
+    shared_state->sent += counts[0];
+    shared_state->retried += counts[1];
+    shared_state->dead_lettered += counts[2];
+  }
+  SpinLockRelease(&shared_state->mutex);
+  counted_.clear();
+}
+
+void Worker::count(const std::string& endpoint, core::Verdict verdict) {
+  auto& counts = counted_[endpoint];
+  counts[verdict == core::Verdict::Sent ? 0 : verdict == core::Verdict::Retry ? 1 : 2]++;
+}
+
+// The history has partitions for the coming minutes (or hours, for a long retention)
+// before a delivery needs one: created when less than two widths remain.
+void Worker::prepare_history_if_due() {
+  int width_s = core::history_partition_width_s(settings.sent_retention_s);
+  if (width_s == history_width_s_ && now_ms() + 2000LL * width_s < history_covered_ms_) return;
+  history_covered_ms_ = store_.prepare_history(width_s);
+  history_width_s_ = width_s;  // a new retention re-plans the partitions ahead at once
+}
+
+void Worker::housekeeping() {
+  int64_t now = now_ms();
+  next_housekeeping_ms_ = now + kHousekeepingEveryMs;
+  bool orphans_due = now >= next_orphan_check_ms_;
+  if (orphans_due) next_orphan_check_ms_ = now + kOrphanCheckEveryMs;
+  give_back_stale_requests();
+  in_settling_transaction("pg_outbox: housekeeping", [&] {
+    require_same_extension();
+    if (settings.sent_retention_s > 0) {
+      prepare_history_if_due();
+      store_.retire_history(settings.sent_retention_s, core::history_partition_width_s(settings.sent_retention_s));
+    }
+    if (settings.dlq_retention_s >= 0) store_.purge_dead_letters(settings.dlq_retention_s, kPurgeBatch);
+    if (orphans_due) {
+      for (auto [id, attempts] : store_.find_orphans(in_flight_ids(), kOrphanBatch))
+        pending_.dead.push_back({id, core::DeadReason::InvalidMessage, "endpoint does not exist", 0, {}, attempts});
+      settle_pending();
+    }
+  });
+}
+
+}  // namespace pg_outbox::pg
