@@ -50,6 +50,8 @@ COMMENT ON TABLE outbox.history IS
 -- on the extension's parent would make pg_restore create every one of them twice.
 CREATE TABLE outbox.history_default PARTITION OF outbox.history DEFAULT;
 CREATE INDEX history_default_id_idx ON outbox.history_default (id);
+-- Retention deletes the default partition's rows one by one, by sent_at.
+CREATE INDEX history_default_sent_at_idx ON outbox.history_default (sent_at);
 
 -- Delivered messages per history partition and endpoint, kept by the worker as it
 -- settles (one row per endpoint and batch, not per message), so that endpoint_stats

@@ -52,9 +52,9 @@ BEGIN
             EXECUTE format('SELECT NOT EXISTS (SELECT FROM %s)', v_old.partition) INTO v_empty;
             IF v_empty THEN
                 DELETE FROM outbox.history_counts hc WHERE hc.partition = v_old.partition;
-                EXECUTE format('DROP TABLE %s', v_old.partition);
+                EXECUTE format('DROP TABLE IF EXISTS %s', v_old.partition);
             END IF;
-        EXCEPTION WHEN lock_not_available THEN
+        EXCEPTION WHEN lock_not_available OR undefined_table THEN
             EXIT;
         END;
     END LOOP;
@@ -107,10 +107,10 @@ BEGIN
                 SELECT coalesce(sum(hc.sent), 0) INTO v_n
                   FROM outbox.history_counts hc WHERE hc.partition = p.partition;
                 DELETE FROM outbox.history_counts hc WHERE hc.partition = p.partition;
-                EXECUTE format('DROP TABLE %s', p.partition);
+                EXECUTE format('DROP TABLE IF EXISTS %s', p.partition);
                 v_count := v_count + v_n;
-            EXCEPTION WHEN lock_not_available THEN
-                EXIT;
+            EXCEPTION WHEN lock_not_available OR undefined_table THEN
+                EXIT;  -- locked by a reader, or dropped by a concurrent purge(): next call
             END;
         ELSIF exact OR p.to_at - p.from_at > trim_wider_than THEN
             EXECUTE format('WITH gone AS (DELETE FROM %s h WHERE h.sent_at < $1 RETURNING h.endpoint),'

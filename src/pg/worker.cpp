@@ -55,6 +55,9 @@ void Worker::run() {
     // autovacuum last saw; a table with no usable index is still read.
     SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
     SetConfigOption("enable_bitmapscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    // Priced-out plans cost 1e10 and more, which would make every statement look worth
+    // JIT-compiling: tens of milliseconds of LLVM for a claim of 2 ms.
+    SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
     // Bounded waits: a lock held by someone else (an operator's open transaction on an
     // endpoint or a message) fails the worker's statement after 2 s instead of holding
     // the worker, and with it every delivery, for as long as the lock lives; the
@@ -78,7 +81,6 @@ void Worker::run() {
       abort_transaction();
       on_extension_changed();
     } catch (const PgError& e) {
-      history_covered_ms_ = 0;  // a partition may be what is missing
       // Copied now: the error lives in the transaction's memory, which the abort frees.
       recover_from_error(e.data()->sqlerrcode, e.what());
     } catch (const std::exception& e) {
@@ -129,7 +131,9 @@ void Worker::recover_from_error(int sqlstate, std::string message) {
   abort_transaction();
   // Gone tables or functions: usually a DROP EXTENSION that committed while the
   // statement waited for its locks (the check at the start of the transaction saw the
-  // extension still there). Then it is no error; otherwise wait for the tables anyway.
+  // extension still there). Then it is no error. With the extension still there it is
+  // an ordinary error (a history partition dropped under a statement, say): the worker
+  // keeps its deliveries and results, and retries.
   if (sqlstate == ERRCODE_UNDEFINED_TABLE || sqlstate == ERRCODE_INVALID_SCHEMA_NAME ||
       sqlstate == ERRCODE_UNDEFINED_FUNCTION) {
     uint32_t oid = extension_oid_;
@@ -142,8 +146,6 @@ void Worker::recover_from_error(int sqlstate, std::string message) {
       on_extension_changed();
       return;
     }
-    ready_ = false;
-    forget_deliveries();
   }
   error_streak_ = std::min(error_streak_ + 1, 6);
   int backoff_ms = 100 << error_streak_;

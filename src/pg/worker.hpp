@@ -45,6 +45,7 @@ class Worker {
   void iterate(bool woken);
   void recover_from_error(int sqlstate, std::string message);
   void on_extension_changed();
+  void committed();
   bool prepare_database();
   void require_same_extension();
   void forget_deliveries();
@@ -80,6 +81,8 @@ class Worker {
   int64_t held_bytes_ = 0;                      // payload bytes of deliveries_
   int64_t history_covered_ms_ = 0;              // history partitions exist until then
   int history_width_s_ = 0;                     // ... of this width
+  int64_t history_retry_ms_ = 0;                // after a failed attempt to create them
+  std::vector<std::string> breakers_written_;   // by the transaction not yet committed
   std::unordered_map<std::string, std::array<uint64_t, 3>> counted_;  // to publish: sent, retried, dead
 
   bool ready_ = false;               // the extension exists at our version and claims were recovered

@@ -143,6 +143,17 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
   int64_t now_s = now_ms() / 1000;
   for (const ClaimedMessage& m : claimed) {
     Endpoint& endpoint = endpoints_.at(m.endpoint);  // claimed by endpoint name
+    if (m.attempts > max_attempts_of(endpoint)) {
+      // Its attempts ran out across worker restarts (each counted from the claim the
+      // stopped worker left): a message that keeps the worker from finishing a request
+      // ends in the DLQ instead of being sent for ever.
+      pending_.dead.push_back({m.id, core::DeadReason::RetryExhausted,
+                               "max_attempts reached: the worker stopped during the last attempts", 0, {},
+                               m.attempts - 1});
+      count(m.endpoint, core::Verdict::Dead);
+      claim_member_settled(claim_id);
+      continue;
+    }
     if (m.too_large) {
       // Never read, never sent: the receiver would refuse it and the worker must not
       // hold it. No attempt was made.

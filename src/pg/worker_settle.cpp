@@ -19,20 +19,25 @@ void Worker::settle_pending() {
   if (pending_.empty() && !dirty_breakers) return;
   auto settle = [&] {
     require_same_extension();
-    bool keep_history = settings.sent_retention_s > 0;
-    if (keep_history && !pending_.sent.empty()) prepare_history_if_due();
-    store_.settle(pending_, keep_history);
+    // Delivered messages go to the history partition of their sent_at, or to its
+    // default partition when housekeeping could not create that one in time.
+    store_.settle(pending_, settings.sent_retention_s > 0);
     for (auto& [name, endpoint] : endpoints_) {
       if (!endpoint.breaker_dirty) continue;
       store_.save_breaker(name, endpoint.row.breaker);
-      endpoint.breaker_dirty = false;
+      breakers_written_.push_back(name);
     }
   };
   if (IsTransactionState()) {
     settle();  // the caller's in_settling_transaction publishes once it has committed
   } else {
-    in_transaction("pg_outbox: settling deliveries", settle);
-    publish_counts();
+    try {
+      in_transaction("pg_outbox: settling deliveries", settle);
+    } catch (...) {
+      breakers_written_.clear();  // still dirty: written again by the next settle
+      throw;
+    }
+    committed();
   }
   for (const auto& r : pending_.retry) next_claim_ms_ = std::min(next_claim_ms_, now_ms() + r.delay_ms);
   bool unblocks = !pending_.sent.empty() || !pending_.dead.empty() || !pending_.finished_claims.empty();
@@ -53,9 +58,21 @@ void Worker::in_settling_transaction(const char* activity, const std::function<v
   } catch (...) {
     pending_ = std::move(saved);
     counted_ = std::move(saved_counts);
+    breakers_written_.clear();
     throw;
   }
+  committed();
+}
+
+// After the commit of a transaction that settled: its counts are published, and the
+// breakers it wrote are clean (not before: a failed transaction wrote nothing).
+void Worker::committed() {
   publish_counts();
+  for (const std::string& name : breakers_written_) {
+    auto endpoint = endpoints_.find(name);
+    if (endpoint != endpoints_.end()) endpoint->second.breaker_dirty = false;
+  }
+  breakers_written_.clear();
 }
 
 // Adds the counts of committed results to the shared counters of worker_status() and
@@ -90,12 +107,18 @@ void Worker::count(const std::string& endpoint, core::Verdict verdict) {
 }
 
 // The history has partitions for the coming minutes (or hours, for a long retention)
-// before a delivery needs one: created when less than two widths remain.
+// before a delivery needs one: created by housekeeping when less than two widths remain,
+// and at once for a new retention. Creating one needs a moment alone with the history;
+// when a reader (pg_dump, a long report) holds it past the lock timeout, deliveries go to
+// the default partition meanwhile and the worker tries again 10 s later, not every
+// second.
 void Worker::prepare_history_if_due() {
   int width_s = core::history_partition_width_s(settings.sent_retention_s);
-  if (width_s == history_width_s_ && now_ms() + 2000LL * width_s < history_covered_ms_) return;
+  int64_t now = now_ms();
+  if (width_s == history_width_s_ && (now + 2000LL * width_s < history_covered_ms_ || now < history_retry_ms_)) return;
+  history_width_s_ = width_s;
   history_covered_ms_ = store_.prepare_history(width_s);
-  history_width_s_ = width_s;  // a new retention re-plans the partitions ahead at once
+  history_retry_ms_ = history_covered_ms_ < now + 1000LL * width_s ? now + 10000 : 0;
 }
 
 void Worker::housekeeping() {

@@ -7,6 +7,8 @@
 #  (b) the same with an immediate server shutdown mid-drain and a restart.
 #  (c) SIGKILL while a request hangs: the claimed message is delivered after the
 #      restart, once with a 200.
+#  (d) a message during whose every attempt the worker dies ends in the DLQ once its
+#      max_attempts are spent, never sent again.
 #
 # Each scenario has its own endpoint and receiver path.  Duplicates are allowed
 # (at-least-once) and only reported; a lost message, a rolled-back one that
@@ -319,6 +321,32 @@ sub drain_with_crash
 	is($attempts, '2', "$label: two attempts recorded (the crashed one counts)");
 	note(sprintf '%s SUMMARY: committed=1 received_distinct=%d requests=%d delivered_200=%d lost=%d',
 		$label, scalar(keys %ids), scalar(@$reqs), scalar(@ok), @ok ? 0 : 1);
+}
+
+# ---------------------------------------------------------------------------
+# (d) A message that keeps the worker from finishing (every request hangs, the worker
+#     is killed during each): its attempts run out across the restarts, and it ends in
+#     the DLQ as RETRY_EXHAUSTED instead of being sent for ever.
+
+{
+	my $label = '(d) killed during every attempt';
+	create_endpoint($node, 'crash_d', $recv->url('/hooks/d'), max_attempts => 2);
+	$recv->add_rule(path => '/hooks/d', action => 'hang', hang_ms => 60000);
+	my $id = $node->safe_psql('postgres', q{SELECT outbox.enqueue('crash_d', '{"hang": "always"}')});
+	for my $attempt (1, 2)
+	{
+		ok(wait_until(sub { received_on('/hooks/d') >= $attempt }, undef, "$label: request $attempt"),
+			"$label: request $attempt arrived and hangs");
+		my $lsn = $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
+		ok(wait_sql($node, "SELECT pg_current_wal_flush_lsn() >= '$lsn'"), "$label: claim $attempt is on disk");
+		my $old_pid = worker_pid($node);
+		is(kill('KILL', $old_pid), 1, "$label: SIGKILL during attempt $attempt");
+		ok(defined wait_for_worker($node, $old_pid), "$label: a new worker runs");
+	}
+	ok(wait_sql($node, "SELECT status = 'dead' FROM outbox.message($id)"), "$label: the message is dead-lettered");
+	is($node->safe_psql('postgres', "SELECT reason_code || '/' || attempts FROM dlq.dead_letters WHERE message_id = $id"),
+		'RETRY_EXHAUSTED/2', "$label: RETRY_EXHAUSTED after its 2 attempts");
+	is(received_on('/hooks/d'), 2, "$label: no third request was sent");
 }
 
 $node->stop;
