@@ -89,12 +89,17 @@ COMMENT ON TABLE outbox.messages IS
     'pg_outbox messages waiting for delivery (the backlog); outbox.message(id) finds any message';
 
 -- The worker's claim, one endpoint at a time: that endpoint's due messages, oldest
--- first (endpoint = $1 AND next_attempt_at <= now() ORDER BY next_attempt_at, id).
+-- first (endpoint = $1 AND next_attempt_at <= now() ORDER BY next_attempt_at); messages
+-- due at the same moment come in storage order, which is enqueue order but for the rare
+-- row that moved.  The id is deliberately not a column: with it, "id = ANY (...)"
+-- (the settle, the fetch after the claim) could be planned as a scan of this whole index
+-- whenever the statistics call the queue empty (just after a VACUUM of the drained
+-- queue), and only the primary key must ever answer that.
 -- Leading with the endpoint keeps the claim's cost proportional to what it takes,
 -- whatever backlog paused or circuit-open endpoints hold; the leading column also
 -- answers "how many undelivered messages has this endpoint?" (max_pending,
 -- drop_endpoint).
-CREATE INDEX messages_claim_idx ON outbox.messages (endpoint, next_attempt_at, id);
+CREATE INDEX messages_claim_idx ON outbox.messages (endpoint, next_attempt_at);
 -- Idempotent enqueue: INSERT ... ON CONFLICT (endpoint, idempotency_key) DO NOTHING.
 CREATE UNIQUE INDEX messages_idempotency_key_idx ON outbox.messages (endpoint, idempotency_key)
     WHERE idempotency_key IS NOT NULL;

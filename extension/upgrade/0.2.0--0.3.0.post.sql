@@ -14,6 +14,6 @@ DROP INDEX outbox.messages_claim_idx, outbox.messages_lease_idx, outbox.messages
 ALTER TABLE outbox.messages DROP COLUMN status, DROP COLUMN lease_until, DROP COLUMN sent_at;
 COMMENT ON TABLE outbox.messages IS
     'pg_outbox messages waiting for delivery (the backlog); outbox.message(id) finds any message';
-CREATE INDEX messages_claim_idx ON outbox.messages (endpoint, next_attempt_at, id);
+CREATE INDEX messages_claim_idx ON outbox.messages (endpoint, next_attempt_at);
 CREATE INDEX messages_ordering_idx ON outbox.messages (endpoint, ordering_key, id)
     WHERE ordering_key IS NOT NULL;

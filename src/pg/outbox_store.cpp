@@ -99,7 +99,7 @@ static const char* const kClaimSql =
     "       AND (m.ordering_key IS NULL OR NOT (e.name = ANY($2)) OR NOT EXISTS ("
     "            SELECT 1 FROM outbox.messages h"
     "             WHERE h.endpoint = m.endpoint AND h.ordering_key = m.ordering_key AND h.id < m.id))"
-    "     ORDER BY m.next_attempt_at, m.id"
+    "     ORDER BY m.next_attempt_at"
     "     LIMIT $3"
     "     FOR UPDATE SKIP LOCKED) d"
     "  LIMIT $3),"
@@ -322,7 +322,7 @@ std::vector<std::pair<int64_t, int>> OutboxStore::find_orphans(const std::vector
       "    FROM names n WHERE n.endpoint IS NOT NULL)"
       " SELECT o.id, o.attempts FROM names n CROSS JOIN LATERAL ("
       "   SELECT m.id, m.attempts FROM outbox.messages m WHERE m.endpoint = n.endpoint AND m.id <> ALL ($1)"
-      "    ORDER BY m.endpoint, m.next_attempt_at, m.id LIMIT $2) o"
+      "    ORDER BY m.endpoint, m.next_attempt_at LIMIT $2) o"
       "  WHERE n.endpoint IS NOT NULL"
       "    AND NOT EXISTS (SELECT 1 FROM outbox.endpoints e WHERE e.name = n.endpoint)"
       "  LIMIT $2",
