@@ -44,10 +44,11 @@ BEGIN
         RAISE EXCEPTION 'width_s must be a positive number of seconds'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- Partitions made ahead for a longer retention (wider) go while they are still
-    -- empty: the coming rows belong in partitions of today's width.
+    -- Partitions made for a longer retention (wider), the current one included, go while
+    -- they are still empty: the coming rows belong in partitions of today's width.  (The
+    -- worker is the only writer of the history, and it is the one running this.)
     FOR v_old IN SELECT * FROM outbox._history_partitions() p
-                  WHERE p.from_at > now() AND p.to_at - p.from_at > make_interval(secs => width_s) LOOP
+                  WHERE p.to_at > now() AND p.to_at - p.from_at > make_interval(secs => width_s) LOOP
         BEGIN
             EXECUTE format('SELECT NOT EXISTS (SELECT FROM %s)', v_old.partition) INTO v_empty;
             IF v_empty THEN
