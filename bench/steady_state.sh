@@ -10,7 +10,15 @@ RATE=${RATE:-5000}
 SECONDS_TOTAL=${DURATION:-600}
 source "$(dirname "$0")/setup.sh"
 
+written=$(psql_cluster -At -c "SELECT now()")
 psql_cluster -c "ALTER SYSTEM SET pg_outbox.sent_retention = '1min'" -c "SELECT pg_reload_conf()" >/dev/null
+# Start the load only once the worker runs with the new retention and its 10 s partitions
+# exist (the ones made for the default day, still empty, are gone by then).
+for _ in $(seq 100); do
+  [ "$(bench_sql -c "SELECT config_loaded_at > '$written' FROM outbox.worker_status()")" = t ] &&
+    [ "$(bench_sql -c "SELECT count(*) > 0 AND bool_and(to_at - from_at = interval '10 s') FROM outbox._history_partitions()")" = t ] && break
+  sleep 0.2
+done
 printf "SELECT outbox.enqueue('http', jsonb_build_object('order_id', random() * 1000000, 'customer', 'c42', 'note', repeat('x', 120)), event_type => 'order.created');\n" >"$work/steady.sql"
 chmod 644 "$work/steady.sql"
 as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -R "$RATE" \
