@@ -82,15 +82,16 @@ int64_t OutboxStore::recover_claims() {
 // transaction (FOR UPDATE SKIP LOCKED): a row another transaction holds (an operator's
 // UPDATE, a drop_endpoint) is left for a later claim instead of being sent under its
 // feet. The worker is the only one to claim in its database, and it knows what it has
-// in flight (`excluded`). For each endpoint in
-// turn (the worker rotates their order, so no endpoint starves another), the LATERAL
-// subquery walks that endpoint's part of the claim index, oldest due first; for
-// ordered endpoints it keeps a message only when no earlier undelivered message has
-// its key (the key's head). The outer LIMIT stops as soon as enough are found. Then
-// the byte budget: rows are taken, oldest due first, while the payloads before them
-// stay under it. A payload over max_payload_size counts nothing and is not read.
-// Rows are fetched by "m.id = ANY (...)", so that the kept generic plan reaches them
-// through the primary key.
+// in flight (`excluded`, $4).
+//  - due: for each endpoint in turn (the worker rotates their order, so no endpoint
+//    starves another), the LATERAL subquery walks that endpoint's part of the claim
+//    index, oldest due first; for ordered endpoints it keeps a message only when no
+//    earlier undelivered message has its key (the key's head). The outer LIMIT stops
+//    as soon as enough are found.
+//  - budgeted: the byte budget ($5). Rows are taken, oldest due first, while the
+//    payloads before them stay under it; a payload over max_payload_size ($6) counts
+//    nothing and is never read (its size comes from the datum's header).
+//  - the rows are fetched by "m.id = ANY (...)", which only the primary key answers.
 static const char* const kClaimSql =
     "WITH due AS ("
     "  SELECT d.id, d.next_attempt_at, d.size FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ("
@@ -103,14 +104,14 @@ static const char* const kClaimSql =
     "     LIMIT $3"
     "     FOR UPDATE SKIP LOCKED) d"
     "  LIMIT $3),"
-    " counted AS (SELECT due.id, due.next_attempt_at, CASE WHEN due.size <= $6 THEN due.size ELSE 0 END AS size"
-    "               FROM due),"
-    " budgeted AS (SELECT b.id FROM (SELECT c.id, c.size, sum(c.size) OVER (ORDER BY c.next_attempt_at, c.id) AS total"
-    "                                  FROM counted c) b"
-    "               WHERE b.total - b.size < $5)"
-    " SELECT m.id, m.endpoint, m.event_type, CASE WHEN outbox._payload_size(m.payload) <= $6 THEN %s END,"
-    "        m.headers::text, m.idempotency_key, m.attempts + 1, outbox._payload_size(m.payload)"
-    "   FROM outbox.messages m WHERE m.id = ANY (ARRAY(SELECT id FROM budgeted))";
+    " budgeted AS (SELECT b.id FROM ("
+    "   SELECT due.id, h.held, sum(h.held) OVER (ORDER BY due.next_attempt_at, due.id) AS total"
+    "     FROM due CROSS JOIN LATERAL (SELECT CASE WHEN due.size <= $6 THEN due.size ELSE 0 END AS held) h) b"
+    "   WHERE b.total - b.held < $5)"
+    " SELECT m.id, m.endpoint, m.event_type, CASE WHEN s.size <= $6 THEN %s END,"
+    "        m.headers::text, m.idempotency_key, m.attempts + 1, s.size"
+    "   FROM outbox.messages m CROSS JOIN LATERAL (SELECT outbox._payload_size(m.payload) AS size) s"
+    "  WHERE m.id = ANY (ARRAY(SELECT id FROM budgeted))";
 
 std::vector<ClaimedMessage> OutboxStore::claim(const std::vector<std::string>& endpoints,
                                                const std::vector<std::string>& ordered, int limit,

@@ -52,6 +52,7 @@ class Worker {
   void refresh_endpoints();
   size_t claim_and_deliver();  // returns how many messages it claimed
   void start_http(const std::vector<ClaimedMessage>& claimed, int64_t claim_id);
+  void dead_letter_unsent(const ClaimedMessage& m, core::DeadReason reason, std::string error);
   void claim_member_settled(int64_t claim_id);
   std::vector<int64_t> in_flight_ids() const;
   void prepare_history_if_due();

@@ -90,10 +90,9 @@ size_t Worker::claim_and_deliver() {
       std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
     }
     if (!more_due_) {
-      // Nothing more is due now: sleep until the next retry or deliver_at comes due.
-      // A past time means blocked rows (ordered keys whose head is out); a settle or
-      // a commit wakes us for those.
-      // What this claim took is in flight too.
+      // Nothing more is due now: sleep until the next retry or deliver_at comes due,
+      // leaving out what is in flight (this claim's too). A past time means blocked rows
+      // (ordered keys whose head is out); a settle or a commit wakes us for those.
       for (const ClaimedMessage& m : to_send) excluded.push_back(m.id);
       std::optional<int64_t> due_in = all_active.empty() ? std::nullopt : store_.next_due_in_ms(all_active, excluded);
       int64_t poll = now + settings.poll_interval_ms;
@@ -139,33 +138,37 @@ void Worker::claim_member_settled(int64_t claim_id) {
   }
 }
 
+// A claimed message that goes to the DLQ without a request: this attempt was never
+// made, so the attempts recorded stay those before it.
+void Worker::dead_letter_unsent(const ClaimedMessage& m, core::DeadReason reason, std::string error) {
+  pending_.dead.push_back({m.id, reason, std::move(error), 0, {}, m.attempts - 1});
+  count(m.endpoint, core::Verdict::Dead);
+}
+
+// Over pg_outbox.max_payload_size: never read, never sent (the worker must not hold it).
+static std::string too_large_error(const ClaimedMessage& m) {
+  return "payload of " + std::to_string(m.payload_size) + " bytes exceeds pg_outbox.max_payload_size (" +
+         std::to_string(settings.max_payload_size) + " bytes)";
+}
+
 void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t claim_id) {
-  int64_t now_s = now_ms() / 1000;
+  int64_t now = now_ms();
   for (const ClaimedMessage& m : claimed) {
     Endpoint& endpoint = endpoints_.at(m.endpoint);  // claimed by endpoint name
+    std::string unsendable;
+    core::DeadReason reason = core::DeadReason::InvalidMessage;
     if (m.attempts > max_attempts_of(endpoint)) {
       // Its attempts ran out across worker restarts (each counted from the claim the
       // stopped worker left): a message that keeps the worker from finishing a request
       // ends in the DLQ instead of being sent for ever.
-      pending_.dead.push_back({m.id, core::DeadReason::RetryExhausted,
-                               "max_attempts reached: the worker stopped during the last attempts", 0, {},
-                               m.attempts - 1});
-      count(m.endpoint, core::Verdict::Dead);
-      claim_member_settled(claim_id);
-      continue;
+      reason = core::DeadReason::RetryExhausted;
+      unsendable = "max_attempts reached: the worker stopped during the last attempts";
+    } else if (m.too_large) {
+      reason = core::DeadReason::PayloadTooLarge;
+      unsendable = too_large_error(m);
     }
-    if (m.too_large) {
-      // Never read, never sent: the receiver would refuse it and the worker must not
-      // hold it. No attempt was made.
-      pending_.dead.push_back({m.id,
-                               core::DeadReason::PayloadTooLarge,
-                               "payload of " + std::to_string(m.payload_size) +
-                                   " bytes exceeds pg_outbox.max_payload_size (" +
-                                   std::to_string(settings.max_payload_size) + " bytes)",
-                               0,
-                               {},
-                               m.attempts - 1});
-      count(m.endpoint, core::Verdict::Dead);
+    if (!unsendable.empty()) {
+      dead_letter_unsent(m, reason, std::move(unsendable));
       claim_member_settled(claim_id);
       continue;
     }
@@ -183,7 +186,7 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
     if (invalid.empty()) {
       headers.endpoint_headers = *endpoint.headers;
       headers.webhook_id = core::webhook_id_for(m.idempotency_key, m.id);
-      headers.timestamp_unix_s = now_s;
+      headers.timestamp_unix_s = now / 1000;
       headers.event_type = m.event_type;
       headers.attempt = m.attempts;
       headers.secret = endpoint.row.secret;
@@ -196,15 +199,14 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
     }
     if (!invalid.empty()) {
       // Never sendable as it stands: to the DLQ at once, the worker goes on.
-      pending_.dead.push_back({m.id, core::DeadReason::InvalidMessage, invalid, 0, {}, m.attempts - 1});
-      count(m.endpoint, core::Verdict::Dead);
+      dead_letter_unsent(m, core::DeadReason::InvalidMessage, std::move(invalid));
       claim_member_settled(claim_id);
       continue;
     }
     long timeout = endpoint.row.timeout_ms.value_or(settings.http_timeout_ms);
     client_.submit({static_cast<uint64_t>(m.id), endpoint.row.url, std::move(lines), m.payload, timeout});
     deliveries_[static_cast<uint64_t>(m.id)] = {m.endpoint, m.attempts,     max_attempts_of(endpoint),
-                                                claim_id,   m.payload_size, now_s * 1000};
+                                                claim_id,   m.payload_size, now};
     held_bytes_ += m.payload_size;
   }
 }
@@ -218,12 +220,10 @@ void Worker::deliver_notify(const std::vector<ClaimedMessage>& claimed) {
   for (const ClaimedMessage* m : in_order) {
     const Endpoint& endpoint = endpoints_.at(m->endpoint);
     if (m->too_large || m->payload.size() >= kNotifyPayloadLimit) {
-      std::string error =
-          m->too_large
-              ? "payload of " + std::to_string(m->payload_size) + " bytes exceeds pg_outbox.max_payload_size"
-              : "NOTIFY envelope of " + std::to_string(m->payload.size()) + " bytes exceeds PostgreSQL's limit of 7999";
-      pending_.dead.push_back({m->id, core::DeadReason::PayloadTooLarge, error, 0, {}, m->attempts - 1});
-      count(m->endpoint, core::Verdict::Dead);
+      dead_letter_unsent(*m, core::DeadReason::PayloadTooLarge,
+                         m->too_large ? too_large_error(*m)
+                                      : "NOTIFY envelope of " + std::to_string(m->payload.size()) +
+                                            " bytes exceeds PostgreSQL's limit of 7999");
       continue;
     }
     store_.notify(endpoint.row.channel, m->payload);

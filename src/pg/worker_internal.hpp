@@ -17,8 +17,9 @@ struct ExtensionChanged : std::runtime_error {
   ExtensionChanged() : std::runtime_error("pg_outbox was dropped or created again") {}
 };
 
-constexpr const char* kVersion = "0.3.0";  // the extension version this library serves
-constexpr const char* kUserAgent = "pg_outbox/0.3.0";
+#define PG_OUTBOX_VERSION "0.3.0"  // the extension version this library serves
+constexpr const char* kVersion = PG_OUTBOX_VERSION;
+constexpr const char* kUserAgent = "pg_outbox/" PG_OUTBOX_VERSION;
 constexpr size_t kResponseBodyLimit = 1024;  // dlq.dead_letters.response_body keeps the first 1 KiB
 constexpr int kSettleBatch = 1000;           // results written back per transaction, at most
 constexpr int kHttpSliceMs = 20;             // longest the worker is deaf to its latch

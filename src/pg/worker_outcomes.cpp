@@ -83,11 +83,8 @@ void Worker::record_outcome(const http::Response& response) {
 }
 
 void Worker::on_breaker_transition(Endpoint& endpoint, core::Transition transition) {
-  if (transition == core::Transition::None) {
-    endpoint.breaker_dirty = true;  // the failure count changed
-    return;
-  }
-  endpoint.breaker_dirty = true;
+  endpoint.breaker_dirty = true;  // at least the failure count changed
+  if (transition == core::Transition::None) return;
   const core::Breaker& b = endpoint.row.breaker;
   const char* what = transition == core::Transition::Closed ? "closed" : "opened";
   pg_call([&] {

@@ -130,8 +130,8 @@ void Worker::housekeeping() {
   in_settling_transaction("pg_outbox: housekeeping", [&] {
     require_same_extension();
     if (settings.sent_retention_s > 0) {
-      prepare_history_if_due();
-      store_.retire_history(settings.sent_retention_s, core::history_partition_width_s(settings.sent_retention_s));
+      prepare_history_if_due();  // sets history_width_s_ for this retention
+      store_.retire_history(settings.sent_retention_s, history_width_s_);
     }
     if (settings.dlq_retention_s >= 0) store_.purge_dead_letters(settings.dlq_retention_s, kPurgeBatch);
     if (orphans_due) {
