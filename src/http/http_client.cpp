@@ -300,6 +300,7 @@ struct Client::Impl {
 
   MultiPtr multi;
   int epoll_fd = -1;  // the sockets libcurl asked us to watch (and idle ones of ours)
+  int wake_fd = -1;   // the owner's wake-up (see Client::set_wake_fd), or -1
   std::vector<epoll_event> events;
   std::vector<SocketState> sockets;  // indexed by socket number
   bool timer_armed = false;          // libcurl wants curl_multi_socket_action(TIMEOUT) at timer_due
@@ -460,16 +461,21 @@ struct Client::Impl {
   }
 
   // One epoll_wait of at most wait_ms, then libcurl runs the transfers of the ready sockets.
-  // Returns false if the wait was interrupted by a signal.
+  // Returns false if the wait was interrupted by a signal or by the wake fd.
   bool wait_and_dispatch(int wait_ms) {
     const int n = epoll_wait(epoll_fd, events.data(), static_cast<int>(events.size()), wait_ms);
     if (n < 0) {
       if (errno == EINTR) return false;
       throw std::runtime_error(std::string("epoll_wait failed: ") + std::strerror(errno));
     }
+    bool woken = false;
     for (int i = 0; i < n; ++i) {
       const curl_socket_t s = events[i].data.fd;
       const uint32_t e = events[i].events;
+      if (s == wake_fd) {
+        woken = true;  // read by the owner, not here: it knows what the wake was for
+        continue;
+      }
       SocketState& st = socket_state(s);
       if (!st.wanted) {
         // An idle connection of ours (e.g. the server closed it): stop watching it.
@@ -485,7 +491,7 @@ struct Client::Impl {
       if (e & EPOLLERR) mask |= CURL_CSELECT_ERR;
       socket_action(s, mask);
     }
-    return true;
+    return !woken;
   }
 
   std::unique_ptr<Transfer> take_transfer() {
@@ -507,9 +513,10 @@ struct Client::Impl {
     if (idle.size() < max_concurrency) idle.push_back(std::move(t));
   }
 
-  static Response failed(uint64_t tag, std::string error) {
+  static Response failed(const Request& request, std::string error) {
     Response r;
-    r.tag = tag;
+    r.tag = request.tag;
+    r.group = request.group;
     r.transport_error = true;
     r.error = std::move(error);
     return r;
@@ -537,11 +544,12 @@ struct Client::Impl {
       waiting.pop_front();
       auto t = take_transfer();
       if (!t) {
-        out.push_back(failed(request.tag, "cannot create a curl handle"));
+        out.push_back(failed(request, "cannot create a curl handle"));
         continue;
       }
       t->request = std::move(request);
       t->response.tag = t->request.tag;
+      t->response.group = t->request.group;
       const CURLcode rc = t->configure();
       if (rc != CURLE_OK) {
         t->fail(rc);
@@ -551,7 +559,7 @@ struct Client::Impl {
       }
       const CURLMcode mrc = curl_multi_add_handle(multi.get(), t->easy.get());
       if (mrc != CURLM_OK) {
-        out.push_back(failed(t->request.tag, curl_multi_strerror(mrc)));
+        out.push_back(failed(t->request, curl_multi_strerror(mrc)));
         recycle(std::move(t));
         continue;
       }
@@ -626,6 +634,19 @@ void Client::set_max_concurrency(int max_concurrency) {
 
 void Client::set_egress_policy(core::EgressPolicy policy) { impl_->egress = std::move(policy); }
 
+void Client::set_wake_fd(int fd) {
+  Impl& im = *impl_;
+  if (im.wake_fd >= 0) epoll_ctl(im.epoll_fd, EPOLL_CTL_DEL, im.wake_fd, nullptr);
+  im.wake_fd = -1;
+  if (fd < 0) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  if (epoll_ctl(im.epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0)
+    throw std::runtime_error(std::string("epoll_ctl(wake fd) failed: ") + std::strerror(errno));
+  im.wake_fd = fd;
+}
+
 void Client::submit(Request request) { impl_->waiting.push_back(std::move(request)); }
 
 std::vector<uint64_t> Client::cancel_queued(const std::function<bool(uint64_t tag)>& select) {
@@ -679,7 +700,7 @@ std::vector<Response> Client::run(int timeout_ms) {
       }
       waited = true;
       if (!im.wait_and_dispatch(static_cast<int>(std::min<long long>(wait_ms, INT_MAX)))) {
-        im.collect(out);  // interrupted by a signal: the caller has work to do
+        im.collect(out);  // interrupted by a signal or the wake fd: the caller has work to do
         break;
       }
     }

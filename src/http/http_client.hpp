@@ -5,9 +5,9 @@
 // hidden behind a pimpl, so the worker (pg/) can include this header after postgres.h without
 // pulling curl.h in.
 //
-// Threading and blocking: the client is single-threaded and never blocks longer than the
-// timeout passed to run(); the worker checks its latch and signals between run() calls.
-// libcurl is told never to install signal handlers (CURLOPT_NOSIGNAL).
+// Threading and blocking: a Client is used by one thread at a time (the delivery thread, see
+// delivery_thread.hpp) and never blocks longer than the timeout passed to run(), which a
+// wake fd can cut short. libcurl is told never to install signal handlers (CURLOPT_NOSIGNAL).
 #pragma once
 
 #include "core/egress_policy.hpp"
@@ -27,7 +27,8 @@ namespace pg_outbox::http {
 constexpr std::size_t kBodyHeadLimit = 1024 + 3;
 
 struct Request {
-  uint64_t tag = 0;  // the caller's id (message id), returned in the Response
+  uint64_t tag = 0;   // the caller's id (message id), returned in the Response
+  std::string group;  // the caller's grouping (endpoint), returned in the Response
   std::string url;
   std::vector<std::string> headers;  // complete "Name: value" lines, already validated
   std::string body;                  // POSTed as is (any bytes)
@@ -36,6 +37,7 @@ struct Request {
 
 struct Response {
   uint64_t tag = 0;
+  std::string group;
   // HTTP status of the final response, 0 when none was received. When transport_error is set
   // the status may still be non-zero (the headers arrived, then the transfer failed): the
   // transfer did not complete, so transport_error must be checked first.
@@ -68,6 +70,11 @@ class Client {
   // or reused from now on. An empty policy allows everything.
   void set_egress_policy(core::EgressPolicy policy);
 
+  // A descriptor (an eventfd) whose readability ends run()'s wait at once; run() never
+  // reads it, its owner does. -1 removes it. The descriptor must outlive the client or be
+  // removed first.
+  void set_wake_fd(int fd);
+
   // Queued; started (by run()) as soon as fewer than max_concurrency are in flight.
   void submit(Request request);
 
@@ -82,7 +89,7 @@ class Client {
   // Starts queued requests (slots freed during this call are refilled by the next one, after
   // the caller has seen the results) and drives transfers for at most timeout_ms, waiting in epoll_wait
   // (bounded by libcurl's next timer); returns as soon as at least one response is ready
-  // (possibly empty on timeout, or early when a signal interrupts the wait).
+  // (possibly empty on timeout, or early when a signal or the wake fd interrupts the wait).
   // timeout_ms <= 0: just process what is ready, never wait. Returns at once when nothing is
   // in flight. Throws std::runtime_error only if the multi handle itself fails (out of memory).
   std::vector<Response> run(int timeout_ms);

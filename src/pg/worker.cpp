@@ -13,6 +13,7 @@ extern "C" {
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
@@ -25,8 +26,48 @@ namespace pg_outbox::pg {
 
 using namespace worker_detail;
 
-Worker::Worker() : client_(settings.max_concurrency), random_(std::random_device{}()) {
-  client_.set_egress_policy(egress_policy());
+namespace {
+
+// The delivery thread to stop when the process exits: a FATAL, SIGTERM or the
+// postmaster's death end the process through proc_exit, which never unwinds the
+// worker's stack, so the thread is joined by this callback instead of the destructor.
+http::DeliveryThread* running_delivery_thread = nullptr;
+
+void stop_delivery_thread(int, Datum) {
+  if (running_delivery_thread == nullptr) return;
+  try {
+    running_delivery_thread->stop();
+  } catch (...) {
+    // join failed (cannot happen for a joinable thread): the process is exiting anyway
+  }
+  running_delivery_thread = nullptr;
+}
+
+}  // namespace
+
+Worker::Worker() : delivery_(settings.max_concurrency), random_(std::random_device{}()) {
+  delivery_.set_egress_policy(egress_policy());
+  static bool exit_callback_registered = false;
+  running_delivery_thread = &delivery_;
+  const int results_fd = delivery_.results_fd();
+  wait_set_ = pg_call([&] {
+    if (!exit_callback_registered) before_shmem_exit(stop_delivery_thread, 0);
+    // Made once: the worker waits on its latch, the postmaster and the delivery
+    // thread's results, many thousand times a second under load.
+    WaitEventSet* set = CreateWaitEventSet(TopMemoryContext, 3);
+    AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, nullptr);
+    AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, nullptr, nullptr);
+    AddWaitEventToSet(set, WL_SOCKET_READABLE, results_fd, nullptr, nullptr);
+    return set;
+  });
+  exit_callback_registered = true;
+}
+
+// Reached only when the loop ends by exception (the worker then exits with FATAL).
+Worker::~Worker() {
+  running_delivery_thread = nullptr;
+  delivery_.stop();
+  pg_call([&] { FreeWaitEventSet(wait_set_); });
 }
 
 void Worker::run() {
@@ -72,11 +113,13 @@ void Worker::run() {
     try {
       bool woken = wait_for_work();
       if (now_ms() < error_backoff_until_ms_) {
-        collect_http_results(kHttpSliceMs);  // keep libcurl moving; settle once the database is back
+        collect_http_results();  // settled once the database is back
         continue;
       }
       iterate(woken);
       error_streak_ = 0;
+    } catch (const http::DeliveryThread::Failed&) {
+      throw;  // its requests are lost to this process: exit, recover_claims redoes them
     } catch (const ExtensionChanged&) {
       abort_transaction();
       on_extension_changed();
@@ -89,20 +132,22 @@ void Worker::run() {
   }
 }
 
-// Sleeps on the latch until a commit, a signal or the next deadline; re-reads the
-// GUCs after SIGHUP. Returns whether a commit asked for the wake.
+// Sleeps on the latch until a commit, a signal, a response of the delivery thread or the
+// next deadline; re-reads the GUCs after SIGHUP. Returns whether a commit asked for the
+// wake.
 bool Worker::wait_for_work() {
   int timeout = wait_timeout_ms();
   pg_call([&] {
-    (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, timeout, PG_WAIT_EXTENSION);
+    WaitEvent event;
+    (void)WaitEventSetWait(wait_set_, timeout, &event, 1, PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
     CHECK_FOR_INTERRUPTS();
   });
   if (ConfigReloadPending) {
     ConfigReloadPending = false;
     pg_call([] { ProcessConfigFile(PGC_SIGHUP); });
-    client_.set_max_concurrency(settings.max_concurrency);
-    client_.set_egress_policy(egress_policy());
+    delivery_.set_max_concurrency(settings.max_concurrency);
+    delivery_.set_egress_policy(egress_policy());
     more_due_ = true;  // batch size or enablement may have changed
     // Shown by worker_status(): tests and operators wait for this, not for a sleep.
     // PgReloadTime is this process's own last read of the files (a fresh worker
@@ -158,7 +203,8 @@ void Worker::recover_from_error(int sqlstate, std::string message) {
 }
 
 int Worker::wait_timeout_ms() const {
-  if (client_.in_flight() + client_.queued() > 0) return 0;  // libcurl waits in collect_http_results
+  // Responses wake the worker through the results fd: deliveries in flight need no
+  // shorter wait.
   int64_t now = now_ms();
   if (now < error_backoff_until_ms_) return static_cast<int>(error_backoff_until_ms_ - now);
   if (!ready_ || !settings.enabled) return settings.poll_interval_ms;
@@ -169,7 +215,7 @@ int Worker::wait_timeout_ms() const {
 
 void Worker::iterate(bool woken) {
   if (!prepare_database()) return;
-  collect_http_results(client_.in_flight() + client_.queued() > 0 ? kHttpSliceMs : 0);
+  collect_http_results();
   settle_pending();
   int64_t now = now_ms();
   if (!settings.enabled) {
@@ -182,7 +228,7 @@ void Worker::iterate(bool woken) {
     next_claim_ms_ = std::min(next_claim_ms_, last_claim_ms_ + wake_gap_ms_);
     woken = false;
   }
-  if ((woken || more_due_ || now >= next_claim_ms_) && client_.in_flight() + client_.queued() < claim_target() / 2) {
+  if ((woken || more_due_ || now >= next_claim_ms_) && deliveries_.size() < claim_target() / 2) {
     last_claim_ms_ = now;
     size_t claimed = claim_and_deliver();
     wake_gap_ms_ = claimed > 0 ? kWakeCoalesceMinMs : std::min(2 * wake_gap_ms_, kWakeCoalesceMaxMs);
@@ -249,7 +295,7 @@ void Worker::require_same_extension() {
 // Drops every delivery in flight and every result not yet written: they belong to
 // tables that no longer exist.
 void Worker::forget_deliveries() {
-  client_.abandon_all();
+  delivery_.abandon_all();
   deliveries_.clear();
   claims_.clear();
   held_bytes_ = 0;

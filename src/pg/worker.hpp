@@ -5,7 +5,7 @@
 #include "core/circuit_breaker.hpp"
 #include "core/delivery_policy.hpp"
 #include "core/string_object.hpp"
-#include "http/http_client.hpp"
+#include "http/delivery_thread.hpp"
 #include "pg/outbox_store.hpp"
 
 #include <array>
@@ -22,6 +22,9 @@ namespace pg_outbox::pg {
 class Worker {
  public:
   Worker();
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
   // The loop; returns only by process exit (SIGTERM, postmaster death).
   void run();
 
@@ -59,7 +62,7 @@ class Worker {
   void give_back(const std::vector<uint64_t>& tags);
   void give_back_stale_requests();
   void deliver_notify(const std::vector<ClaimedMessage>& claimed);
-  void collect_http_results(int wait_ms);
+  void collect_http_results();
   void record_outcome(const http::Response& response);
   void on_breaker_transition(Endpoint& endpoint, core::Transition transition);
   void settle_pending();
@@ -72,7 +75,8 @@ class Worker {
   int max_attempts_of(const Endpoint& endpoint) const;
   size_t claim_target() const;
 
-  http::Client client_;
+  http::DeliveryThread delivery_;  // libcurl, on its own thread
+  struct WaitEventSet* wait_set_ = nullptr;  // latch, postmaster death, delivery_.results_fd()
   OutboxStore store_;
   std::mt19937_64 random_;
   std::unordered_map<std::string, Endpoint> endpoints_;

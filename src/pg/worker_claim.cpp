@@ -61,7 +61,7 @@ size_t Worker::claim_and_deliver() {
     // take everyone across endpoints over time.
     if (!http.empty()) std::rotate(http.begin(), http.begin() + (claim_round_++ % http.size()), http.end());
     if (!notify.empty()) std::rotate(notify.begin(), notify.begin() + (claim_round_ % notify.size()), notify.end());
-    size_t room = claim_target() - std::min(claim_target(), client_.in_flight() + client_.queued());
+    size_t room = claim_target() - std::min(claim_target(), deliveries_.size());
     int limit = static_cast<int>(std::min<size_t>(room, static_cast<size_t>(settings.batch_size)));
     // Payload bytes the worker may still take on: what it holds counts until settled.
     int64_t budget = std::max<int64_t>(0, settings.max_inflight_bytes - held_bytes_);
@@ -153,6 +153,8 @@ static std::string too_large_error(const ClaimedMessage& m) {
 
 void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t claim_id) {
   int64_t now = now_ms();
+  std::vector<http::Request> requests;
+  requests.reserve(claimed.size());
   for (const ClaimedMessage& m : claimed) {
     Endpoint& endpoint = endpoints_.at(m.endpoint);  // claimed by endpoint name
     std::string unsendable;
@@ -204,11 +206,12 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
       continue;
     }
     long timeout = endpoint.row.timeout_ms.value_or(settings.http_timeout_ms);
-    client_.submit({static_cast<uint64_t>(m.id), endpoint.row.url, std::move(lines), m.payload, timeout});
+    requests.push_back({static_cast<uint64_t>(m.id), m.endpoint, endpoint.row.url, std::move(lines), m.payload, timeout});
     deliveries_[static_cast<uint64_t>(m.id)] = {m.endpoint, m.attempts,     max_attempts_of(endpoint),
                                                 claim_id,   m.payload_size, now};
     held_bytes_ += m.payload_size;
   }
+  delivery_.submit(std::move(requests));  // one hand-over, one wake of the thread
 }
 
 void Worker::deliver_notify(const std::vector<ClaimedMessage>& claimed) {

@@ -22,7 +22,6 @@ constexpr const char* kVersion = PG_OUTBOX_VERSION;
 constexpr const char* kUserAgent = "pg_outbox/" PG_OUTBOX_VERSION;
 constexpr size_t kResponseBodyLimit = 1024;  // dlq.dead_letters.response_body keeps the first 1 KiB
 constexpr int kSettleBatch = 1000;           // results written back per transaction, at most
-constexpr int kHttpSliceMs = 20;             // longest the worker is deaf to its latch
 // Gap between claims that commits trigger: 2 ms while claims find work, doubling up
 // to 50 ms while they come back empty (commits for a paused endpoint, say).
 constexpr int kWakeCoalesceMinMs = 2;

@@ -15,17 +15,15 @@ namespace pg_outbox::pg {
 
 using namespace worker_detail;
 
-void Worker::collect_http_results(int wait_ms) {
-  if (client_.in_flight() + client_.queued() == 0) return;
-  // Each batch is recorded before libcurl runs again: a circuit that the batch opens
-  // must take the endpoint's queued requests back before run() starts them.
-  size_t gathered = 0;
-  for (std::vector<http::Response> responses = client_.run(wait_ms); !responses.empty(); responses = client_.run(0)) {
-    for (const http::Response& response : responses) record_outcome(response);
-    gathered += responses.size();
-    // Gather what else is already finished, so that one transaction settles many.
-    if (gathered >= static_cast<size_t>(kSettleBatch) || client_.in_flight() == 0) break;
-  }
+// What the delivery thread has finished, up to one settle's worth; the rest wakes the
+// worker again at once. A circuit that these responses open takes the endpoint's
+// requests that have not started back from the thread (on_breaker_transition); the
+// thread may have started a few more meanwhile, as slots freed, and those run their
+// course like the ones that were in flight.
+void Worker::collect_http_results() {
+  if (deliveries_.empty()) return;
+  for (const http::Response& response : delivery_.take_responses(kSettleBatch)) record_outcome(response);
+  delivery_.resume();
 }
 
 void Worker::record_outcome(const http::Response& response) {
@@ -100,7 +98,7 @@ void Worker::on_breaker_transition(Endpoint& endpoint, core::Transition transiti
   }
   // Requests of this endpoint not yet started would only fail: give their attempt back.
   const std::string& name = endpoint.row.name;
-  auto cancelled = client_.cancel_queued([&](uint64_t tag) {
+  auto cancelled = delivery_.cancel_queued([&](uint64_t tag) {
     auto d = deliveries_.find(tag);
     return d != deliveries_.end() && d->second.endpoint == name;
   });
@@ -125,7 +123,7 @@ void Worker::give_back(const std::vector<uint64_t>& tags) {
 // that has started is bounded by its own timeout instead.
 void Worker::give_back_stale_requests() {
   int64_t oldest_allowed = now_ms() - 1000LL * settings.lease_s;
-  give_back(client_.cancel_queued([&](uint64_t tag) {
+  give_back(delivery_.cancel_queued([&](uint64_t tag) {
     auto d = deliveries_.find(tag);
     return d != deliveries_.end() && d->second.claimed_ms < oldest_allowed;
   }));

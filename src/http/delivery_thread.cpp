@@ -1,0 +1,250 @@
+// The delivery thread; see delivery_thread.hpp for the contract.
+//
+// The thread's loop: exchange (under the mutex: hand over finished responses, take new
+// requests for the free slots, apply settings), then drive libcurl until a response is
+// ready or the worker wakes the thread, or, with nothing in flight, wait for the wake.
+// The wake is read before the exchange, so a wake that comes after it is never lost: it
+// cuts the next wait short instead.
+#include "http/delivery_thread.hpp"
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace pg_outbox::http {
+namespace {
+
+// Longest the idle thread sleeps without a wake (every wake is also written to the fd,
+// so this bounds nothing that matters; it only keeps the thread from sleeping for ever).
+constexpr int kIdleWaitMs = 1000;
+// Longest one libcurl slice runs without a response or a wake.
+constexpr int kRunSliceMs = 100;
+
+int make_eventfd() {
+  const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(std::string("eventfd failed: ") + std::strerror(errno));
+  return fd;
+}
+
+// What does not pause its group: a 2xx answer. Anything else may be what opens the
+// circuit, which is the worker's to decide first.
+bool succeeded(const Response& response) {
+  return !response.transport_error && response.status >= 200 && response.status < 300;
+}
+
+void signal_fd(int fd) {
+  const uint64_t one = 1;
+  // EAGAIN: the counter is full, the fd is readable anyway.
+  while (write(fd, &one, sizeof one) < 0 && errno == EINTR) {
+  }
+}
+
+void drain_fd(int fd) {
+  uint64_t count = 0;
+  while (read(fd, &count, sizeof count) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace
+
+DeliveryThread::DeliveryThread(int max_concurrency) : client_(max_concurrency) {
+  max_concurrency_ = std::max(1, max_concurrency);
+  wake_fd_ = make_eventfd();
+  try {
+    results_fd_ = make_eventfd();
+    client_.set_wake_fd(wake_fd_);
+    // Every signal blocked while the thread is created: it inherits the mask. The
+    // creator's mask is put back at once.
+    sigset_t all;
+    sigset_t previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);
+    try {
+      thread_ = std::thread([this] { loop(); });
+    } catch (...) {
+      pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+      throw;
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  } catch (...) {
+    client_.set_wake_fd(-1);
+    close(wake_fd_);
+    if (results_fd_ >= 0) close(results_fd_);
+    throw;
+  }
+}
+
+DeliveryThread::~DeliveryThread() {
+  stop();
+  client_.set_wake_fd(-1);
+  close(wake_fd_);
+  close(results_fd_);
+}
+
+void DeliveryThread::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  signal_fd(wake_fd_);
+  if (thread_.joinable()) thread_.join();
+}
+
+void DeliveryThread::set_max_concurrency(int max_concurrency) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  max_concurrency_ = std::max(1, max_concurrency);
+  settings_changed_ = true;
+}
+
+void DeliveryThread::set_egress_policy(core::EgressPolicy policy) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    egress_ = std::move(policy);
+    settings_changed_ = true;
+  }
+  signal_fd(wake_fd_);
+}
+
+void DeliveryThread::submit(std::vector<Request> requests) {
+  if (requests.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Request& request : requests) waiting_.push_back(std::move(request));
+  }
+  signal_fd(wake_fd_);
+}
+
+void DeliveryThread::resume() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (paused_.empty()) return;
+    paused_.clear();
+  }
+  signal_fd(wake_fd_);
+}
+
+std::vector<uint64_t> DeliveryThread::cancel_queued(const std::function<bool(uint64_t tag)>& select) {
+  std::vector<uint64_t> cancelled;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto keep = std::remove_if(waiting_.begin(), waiting_.end(), [&](const Request& request) {
+    if (!select(request.tag)) return false;
+    cancelled.push_back(request.tag);
+    return true;
+  });
+  waiting_.erase(keep, waiting_.end());
+  return cancelled;
+}
+
+std::vector<Response> DeliveryThread::take_responses(size_t max) {
+  drain_fd(results_fd_);  // before looking, so that a later announcement is kept
+  std::vector<Response> taken;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failure_.empty()) {
+    signal_fd(results_fd_);  // stays readable: the failure is not consumed
+    throw Failed("the delivery thread stopped: " + failure_);
+  }
+  if (done_.size() <= max) {
+    taken.swap(done_);
+  } else {
+    taken.assign(std::make_move_iterator(done_.begin()), std::make_move_iterator(done_.begin() + max));
+    done_.erase(done_.begin(), done_.begin() + max);
+    signal_fd(results_fd_);  // the rest is still waiting
+  }
+  return taken;
+}
+
+void DeliveryThread::abandon_all() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    waiting_.clear();
+    done_.clear();
+    paused_.clear();
+    abandon_ = true;
+  }
+  signal_fd(wake_fd_);
+}
+
+bool DeliveryThread::exchange(std::vector<Response>& finished) {
+  drain_fd(wake_fd_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (abandon_) {
+    // Everything the client holds was submitted before abandon_all: none of it may
+    // come back.
+    finished.clear();
+    client_.abandon_all();
+    abandon_ = false;
+  }
+  if (!finished.empty()) {
+    for (const Response& response : finished)
+      if (!succeeded(response)) paused_.insert(response.group);
+    const bool announce = done_.empty();  // otherwise announced already, not yet taken
+    if (done_.empty())
+      done_.swap(finished);
+    else
+      for (Response& response : finished) done_.push_back(std::move(response));
+    if (announce) signal_fd(results_fd_);
+  }
+  finished.clear();
+  if (stop_) return false;
+  if (settings_changed_) {
+    settings_changed_ = false;
+    client_.set_max_concurrency(max_concurrency_);
+    client_.set_egress_policy(egress_);
+  }
+  // Only what can start now leaves the FIFO, so what is left in it can be cancelled.
+  // Requests of paused groups keep their place.
+  const auto slots = static_cast<size_t>(max_concurrency_);
+  if (paused_.empty()) {
+    while (!waiting_.empty() && client_.in_flight() + client_.queued() < slots) {
+      client_.submit(std::move(waiting_.front()));
+      waiting_.pop_front();
+    }
+  } else {
+    for (auto it = waiting_.begin(); it != waiting_.end() && client_.in_flight() + client_.queued() < slots;) {
+      if (paused_.count(it->group) != 0) {
+        ++it;
+        continue;
+      }
+      client_.submit(std::move(*it));
+      it = waiting_.erase(it);
+    }
+  }
+  return true;
+}
+
+void DeliveryThread::wait_for_wake(int timeout_ms) const {
+  pollfd fd{wake_fd_, POLLIN, 0};
+  (void)poll(&fd, 1, timeout_ms);  // EINTR cannot happen (signals are blocked); harmless anyway
+}
+
+void DeliveryThread::loop() noexcept {
+  std::vector<Response> finished;
+  try {
+    while (exchange(finished)) {
+      if (client_.in_flight() + client_.queued() == 0)
+        wait_for_wake(kIdleWaitMs);
+      else
+        finished = client_.run(kRunSliceMs);
+    }
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    try {
+      failure_ = e.what();
+    } catch (...) {
+      failure_.clear();
+    }
+    if (failure_.empty()) failure_ = "out of memory";
+    signal_fd(results_fd_);
+  }
+  // Close the connections on the thread that used them.
+  client_.abandon_all();
+}
+
+}  // namespace pg_outbox::http
