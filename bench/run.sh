@@ -53,16 +53,9 @@ wal1=$(bench_sql -c "SELECT wal_records || ' ' || wal_bytes FROM pg_stat_wal")
 R[wal]=$(awk -v a="$wal0" -v b="$wal1" -v n="$BACKLOG" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.2f %.0f", (y[1] - x[1]) / n, (y[2] - x[2]) / n}')
 
 log "3. NOTIFY drain with a listener connected"
-as_postgres "$PG_BIN/psql" -X -q -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -d bench \
-  -c "LISTEN bench_notify" -c "SELECT pg_sleep(3600)" >/dev/null 2>&1 &
-LISTENER_PID=$!
-sleep 0.5
+start_listener
 R[notify]=$(drain_case notify 0)
-# End the listener's backend itself (killing the runuser wrapper would leave psql
-# behind): an open query holds back VACUUM for every case after this one.
-bench_sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(3600)%' AND pid <> pg_backend_pid()" >/dev/null
-kill "$LISTENER_PID" 2>/dev/null || true
-LISTENER_PID=
+stop_listener
 
 log "4. steady state: 1,000 messages/s for 30 s, COMMIT->receipt latency at the receiver"
 python3 "$REPO/test/webhook_receiver.py" --port 0 --ready-file "$work/receiver.port" --log "$work/receiver.jsonl" \

@@ -51,6 +51,23 @@ bench_sql -c "CREATE EXTENSION pg_outbox" \
   -c "SELECT outbox.create_endpoint('parked', url => 'http://127.0.0.1:$NGINX_PORT/parked')" \
   -c "SELECT outbox.pause_endpoint('parked')" >/dev/null
 
+# A listener as applications run one: LISTEN, then short statements (psql reads the
+# notifications that arrived after each), idle in between. Not a query left running
+# (pg_sleep): that holds a snapshot, so VACUUM keeps every deleted queue row and each
+# drain walks the dead rows of the drains before it. Ends by itself after 30 minutes.
+start_listener() {
+  { echo "LISTEN bench_notify;"; for _ in $(seq 18000); do echo "SELECT 1;"; sleep 0.1; done; } |
+    as_postgres "$PG_BIN/psql" -X -q -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -d bench >/dev/null 2>&1 &
+  LISTENER_PID=$!
+  sleep 0.5
+}
+stop_listener() {
+  bench_sql -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND datname = 'bench'" >/dev/null
+  kill "$LISTENER_PID" 2>/dev/null || true
+  LISTENER_PID=
+}
+
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 worker_pid() { bench_sql -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
 # The worker found no database "bench" at server start; it is back within a second or two.
