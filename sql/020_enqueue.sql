@@ -258,6 +258,28 @@ SELECT outbox.enqueue('billing', '{}') > 0 AS enqueued;
 SHOW synchronous_commit;
 ROLLBACK;
 
+-- enqueue writes its row without a statement, but every column is what an INSERT with
+-- the table's defaults would have written, and in the same transaction it is visible
+-- to the next statement.
+BEGIN;
+SELECT outbox.enqueue('billing', '{"n": 1}', event_type => 'row.check', ordering_key => 'k') AS row_id \gset
+SELECT endpoint, event_type, payload, headers, ordering_key, idempotency_key, attempts,
+       next_attempt_at = now() AS due_now, created_at = now() AS created_now,
+       last_error, last_http_status, first_failed_at
+  FROM outbox.messages WHERE id = :row_id;
+ROLLBACK;
+-- A table changed by someone else (here a CHECK an operator added) gets every check
+-- of the executor: enqueue honours the new constraint and inserts nothing.
+ALTER TABLE outbox.messages ADD CONSTRAINT local_small_payloads CHECK (length(payload::text) < 50);
+SELECT count(*) AS messages_before_local_check FROM outbox.messages \gset
+\set VERBOSITY terse
+SELECT outbox.enqueue('billing', jsonb_build_object('blob', repeat('x', 100)));
+\echo :SQLSTATE
+\set VERBOSITY default
+SELECT outbox.enqueue('billing', '{"small": true}') > 0 AS small_one_enqueued;
+SELECT count(*) - :messages_before_local_check AS inserted FROM outbox.messages;
+ALTER TABLE outbox.messages DROP CONSTRAINT local_small_payloads;
+
 -- Clean up for the next file.
 TRUNCATE outbox.messages;
 SELECT outbox.drop_endpoint(name) FROM outbox.endpoints ORDER BY name;

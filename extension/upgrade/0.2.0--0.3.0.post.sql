@@ -17,3 +17,6 @@ COMMENT ON TABLE outbox.messages IS
 CREATE INDEX messages_claim_idx ON outbox.messages (endpoint, next_attempt_at);
 CREATE INDEX messages_ordering_idx ON outbox.messages (endpoint, ordering_key, id)
     WHERE ordering_key IS NOT NULL;
+
+-- outbox.enqueue does its work in C now (src/pg/enqueue.cpp).
+DROP FUNCTION outbox._enqueue(text, jsonb, text, jsonb, text, text, timestamptz, regrole, boolean);

@@ -1,8 +1,9 @@
 // SQL-callable argument checks (outbox._check_*), used by the install script's
-// functions. The rules live in core/validation; this file only maps a refusal to
+// functions, and the two that outbox.enqueue makes itself. The rules live in core/validation; this file only maps a refusal to
 // its SQLSTATE. A message never repeats a secret.
 #include "core/string_object.hpp"
 #include "core/validation.hpp"
+#include "pg/argument_checks.hpp"
 #include "pg/boundary.hpp"
 #include "pg/settings.hpp"
 
@@ -59,24 +60,32 @@ PG_OUTBOX_FUNCTION(pg_outbox_check_secret) {
   PG_RETURN_VOID();
 }
 
-PG_OUTBOX_FUNCTION(pg_outbox_check_idempotency_key) {
-  const char* key = text_arg(fcinfo, 0);
-  if (key == nullptr) throw SqlError(ERRCODE_NULL_VALUE_NOT_ALLOWED, "idempotency_key must not be null");
+void pg_outbox::pg::check_idempotency_key(const char* key) {
   refuse_if(pg_outbox::core::check_idempotency_key(key), ERRCODE_INVALID_PARAMETER_VALUE);
-  PG_RETURN_VOID();
 }
 
-// headers: a JSON object whose values are strings, each name a token, no CR/LF/NUL.
-PG_OUTBOX_FUNCTION(pg_outbox_check_headers) {
-  if (PG_ARGISNULL(0)) throw SqlError(ERRCODE_NULL_VALUE_NOT_ALLOWED, "headers must not be null");
+void pg_outbox::pg::check_headers(Datum headers) {
   const char* json = pg_call([&] {
-    Jsonb* jb = PG_GETARG_JSONB_P(0);
+    Jsonb* jb = DatumGetJsonbP(headers);
     return static_cast<const char*>(JsonbToCString(nullptr, &jb->root, VARSIZE(jb)));
   });
   auto parsed = pg_outbox::core::parse_string_object(json);
   if (!parsed.pairs) throw SqlError(ERRCODE_INVALID_PARAMETER_VALUE, parsed.error);
   for (const auto& [name, value] : *parsed.pairs)
     refuse_if(pg_outbox::core::check_header(name, value), ERRCODE_INVALID_PARAMETER_VALUE);
+}
+
+PG_OUTBOX_FUNCTION(pg_outbox_check_idempotency_key) {
+  const char* key = text_arg(fcinfo, 0);
+  if (key == nullptr) throw SqlError(ERRCODE_NULL_VALUE_NOT_ALLOWED, "idempotency_key must not be null");
+  pg_outbox::pg::check_idempotency_key(key);
+  PG_RETURN_VOID();
+}
+
+// headers: a JSON object whose values are strings, each name a token, no CR/LF/NUL.
+PG_OUTBOX_FUNCTION(pg_outbox_check_headers) {
+  if (PG_ARGISNULL(0)) throw SqlError(ERRCODE_NULL_VALUE_NOT_ALLOWED, "headers must not be null");
+  pg_outbox::pg::check_headers(PG_GETARG_DATUM(0));
   PG_RETURN_VOID();
 }
 

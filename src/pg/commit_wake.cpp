@@ -1,6 +1,6 @@
 // Wake the worker when a transaction that wrote messages commits, never on rollback:
-// the AFTER INSERT statement trigger on outbox.messages (and the endpoint functions)
-// only note the wish; the transaction callback acts on it at commit, when the rows
+// outbox.enqueue, the AFTER INSERT statement trigger on outbox.messages (plain INSERTs)
+// and the endpoint functions only note the wish; the transaction callback acts on it at commit, when the rows
 // are already visible to the worker's next snapshot.
 #include "pg/boundary.hpp"
 #include "pg/commit_wake.hpp"
@@ -39,13 +39,15 @@ void on_transaction_event(XactEvent event, void*) {
 
 void register_commit_wake() { RegisterXactCallback(on_transaction_event, nullptr); }
 
+void wake_worker_at_commit() { wake_at_commit = true; }
+
 }  // namespace pg_outbox::pg
 
 PG_OUTBOX_FUNCTION(pg_outbox_wake_at_commit) {
   if (!CALLED_AS_TRIGGER(fcinfo))
     throw pg_outbox::pg::SqlError(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
                                   "outbox._wake_at_commit() must be called as a trigger");
-  pg_outbox::pg::wake_at_commit = true;
+  pg_outbox::pg::wake_worker_at_commit();
   return PointerGetDatum(nullptr);
 }
 

@@ -1,25 +1,58 @@
-// outbox.enqueue(): the producer's entry point. It is not SECURITY DEFINER, so that it
-// sees the role that really calls it (GetUserId: SET ROLE, and callers inside other
-// SECURITY DEFINER functions, included). It passes that role to outbox._enqueue(),
-// which checks the send right and writes the message, and runs it as the function's
-// owner (the extension's owner) exactly as a SECURITY DEFINER call would: only this
-// function can name the caller, and no producer can execute _enqueue() itself.
+// outbox.enqueue(): the producer's hot path, as cheap as the INSERT a team would write
+// into a hand-made outbox table.
+//
+// It is not SECURITY DEFINER, so that it sees the role that really calls it (GetUserId:
+// SET ROLE, and callers inside other SECURITY DEFINER functions, included); it reads the
+// endpoint and the send right as the function's owner (the extension's owner), which no
+// producer can do itself. The checks are made here, in the order the SQL contract lists
+// them, with its messages and SQLSTATEs. The row is then inserted straight through the
+// executor (as logical replication applies a row): no SQL statement, no plan, and so no
+// statement trigger; the commit wake is registered directly. The CHECK constraints of
+// outbox.messages hold for plain INSERTs, whose wake messages_wake registers; enqueue
+// has checked the same rules before it inserts (table_as_installed). Only the rare paths use SQL: max_pending and the
+// idempotent INSERT ... ON CONFLICT.
+#include "pg/argument_checks.hpp"
 #include "pg/boundary.hpp"
+#include "pg/commit_wake.hpp"
 #include "pg/settings.hpp"
 
 extern "C" {
 #include "access/detoast.h"
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "commands/trigger.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_relation.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 }
 
+#include <string>
+
 namespace {
 
-constexpr int kArguments = 7;  // outbox.enqueue's own arguments; _enqueue adds two (below)
+using pg_outbox::pg::pg_call;
+using pg_outbox::pg::SqlError;
+
+// outbox.enqueue's arguments, in order.
+enum Argument { kEndpoint, kPayload, kEventType, kHeaders, kOrderingKey, kIdempotencyKey, kDeliverAt };
+constexpr int kKeyLengthMax = 200;  // event_type, ordering_key (the table's CHECKs say the same)
 
 Oid function_owner(Oid function) {
   HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
@@ -32,64 +65,392 @@ Oid function_owner(Oid function) {
 // The size of a stored value uncompressed, from its header alone (never detoasted).
 int64 stored_size(Datum value) { return static_cast<int64>(toast_raw_datum_size(value)) - VARHDRSZ; }
 
-// Runs outbox._enqueue() with the caller's arguments and identity; all of it inside one
-// pg_call, since it is PostgreSQL code from start to end. An ERROR leaves through the
-// transaction's abort, which also restores the user the switch below changed.
-Datum enqueue_as_owner(FunctionCallInfo fcinfo) {
-  static SPIPlanPtr plan = nullptr;
-  if (!PG_ARGISNULL(1) && stored_size(PG_GETARG_DATUM(1)) > pg_outbox::pg::settings.max_payload_size)
-    ereport(ERROR,
-            (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-             errmsg("payload of %lld bytes exceeds pg_outbox.max_payload_size (%d bytes)",
-                    static_cast<long long>(stored_size(PG_GETARG_DATUM(1))), pg_outbox::pg::settings.max_payload_size),
-             errhint("Store large documents elsewhere and send a reference to them.")));
-  Oid caller = GetUserId();
-  Oid owner = function_owner(fcinfo->flinfo->fn_oid);
-  // Superusers and the extension's owner need no send right: decided here, from the
-  // role caches, so that their enqueues skip the lookup of endpoint_senders.
-  bool privileged = caller == owner || superuser_arg(caller);
+// Runs SPI work as the extension's owner, then switches back (an ERROR on the way is
+// undone by the (sub)transaction's abort, which restores the user too).
+template <typename Fn>
+void as_owner(Oid owner, Fn&& fn) {
   Oid saved_user;
   int saved_context;
   GetUserIdAndSecContext(&saved_user, &saved_context);
   SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
-
   if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_outbox: SPI_connect failed");
-  if (plan == nullptr) {
-    Oid types[kArguments + 2] = {TEXTOID, JSONBOID,       TEXTOID,    JSONBOID, TEXTOID,
-                                 TEXTOID, TIMESTAMPTZOID, REGROLEOID, BOOLOID};
-    SPIPlanPtr prepared =
-        SPI_prepare("SELECT outbox._enqueue($1, $2, $3, $4, $5, $6, $7, $8, $9)", kArguments + 2, types);
-    if (prepared == nullptr) elog(ERROR, "pg_outbox: preparing enqueue failed: %s", SPI_result_code_string(SPI_result));
-    if (SPI_keepplan(prepared) != 0) elog(ERROR, "pg_outbox: keeping the enqueue plan failed");
-    plan = prepared;
-  }
-  Datum values[kArguments + 2];
-  char nulls[kArguments + 2];
-  for (int i = 0; i < kArguments; ++i) {
-    values[i] = PG_ARGISNULL(i) ? Datum(0) : PG_GETARG_DATUM(i);
-    nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
-  }
-  values[kArguments] = ObjectIdGetDatum(caller);
-  values[kArguments + 1] = BoolGetDatum(privileged);
-  nulls[kArguments] = nulls[kArguments + 1] = ' ';
-  int rc = SPI_execute_plan(plan, values, nulls, false, 1);
-  if (rc != SPI_OK_SELECT || SPI_processed != 1) elog(ERROR, "pg_outbox: enqueue returned no row");
-  bool isnull = false;
-  Datum id = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-  int64 message_id = isnull ? 0 : DatumGetInt64(id);  // bigint is passed by value
+  fn();
   SPI_finish();
-
   SetUserIdAndSecContext(saved_user, saved_context);
-  if (isnull) elog(ERROR, "pg_outbox: enqueue returned NULL");
-  return Int64GetDatum(message_id);
+}
+
+// A statement prepared once per backend and kept. Every name in it is schema-qualified,
+// operators included, so the caller's search_path cannot change what it means.
+SPIPlanPtr prepared(SPIPlanPtr& plan, const char* sql, int nargs, Oid* types) {
+  if (plan != nullptr) return plan;
+  SPIPlanPtr fresh = SPI_prepare(sql, nargs, types);
+  if (fresh == nullptr) elog(ERROR, "pg_outbox: preparing \"%s\" failed: %s", sql, SPI_result_code_string(SPI_result));
+  if (SPI_keepplan(fresh) != 0) elog(ERROR, "pg_outbox: keeping a plan failed");
+  plan = fresh;
+  return plan;
+}
+
+struct EndpointFacts {
+  bool exists = false;
+  bool may_send = false;
+  bool has_max_pending = false;
+  int64 max_pending = 0;
+};
+
+// The endpoint's row, read by its primary key with the statement's snapshot (what a
+// SELECT would see), without a statement: this is on every enqueue's path.
+void read_endpoint(Datum endpoint, EndpointFacts& facts) {
+  Oid schema = get_namespace_oid("outbox", false);
+  Oid relid = get_relname_relid("endpoints", schema);
+  Oid index = get_relname_relid("endpoints_pkey", schema);
+  if (!OidIsValid(relid) || !OidIsValid(index))
+    ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("outbox.endpoints does not exist")));
+  Relation rel = table_open(relid, AccessShareLock);
+  AttrNumber name_column = attnameAttNum(rel, "name", false);
+  AttrNumber max_pending_column = attnameAttNum(rel, "max_pending", false);
+  if (name_column != 1 || max_pending_column == InvalidAttrNumber)
+    elog(ERROR, "pg_outbox: outbox.endpoints is not as installed");
+  // The key compares under the column's collation, the one its index is sorted by.
+  ScanKeyData key;
+  ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+                         TupleDescAttr(RelationGetDescr(rel), name_column - 1)->attcollation, F_TEXTEQ, endpoint);
+  SysScanDesc scan = systable_beginscan(rel, index, true, GetActiveSnapshot(), 1, &key);
+  HeapTuple tuple = systable_getnext(scan);
+  if (HeapTupleIsValid(tuple)) {
+    facts.exists = true;
+    bool isnull = false;
+    Datum max_pending = heap_getattr(tuple, max_pending_column, RelationGetDescr(rel), &isnull);
+    facts.has_max_pending = !isnull;
+    if (!isnull) facts.max_pending = DatumGetInt64(max_pending);
+  }
+  systable_endscan(scan);
+  table_close(rel, AccessShareLock);
+}
+
+// The endpoint's row and the caller's send right: privileged (a superuser or the
+// extension's owner), a grant to one of the caller's roles, or a grant to PUBLIC.
+// pg_has_role is false, not an error, for a role dropped since it was granted.
+void endpoint_facts(Datum endpoint, Oid caller, Oid owner, bool privileged, EndpointFacts& facts) {
+  static SPIPlanPtr right = nullptr;
+  read_endpoint(endpoint, facts);
+  if (!facts.exists) return;
+  if (privileged) {
+    facts.may_send = true;
+    return;
+  }
+  as_owner(owner, [&] {
+    bool isnull = false;
+    Oid right_types[2] = {TEXTOID, OIDOID};
+    Datum right_args[2] = {endpoint, ObjectIdGetDatum(caller)};
+    SPIPlanPtr plan = prepared(right,
+                               "SELECT EXISTS (SELECT FROM outbox.endpoint_senders s"
+                               " WHERE s.endpoint OPERATOR(pg_catalog.=) $1"
+                               " AND (s.role::pg_catalog.oid OPERATOR(pg_catalog.=) 0::pg_catalog.oid"
+                               " OR pg_catalog.pg_has_role($2, s.role::pg_catalog.oid, 'USAGE')))",
+                               2, right_types);
+    if (SPI_execute_plan(plan, right_args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+      elog(ERROR, "pg_outbox: send right lookup failed");
+    facts.may_send = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+  });
+}
+
+// event_type travels in a request header and is indexed in the DLQ; ordering_key is
+// indexed too.
+void check_key_text(Datum value, const char* name, bool no_control_characters) {
+  struct Measured {
+    int characters = 0;
+    bool control = false;
+  } m;
+  pg_call([&] {
+    text* t = DatumGetTextPP(value);
+    const char* data = VARDATA_ANY(t);
+    int bytes = VARSIZE_ANY_EXHDR(t);
+    m.characters = pg_mbstrlen_with_len(data, bytes);
+    if (!no_control_characters) return;
+    // Printable ASCII has no control character in any encoding or locale; anything
+    // else is left to the regular expression the table's CHECK uses.
+    bool printable_ascii = true;
+    for (int i = 0; i < bytes && printable_ascii; ++i)
+      printable_ascii = static_cast<unsigned char>(data[i]) >= 0x20 && static_cast<unsigned char>(data[i]) < 0x7f;
+    if (!printable_ascii)
+      m.control = DatumGetBool(DirectFunctionCall2Coll(textregexeq, DEFAULT_COLLATION_OID, value,
+                                                       CStringGetTextDatum("[[:cntrl:]]")));
+  });
+  if (m.control)
+    throw SqlError(ERRCODE_INVALID_PARAMETER_VALUE,
+                   std::string(name) + " must not contain control characters (CR, LF, ...)");
+  if (m.characters < 1 || m.characters > kKeyLengthMax)
+    throw SqlError(ERRCODE_INVALID_PARAMETER_VALUE, std::string(name) + " must be 1 to 200 characters long");
+}
+
+// Backpressure: are max_pending undelivered messages (the queue holds nothing else)
+// already waiting? Counts no more than that.
+bool at_max_pending(Datum endpoint, int64 max_pending, Oid owner) {
+  static SPIPlanPtr count = nullptr;
+  bool full = false;
+  as_owner(owner, [&] {
+    Oid types[2] = {TEXTOID, INT8OID};
+    Datum args[2] = {endpoint, Int64GetDatum(max_pending)};
+    SPIPlanPtr plan = prepared(count,
+                               "SELECT pg_catalog.count(*) FROM (SELECT 1 FROM outbox.messages m"
+                               " WHERE m.endpoint OPERATOR(pg_catalog.=) $1 LIMIT $2) s",
+                               2, types);
+    if (SPI_execute_plan(plan, args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+      elog(ERROR, "pg_outbox: max_pending count failed");
+    bool isnull = false;
+    full = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) >= max_pending;
+  });
+  return full;
+}
+
+// The id of the message of this endpoint and idempotency key still in the queue, or 0.
+int64 queued_with_key(Datum endpoint, Datum key, Oid owner) {
+  static SPIPlanPtr find = nullptr;
+  int64 id = 0;
+  as_owner(owner, [&] {
+    Oid types[2] = {TEXTOID, TEXTOID};
+    Datum args[2] = {endpoint, key};
+    SPIPlanPtr plan = prepared(find,
+                               "SELECT m.id FROM outbox.messages m WHERE m.endpoint OPERATOR(pg_catalog.=) $1"
+                               " AND m.idempotency_key OPERATOR(pg_catalog.=) $2",
+                               2, types);
+    if (SPI_execute_plan(plan, args, nullptr, true, 1) != SPI_OK_SELECT) elog(ERROR, "pg_outbox: key lookup failed");
+    bool isnull = false;
+    if (SPI_processed == 1) id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+  });
+  return id;
+}
+
+// Idempotent enqueue: INSERT ... ON CONFLICT DO NOTHING; a message with the same key
+// still in the queue wins. 0 if the conflicting row left the queue in between.
+int64 insert_with_key(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner) {
+  static SPIPlanPtr insert = nullptr;
+  int64 id = 0;
+  as_owner(owner, [&] {
+    Oid types[7] = {TEXTOID, TEXTOID, JSONBOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+    Datum args[7];
+    char nulls[7];
+    const int from[6] = {kEndpoint, kEventType, kPayload, kHeaders, kOrderingKey, kIdempotencyKey};
+    for (int i = 0; i < 6; ++i) {
+      args[i] = PG_ARGISNULL(from[i]) ? Datum(0) : PG_GETARG_DATUM(from[i]);
+      nulls[i] = PG_ARGISNULL(from[i]) ? 'n' : ' ';
+    }
+    args[6] = TimestampTzGetDatum(next_attempt_at);
+    nulls[6] = ' ';
+    SPIPlanPtr plan = prepared(insert,
+                               "INSERT INTO outbox.messages AS m (endpoint, event_type, payload, headers,"
+                               " ordering_key, idempotency_key, next_attempt_at)"
+                               " VALUES ($1, $2, $3, $4, $5, $6, $7)"
+                               " ON CONFLICT (endpoint, idempotency_key) WHERE idempotency_key IS NOT NULL"
+                               " DO NOTHING RETURNING m.id",
+                               7, types);
+    if (SPI_execute_plan(plan, args, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
+      elog(ERROR, "pg_outbox: insert failed");
+    bool isnull = false;
+    if (SPI_processed == 1) id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+  });
+  return id;
+}
+
+// Where outbox.messages and its columns are, worked out once per incarnation of the
+// table (a DROP and CREATE EXTENSION makes a new one).
+struct MessagesTable {
+  Oid relid = InvalidOid;
+  Oid sequence = InvalidOid;  // of the id identity
+  AttrNumber id, endpoint, event_type, payload, headers, ordering_key, attempts, next_attempt_at, created_at;
+};
+
+const MessagesTable& messages_table(Relation rel) {
+  static MessagesTable table;
+  if (table.relid == RelationGetRelid(rel)) return table;
+  MessagesTable fresh;
+  auto column = [&](const char* name) {
+    AttrNumber n = attnameAttNum(rel, name, false);
+    if (n == InvalidAttrNumber) elog(ERROR, "pg_outbox: outbox.messages has no column \"%s\"", name);
+    return n;
+  };
+  fresh.id = column("id");
+  fresh.endpoint = column("endpoint");
+  fresh.event_type = column("event_type");
+  fresh.payload = column("payload");
+  fresh.headers = column("headers");
+  fresh.ordering_key = column("ordering_key");
+  fresh.attempts = column("attempts");
+  fresh.next_attempt_at = column("next_attempt_at");
+  fresh.created_at = column("created_at");
+  fresh.sequence = getIdentitySequence(RelationGetRelid(rel), fresh.id, false);
+  fresh.relid = RelationGetRelid(rel);
+  table = fresh;
+  return table;
+}
+
+// outbox.messages as the install script made it: its CHECK constraints (on event_type,
+// ordering_key, idempotency_key and next_attempt_at, which enqueue checks itself before
+// it inserts), no row trigger, no generated column. A table someone changed gets the
+// executor's every check instead.
+constexpr int kInstalledChecks = 4;
+bool table_as_installed(Relation rel) {
+  const TupleConstr* constr = rel->rd_att->constr;
+  const TriggerDesc* triggers = rel->trigdesc;
+  return constr != nullptr && constr->num_check == kInstalledChecks && !constr->has_generated_stored &&
+         (triggers == nullptr || (!triggers->trig_insert_before_row && !triggers->trig_insert_after_row &&
+                                  !triggers->trig_insert_instead_row));
+}
+
+// One row into outbox.messages, through the executor: its indexes, any row trigger;
+// the columns not set here are NULL (last_error and the like) or set here to their
+// defaults (attempts, created_at).
+int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at) {
+  Oid relid = get_relname_relid("messages", get_namespace_oid("outbox", false));
+  if (!OidIsValid(relid)) ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("outbox.messages does not exist")));
+  Relation rel = table_open(relid, RowExclusiveLock);
+  const MessagesTable& table = messages_table(rel);
+
+  EState* estate = CreateExecutorState();
+  RangeTblEntry* rte = makeNode(RangeTblEntry);
+  rte->rtekind = RTE_RELATION;
+  rte->relid = relid;
+  rte->relkind = rel->rd_rel->relkind;
+  rte->rellockmode = RowExclusiveLock;
+  ExecInitRangeTable(estate, list_make1(rte));
+  ResultRelInfo* result = makeNode(ResultRelInfo);
+  InitResultRelInfo(result, rel, 1, nullptr, 0);
+  estate->es_output_cid = GetCurrentCommandId(true);
+  ExecOpenIndices(result, false);
+
+  TupleTableSlot* slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
+  ExecClearTuple(slot);
+  for (int i = 0; i < slot->tts_tupleDescriptor->natts; ++i) slot->tts_isnull[i] = true;
+  int64 id = nextval_internal(table.sequence, false);
+  auto set = [&](AttrNumber column, Datum value) {
+    slot->tts_values[column - 1] = value;
+    slot->tts_isnull[column - 1] = false;
+  };
+  auto set_argument = [&](AttrNumber column, int argument) {
+    if (!PG_ARGISNULL(argument)) set(column, PG_GETARG_DATUM(argument));
+  };
+  set(table.id, Int64GetDatum(id));
+  set_argument(table.endpoint, kEndpoint);
+  set_argument(table.event_type, kEventType);
+  set_argument(table.payload, kPayload);
+  set_argument(table.headers, kHeaders);
+  set_argument(table.ordering_key, kOrderingKey);
+  set(table.attempts, Int32GetDatum(0));
+  set(table.next_attempt_at, TimestampTzGetDatum(next_attempt_at));
+  set(table.created_at, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));
+  ExecStoreVirtualTuple(slot);
+
+  AfterTriggerBeginQuery();
+  if (table_as_installed(rel)) {
+    // The CHECK constraints test what enqueue has just checked, and building their
+    // expressions is most of an insert's cost: the row goes straight in.
+    simple_table_tuple_insert(rel, slot);
+    List* recheck = result->ri_NumIndices > 0 ? ExecInsertIndexTuples(result, slot, estate, false, false, nullptr, NIL)
+                                              : NIL;
+    ExecARInsertTriggers(estate, result, slot, recheck, nullptr);
+    list_free(recheck);
+  } else {
+    ExecSimpleRelationInsert(result, estate, slot);  // constraints and triggers of someone else's making
+  }
+  AfterTriggerEndQuery(estate);
+
+  ExecCloseIndices(result);
+  ExecResetTupleTable(estate->es_tupleTable, false);
+  FreeExecutorState(estate);
+  table_close(rel, NoLock);
+  return id;
+}
+
+void refuse_full(const std::string& endpoint, int64 max_pending) {
+  pg_call([&] {
+    ereport(ERROR,
+            (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+             errmsg("endpoint \"%s\" has reached max_pending (%lld)", endpoint.c_str(),
+                    static_cast<long long>(max_pending)),
+             errdetail("The endpoint's undelivered messages (pending or in flight) are at its limit."),
+             errhint("Retry later, check that the endpoint is receiving (outbox.endpoint_stats), or raise "
+                     "max_pending with outbox.alter_endpoint().")));
+  });
 }
 
 }  // namespace
 
 PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
-  return pg_outbox::pg::pg_call([&] { return enqueue_as_owner(fcinfo); });
+  if (PG_ARGISNULL(kEndpoint)) throw SqlError(ERRCODE_NULL_VALUE_NOT_ALLOWED, "endpoint must not be NULL");
+  if (PG_ARGISNULL(kPayload))
+    throw SqlError(ERRCODE_NULL_VALUE_NOT_ALLOWED, "payload must not be NULL",
+                   "Use 'null'::jsonb for a JSON null payload.");
+  const int64 payload_size = pg_call([&] { return stored_size(PG_GETARG_DATUM(kPayload)); });
+  if (payload_size > pg_outbox::pg::settings.max_payload_size)
+    throw SqlError(ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+                   "payload of " + std::to_string(payload_size) + " bytes exceeds pg_outbox.max_payload_size (" +
+                       std::to_string(pg_outbox::pg::settings.max_payload_size) + " bytes)",
+                   "Store large documents elsewhere and send a reference to them.");
+
+  const Datum endpoint = PG_GETARG_DATUM(kEndpoint);
+  const Oid caller = pg_call([] { return GetUserId(); });
+  const Oid owner = pg_call([&] { return function_owner(fcinfo->flinfo->fn_oid); });
+  // Superusers and the extension's owner need no send right: decided from the role
+  // caches, so that their enqueues skip the lookup of endpoint_senders.
+  const bool privileged = caller == owner || pg_call([&] { return superuser_arg(caller); });
+  EndpointFacts facts;
+  pg_call([&] { endpoint_facts(endpoint, caller, owner, privileged, facts); });
+  const std::string name = pg_call([&] { return static_cast<const char*>(TextDatumGetCString(endpoint)); });
+  if (!facts.exists) throw SqlError(ERRCODE_UNDEFINED_OBJECT, "endpoint \"" + name + "\" does not exist");
+  if (!facts.may_send) {
+    const char* role = pg_call([&] {
+      return static_cast<const char*>(quote_literal_cstr(quote_identifier(GetUserNameFromId(caller, false))));
+    });
+    const char* quoted_name = pg_call([&] { return static_cast<const char*>(quote_literal_cstr(name.c_str())); });
+    throw SqlError(ERRCODE_INSUFFICIENT_PRIVILEGE, "permission denied to send to endpoint \"" + name + "\"",
+                   std::string("An operator grants it with outbox.grant_send(") + quoted_name + ", " + role + ").");
+  }
+
+  if (!PG_ARGISNULL(kHeaders)) pg_outbox::pg::check_headers(PG_GETARG_DATUM(kHeaders));
+  const char* key = nullptr;
+  if (!PG_ARGISNULL(kIdempotencyKey)) {
+    key = pg_call([&] { return static_cast<const char*>(TextDatumGetCString(PG_GETARG_DATUM(kIdempotencyKey))); });
+    pg_outbox::pg::check_idempotency_key(key);
+  }
+  if (!PG_ARGISNULL(kEventType)) check_key_text(PG_GETARG_DATUM(kEventType), "event_type", true);
+  if (!PG_ARGISNULL(kOrderingKey)) check_key_text(PG_GETARG_DATUM(kOrderingKey), "ordering_key", false);
+  TimestampTz next_attempt_at = pg_call([] { return GetCurrentTransactionStartTimestamp(); });
+  if (!PG_ARGISNULL(kDeliverAt)) {
+    const TimestampTz deliver_at = PG_GETARG_TIMESTAMPTZ(kDeliverAt);
+    if (TIMESTAMP_IS_NOEND(deliver_at))
+      throw SqlError(ERRCODE_INVALID_PARAMETER_VALUE, "deliver_at must not be infinity",
+                     "Pause the endpoint to hold its messages back.");
+    if (deliver_at > next_attempt_at) next_attempt_at = deliver_at;
+  }
+
+  if (facts.has_max_pending && pg_call([&] { return at_max_pending(endpoint, facts.max_pending, owner); })) {
+    // A retried enqueue of a message that is already in is not new work.
+    if (key != nullptr) {
+      const int64 id = pg_call([&] { return queued_with_key(endpoint, PG_GETARG_DATUM(kIdempotencyKey), owner); });
+      if (id != 0) return Int64GetDatum(id);
+    }
+    refuse_full(name, facts.max_pending);
+  }
+
+  int64 id = 0;
+  if (key == nullptr) {
+    id = pg_call([&] { return insert_row(fcinfo, next_attempt_at); });
+  } else {
+    // The loop only repeats if the message with the key left the queue between the
+    // INSERT and the SELECT.
+    for (int i = 0; i < 3 && id == 0; ++i) {
+      id = pg_call([&] { return insert_with_key(fcinfo, next_attempt_at, owner); });
+      if (id == 0) id = pg_call([&] { return queued_with_key(endpoint, PG_GETARG_DATUM(kIdempotencyKey), owner); });
+    }
+    if (id == 0)
+      throw SqlError(ERRCODE_T_R_SERIALIZATION_FAILURE,
+                     "could not enqueue: the message with the same idempotency key keeps changing",
+                     "Retry the transaction.");
+  }
+  pg_outbox::pg::wake_worker_at_commit();
+  return Int64GetDatum(id);
 }
 
 PG_OUTBOX_FUNCTION(pg_outbox_payload_size) {
-  return pg_outbox::pg::pg_call([&] { return Int64GetDatum(stored_size(PG_GETARG_DATUM(0))); });
+  return pg_call([&] { return Int64GetDatum(stored_size(PG_GETARG_DATUM(0))); });
 }
