@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every test, from a fresh Debian 12 machine (as root): installs the packages it
-# needs, builds and installs pg_outbox, then runs the unit tests (ctest, plain and
-# under AddressSanitizer + UBSan), the SQL contract (pg_regress) and the
-# process-level suite (TAP, prove). Exits non-zero if any of them fails; each
+# needs, builds and installs pg_outbox, then runs the unit tests (ctest, plain,
+# under AddressSanitizer + UBSan and under ThreadSanitizer), the SQL contract
+# (pg_regress) and the process-level suite (TAP, prove). Exits non-zero if any of them fails; each
 # runner prints its own summary.
 set -uo pipefail
 here=$(dirname "$0")
@@ -14,6 +14,8 @@ build_and_install WERROR=1 || exit 1
 failed=()
 SKIP_SETUP=1 bash "$here/run_unit.sh" || failed+=(unit)
 SKIP_SETUP=1 UNIT_BUILD=sanitize bash "$here/run_unit.sh" -DPG_OUTBOX_SANITIZE=ON || failed+=(unit-sanitizers)
+# The delivery thread's hand-over between threads, under ThreadSanitizer.
+SKIP_SETUP=1 UNIT_BUILD=tsan bash "$here/run_unit.sh" -DPG_OUTBOX_SANITIZE_THREAD=ON || failed+=(unit-tsan)
 SKIP_SETUP=1 bash "$here/run_regress.sh" || failed+=(regress)
 SKIP_SETUP=1 bash "$here/run_tap.sh" || failed+=(tap)
 
@@ -21,4 +23,4 @@ if ((${#failed[@]})); then
   echo "FAILED: ${failed[*]}"
   exit 1
 fi
-echo "all test suites passed (unit, unit-sanitizers, regress, tap)"
+echo "all test suites passed (unit, unit-sanitizers, unit-tsan, regress, tap)"

@@ -189,6 +189,17 @@ is(scalar @{ $recv->requests(path => '/hooks/slow') }, 1, 'one request in all');
 #    it smaller than the true delay, so the lower bound is safe. The upper bound is
 #    generous (the wall-clock time until the new pid is visible).
 
+# The worker is terminated with a request hanging at the receiver: its delivery thread
+# (libcurl) must be stopped and joined on the way out (before_shmem_exit), or the exit
+# would hang or crash; the message's attempt was recorded by its claim, and the next
+# worker sends it again.
+sql(sprintf(q{SELECT outbox.create_endpoint('hanging', url => '%s', timeout_ms => 60000)},
+		$recv->url('/hooks/hanging')));
+$recv->add_rule(path => '/hooks/hanging', action => 'hang', hang_ms => 20000, times => 1);
+my $hanging = sql(q{SELECT outbox.enqueue('hanging', '{"hang": true}')});
+ok(wait_until(sub { @{ $recv->requests(path => '/hooks/hanging') } >= 1 }, 30, 'the hanging request'),
+	'a request hangs at the receiver when the worker is terminated');
+
 my $t_wall = time;
 my (undef, $t_after) = split /\n/,
   sql("SELECT pg_terminate_backend($pid); SELECT clock_timestamp()");
@@ -208,6 +219,11 @@ ok($gap ne '' && $gap >= 0 && $gap < 1,
 	"the new worker's started_at is its backend_start, to the second ($gap s)");
 is(sql("SELECT usename FROM pg_stat_activity WHERE pid = $new"), $bootstrap,
 	'the new worker is the bootstrap superuser too');
+
+cmp_ok(scalar @{ $recv->requests(path => '/hooks/hanging') }, '<=', 2,
+	'the hanging request was not repeated in a loop');
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($hanging)", 60),
+	'the message whose request hung is delivered by the new worker');
 
 # It still delivers.
 sql(sprintf(q{SELECT outbox.create_endpoint('after', url => '%s')}, $recv->url('/hooks/after')));

@@ -286,7 +286,7 @@ TEST(DeliveryThread, RunsWithEverySignalBlocked) {
       added++;
     }
   }
-  EXPECT_EQ(added, 1);
+  EXPECT_GE(added, 1);  // ThreadSanitizer starts a thread of its own with the first one
   // The creator's own mask is untouched.
   sigset_t mine;
   pthread_sigmask(SIG_SETMASK, nullptr, &mine);
