@@ -268,6 +268,20 @@ SELECT endpoint, event_type, payload, headers, ordering_key, idempotency_key, at
        last_error, last_http_status, first_failed_at
   FROM outbox.messages WHERE id = :row_id;
 ROLLBACK;
+-- Several enqueues in one statement see each other, as separate statements would: the
+-- same idempotency key twice gives one message, and max_pending counts the rows the
+-- statement itself has added.
+SELECT outbox.create_endpoint('one-statement', url => 'http://127.0.0.1:9/', max_pending => 3);
+SELECT outbox.pause_endpoint('one-statement');
+SELECT count(DISTINCT outbox.enqueue('one-statement', '{}', idempotency_key => 'same')) AS distinct_ids
+  FROM generate_series(1, 2);
+\set VERBOSITY terse
+SELECT outbox.enqueue('one-statement', jsonb_build_object('n', g)) FROM generate_series(1, 5) g;
+\echo :SQLSTATE
+\set VERBOSITY default
+SELECT count(*) AS queued FROM outbox.messages WHERE endpoint = 'one-statement';
+SELECT outbox.drop_endpoint('one-statement', true);
+
 -- A table changed by someone else (here a CHECK an operator added) gets every check
 -- of the executor: enqueue honours the new constraint and inserts nothing.
 ALTER TABLE outbox.messages ADD CONSTRAINT local_small_payloads CHECK (length(payload::text) < 50);

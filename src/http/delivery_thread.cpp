@@ -167,19 +167,34 @@ void DeliveryThread::abandon_all() {
     done_.clear();
     paused_.clear();
     abandon_ = true;
+    // No announcement of what was just dropped may stay readable: the worker would be
+    // woken for nothing, again and again. A failure stays announced.
+    if (failure_.empty()) drain_fd(results_fd_);
   }
   signal_fd(wake_fd_);
 }
 
 bool DeliveryThread::exchange(std::vector<Response>& finished) {
   drain_fd(wake_fd_);
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (abandon_) {
+  bool abandon = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::swap(abandon, abandon_);
+  }
+  if (abandon) {
     // Everything the client holds was submitted before abandon_all: none of it may
-    // come back.
+    // come back. Done without the mutex: removing a transfer may wait for its name
+    // lookup, and the worker must never wait for that.
     finished.clear();
     client_.abandon_all();
-    abandon_ = false;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (abandon_) {
+    // abandon_all again meanwhile: what finished belongs to before it, and nothing
+    // new may join the client until it has been abandoned (next round, at once).
+    finished.clear();
+    signal_fd(wake_fd_);
+    return !stop_;
   }
   if (!finished.empty()) {
     for (const Response& response : finished)

@@ -174,6 +174,8 @@ struct Transfer {
     check(curl_easy_setopt(e, CURLOPT_PRIVATE, static_cast<void*>(this)));
     check(curl_easy_setopt(e, CURLOPT_ERRORBUFFER, error_buffer));
     check(curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L));
+    // Abandoning a transfer must not wait for its name lookup to finish.
+    check(curl_easy_setopt(e, CURLOPT_QUICK_EXIT, 1L));
     check(curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, kAllowedProtocols));
     check(curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, kAllowedProtocols));
     check(curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L));
@@ -648,18 +650,6 @@ void Client::set_wake_fd(int fd) {
 }
 
 void Client::submit(Request request) { impl_->waiting.push_back(std::move(request)); }
-
-std::vector<uint64_t> Client::cancel_queued(const std::function<bool(uint64_t tag)>& select) {
-  std::vector<uint64_t> cancelled;
-  auto& waiting = impl_->waiting;
-  auto keep = std::remove_if(waiting.begin(), waiting.end(), [&](const Request& request) {
-    if (!select(request.tag)) return false;
-    cancelled.push_back(request.tag);
-    return true;
-  });
-  waiting.erase(keep, waiting.end());
-  return cancelled;
-}
 
 size_t Client::in_flight() const { return impl_->active.size(); }
 

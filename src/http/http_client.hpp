@@ -14,7 +14,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,11 +76,6 @@ class Client {
 
   // Queued; started (by run()) as soon as fewer than max_concurrency are in flight.
   void submit(Request request);
-
-  // Removes the queued (not yet started) requests whose tag the predicate selects and
-  // returns their tags: used when an endpoint's circuit opens, so that requests that
-  // would only fail are given back instead of spending an attempt.
-  std::vector<uint64_t> cancel_queued(const std::function<bool(uint64_t tag)>& select);
 
   size_t in_flight() const;  // started, not finished
   size_t queued() const;     // submitted, not started

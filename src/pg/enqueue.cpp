@@ -37,6 +37,7 @@ extern "C" {
 #include "parser/parse_relation.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -65,18 +66,33 @@ Oid function_owner(Oid function) {
 // The size of a stored value uncompressed, from its header alone (never detoasted).
 int64 stored_size(Datum value) { return static_cast<int64>(toast_raw_datum_size(value)) - VARHDRSZ; }
 
-// Runs SPI work as the extension's owner, then switches back (an ERROR on the way is
-// undone by the (sub)transaction's abort, which restores the user too).
+// Runs work as the extension's owner, as a SECURITY DEFINER function with
+// search_path = pg_catalog, pg_temp would: a trigger or function an operator added to
+// the outbox tables then never resolves a name through the caller's search_path with
+// the owner's rights. Switches back after (an ERROR on the way is undone by the
+// (sub)transaction's abort, which restores the user and the setting too).
 template <typename Fn>
 void as_owner(Oid owner, Fn&& fn) {
   Oid saved_user;
   int saved_context;
   GetUserIdAndSecContext(&saved_user, &saved_context);
   SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
-  if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_outbox: SPI_connect failed");
+  const int nest_level = NewGUCNestLevel();
+  (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+                          false);
   fn();
-  SPI_finish();
+  AtEOXact_GUC(true, nest_level);
   SetUserIdAndSecContext(saved_user, saved_context);
+}
+
+// The same, with SPI connected.
+template <typename Fn>
+void spi_as_owner(Oid owner, Fn&& fn) {
+  as_owner(owner, [&] {
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_outbox: SPI_connect failed");
+    fn();
+    SPI_finish();
+  });
 }
 
 // A statement prepared once per backend and kept. Every name in it is schema-qualified,
@@ -138,7 +154,7 @@ void endpoint_facts(Datum endpoint, Oid caller, Oid owner, bool privileged, Endp
     facts.may_send = true;
     return;
   }
-  as_owner(owner, [&] {
+  spi_as_owner(owner, [&] {
     bool isnull = false;
     Oid right_types[2] = {TEXTOID, OIDOID};
     Datum right_args[2] = {endpoint, ObjectIdGetDatum(caller)};
@@ -188,14 +204,16 @@ void check_key_text(Datum value, const char* name, bool no_control_characters) {
 bool at_max_pending(Datum endpoint, int64 max_pending, Oid owner) {
   static SPIPlanPtr count = nullptr;
   bool full = false;
-  as_owner(owner, [&] {
+  spi_as_owner(owner, [&] {
     Oid types[2] = {TEXTOID, INT8OID};
     Datum args[2] = {endpoint, Int64GetDatum(max_pending)};
     SPIPlanPtr plan = prepared(count,
                                "SELECT pg_catalog.count(*) FROM (SELECT 1 FROM outbox.messages m"
                                " WHERE m.endpoint OPERATOR(pg_catalog.=) $1 LIMIT $2) s",
                                2, types);
-    if (SPI_execute_plan(plan, args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+    // Not read-only: SPI then makes this statement's own rows visible and, in READ
+    // COMMITTED, takes a fresh snapshot (as each statement of a PL/pgSQL function does).
+    if (SPI_execute_plan(plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
       elog(ERROR, "pg_outbox: max_pending count failed");
     bool isnull = false;
     full = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) >= max_pending;
@@ -207,14 +225,16 @@ bool at_max_pending(Datum endpoint, int64 max_pending, Oid owner) {
 int64 queued_with_key(Datum endpoint, Datum key, Oid owner) {
   static SPIPlanPtr find = nullptr;
   int64 id = 0;
-  as_owner(owner, [&] {
+  spi_as_owner(owner, [&] {
     Oid types[2] = {TEXTOID, TEXTOID};
     Datum args[2] = {endpoint, key};
     SPIPlanPtr plan = prepared(find,
                                "SELECT m.id FROM outbox.messages m WHERE m.endpoint OPERATOR(pg_catalog.=) $1"
                                " AND m.idempotency_key OPERATOR(pg_catalog.=) $2",
                                2, types);
-    if (SPI_execute_plan(plan, args, nullptr, true, 1) != SPI_OK_SELECT) elog(ERROR, "pg_outbox: key lookup failed");
+    // Not read-only: a fresh snapshot sees the row of the key that a concurrent
+    // transaction committed after this statement began (what ON CONFLICT saw).
+    if (SPI_execute_plan(plan, args, nullptr, false, 1) != SPI_OK_SELECT) elog(ERROR, "pg_outbox: key lookup failed");
     bool isnull = false;
     if (SPI_processed == 1) id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
   });
@@ -226,7 +246,7 @@ int64 queued_with_key(Datum endpoint, Datum key, Oid owner) {
 int64 insert_with_key(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner) {
   static SPIPlanPtr insert = nullptr;
   int64 id = 0;
-  as_owner(owner, [&] {
+  spi_as_owner(owner, [&] {
     Oid types[7] = {TEXTOID, TEXTOID, JSONBOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
     Datum args[7];
     char nulls[7];
@@ -300,7 +320,7 @@ bool table_as_installed(Relation rel) {
 // One row into outbox.messages, through the executor: its indexes, any row trigger;
 // the columns not set here are NULL (last_error and the like) or set here to their
 // defaults (attempts, created_at).
-int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at) {
+int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner) {
   Oid relid = get_relname_relid("messages", get_namespace_oid("outbox", false));
   if (!OidIsValid(relid)) ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("outbox.messages does not exist")));
   Relation rel = table_open(relid, RowExclusiveLock);
@@ -315,6 +335,9 @@ int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at) {
   ExecInitRangeTable(estate, list_make1(rte));
   ResultRelInfo* result = makeNode(ResultRelInfo);
   InitResultRelInfo(result, rel, 1, nullptr, 0);
+  // Listed, so that ExecCloseResultRelations closes its indexes and whatever an AFTER
+  // ROW trigger opened.
+  estate->es_opened_result_relations = lappend(estate->es_opened_result_relations, result);
   estate->es_output_cid = GetCurrentCommandId(true);
   ExecOpenIndices(result, false);
 
@@ -340,24 +363,29 @@ int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at) {
   set(table.created_at, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));
   ExecStoreVirtualTuple(slot);
 
-  AfterTriggerBeginQuery();
   if (table_as_installed(rel)) {
     // The CHECK constraints test what enqueue has just checked, and building their
-    // expressions is most of an insert's cost: the row goes straight in.
+    // expressions is most of an insert's cost: the row goes straight in. Nothing in
+    // it resolves a name or runs code of someone else's.
     simple_table_tuple_insert(rel, slot);
-    List* recheck = result->ri_NumIndices > 0 ? ExecInsertIndexTuples(result, slot, estate, false, false, nullptr, NIL)
-                                              : NIL;
-    ExecARInsertTriggers(estate, result, slot, recheck, nullptr);
-    list_free(recheck);
+    if (result->ri_NumIndices > 0) list_free(ExecInsertIndexTuples(result, slot, estate, false, false, nullptr, NIL));
   } else {
-    ExecSimpleRelationInsert(result, estate, slot);  // constraints and triggers of someone else's making
+    // Constraints and triggers of someone else's making: every check of the executor,
+    // run as the owner with a safe search_path.
+    as_owner(owner, [&] {
+      AfterTriggerBeginQuery();
+      ExecSimpleRelationInsert(result, estate, slot);
+      AfterTriggerEndQuery(estate);
+    });
   }
-  AfterTriggerEndQuery(estate);
 
-  ExecCloseIndices(result);
+  ExecCloseResultRelations(estate);
   ExecResetTupleTable(estate->es_tupleTable, false);
   FreeExecutorState(estate);
   table_close(rel, NoLock);
+  // The row is visible to what this statement does next (another enqueue's max_pending
+  // count, say), as after each statement of the PL/pgSQL function this replaced.
+  CommandCounterIncrement();
   return id;
 }
 
@@ -434,7 +462,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
 
   int64 id = 0;
   if (key == nullptr) {
-    id = pg_call([&] { return insert_row(fcinfo, next_attempt_at); });
+    id = pg_call([&] { return insert_row(fcinfo, next_attempt_at, owner); });
   } else {
     // The loop only repeats if the message with the key left the queue between the
     // INSERT and the SELECT.

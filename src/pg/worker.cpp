@@ -48,7 +48,6 @@ void stop_delivery_thread(int, Datum) {
 Worker::Worker() : delivery_(settings.max_concurrency), random_(std::random_device{}()) {
   delivery_.set_egress_policy(egress_policy());
   static bool exit_callback_registered = false;
-  running_delivery_thread = &delivery_;
   const int results_fd = delivery_.results_fd();
   wait_set_ = pg_call([&] {
     if (!exit_callback_registered) before_shmem_exit(stop_delivery_thread, 0);
@@ -61,13 +60,14 @@ Worker::Worker() : delivery_(settings.max_concurrency), random_(std::random_devi
     return set;
   });
   exit_callback_registered = true;
+  running_delivery_thread = &delivery_;
 }
 
-// Reached only when the loop ends by exception (the worker then exits with FATAL).
+// Reached only when the loop ends by exception; the worker then exits with FATAL, which
+// also releases the wait set.
 Worker::~Worker() {
   running_delivery_thread = nullptr;
   delivery_.stop();
-  pg_call([&] { FreeWaitEventSet(wait_set_); });
 }
 
 void Worker::run() {
@@ -214,8 +214,8 @@ int Worker::wait_timeout_ms() const {
 }
 
 void Worker::iterate(bool woken) {
+  collect_http_results();  // also when not ready: what the results fd announces is taken
   if (!prepare_database()) return;
-  collect_http_results();
   settle_pending();
   int64_t now = now_ms();
   if (!settings.enabled) {

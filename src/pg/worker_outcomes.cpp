@@ -21,7 +21,6 @@ using namespace worker_detail;
 // thread may have started a few more meanwhile, as slots freed, and those run their
 // course like the ones that were in flight.
 void Worker::collect_http_results() {
-  if (deliveries_.empty()) return;
   for (const http::Response& response : delivery_.take_responses(kSettleBatch)) record_outcome(response);
   delivery_.resume();
 }
