@@ -15,14 +15,14 @@ INSTALL_SOURCES = $(sort $(wildcard extension/src/*.sql))
 # not the schemas and tables, which the update script changes itself.
 REPLAYED_SOURCES = $(filter-out extension/src/00_% extension/src/10_% extension/src/3%,$(INSTALL_SOURCES))
 
-SRCS = $(wildcard src/core/*.cpp) $(wildcard src/http/*.cpp) $(wildcard src/pg/*.cpp)
+SRCS = $(wildcard src/core/*.cpp) $(wildcard src/http/*.cpp) $(wildcard src/pg/*.cpp) $(wildcard src/pg/launcher/*.cpp)
 OBJS = $(SRCS:.cpp=.o)
 
 # `make installcheck`: the pg_regress suite (sql/ against expected/, one file per topic,
 # run in name order) against a running server, reached as psql reaches it (PGHOST,
 # PGPORT, PGUSER...).  The server must have shared_preload_libraries = 'pg_outbox' and
-# pg_outbox.database = 'postgres' (the default: the worker must not serve the suite's
-# database, contrib_regression), and PGUSER must be a superuser; installcheck-server
+# pg_outbox.database = 'postgres' (no worker may serve the suite's database,
+# contrib_regression), and PGUSER must be a superuser; installcheck-server
 # checks that first.  test/run_regress.sh does all this on a throwaway cluster.
 REGRESS      = $(basename $(notdir $(sort $(wildcard sql/*.sql))))
 REGRESS_PREP = installcheck-server

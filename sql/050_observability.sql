@@ -120,8 +120,8 @@ SELECT position('whsec_' IN outbox.metrics()) = 0 AS no_secret_in_metrics;
 SELECT position('MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' IN outbox.metrics()) = 0 AS no_secret_key_in_metrics;
 
 ------------------------------------------------------------------------------------------
--- outbox.worker_status(): one row; the worker serves another database here, so only its
--- shape is checked.
+-- outbox.worker_status(): one row, about this database's worker. None serves this
+-- database (pg_outbox.database names another): the row says why, with no pid.
 ------------------------------------------------------------------------------------------
 SELECT count(*) AS rows FROM outbox.worker_status();
 SELECT pg_typeof(pid) AS pid, pg_typeof(database) AS database, pg_typeof(state) AS state,
@@ -129,7 +129,8 @@ SELECT pg_typeof(pid) AS pid, pg_typeof(database) AS database, pg_typeof(state) 
        pg_typeof(in_flight) AS in_flight, pg_typeof(sent) AS sent,
        pg_typeof(retried) AS retried, pg_typeof(dead_lettered) AS dead_lettered
   FROM outbox.worker_status();
-SELECT database = 'postgres' AS serves_postgres, sent >= 0 AND retried >= 0 AND dead_lettered >= 0 AS counters_ok
+SELECT database = current_database() AS this_database, pid IS NULL AS no_pid, state,
+       sent = 0 AND retried = 0 AND dead_lettered = 0 AS counters_zero
   FROM outbox.worker_status();
 SELECT count(*) AS counters_for_this_database
   FROM outbox._delivery_counters() WHERE endpoint IN (SELECT name FROM outbox.endpoints);

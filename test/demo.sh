@@ -98,15 +98,15 @@ PY
 }
 
 # ---------------------------------------------------------------------------------------
-step "1. Start a throwaway PostgreSQL 15 cluster with pg_outbox preloaded"
+step "1. Start a throwaway PostgreSQL 15 cluster with pg_outbox preloaded (no other setting needed)"
 start_cluster "$DEMO_DIR/pg" \
-  "pg_outbox.database = 'postgres'" \
   "pg_outbox.poll_interval = '200ms'" \
   "pg_outbox.backoff_base = '200ms'" \
   "pg_outbox.backoff_max = '1s'"
 echo "cluster in $DEMO_DIR/pg, port $CLUSTER_PORT (socket only)"
-wait_for 120 "the pg_outbox worker" "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"
-echo "worker: $(sql_value -c "SELECT backend_type || ' pid ' || pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'")"
+wait_for 120 "the pg_outbox launcher" "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'pg_outbox launcher'"
+echo "launcher: $(sql_value -c "SELECT backend_type || ' pid ' || pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox launcher'")"
+echo "(it starts a delivery worker in each database where CREATE EXTENSION pg_outbox runs)"
 
 # ---------------------------------------------------------------------------------------
 step "2. Start the webhook receiver (/hooks/broken answers 500, /hooks/legacy answers 400)"
@@ -139,6 +139,8 @@ SELECT outbox.create_endpoint('broken', url => :'recv' || '/hooks/broken', max_a
 SELECT outbox.create_endpoint('legacy', url => :'recv' || '/hooks/legacy');
 SELECT name, url, channel, max_attempts FROM outbox.endpoints ORDER BY name;
 SQL
+wait_for 30 "the database's delivery worker" "SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker' AND datname = current_database()"
+echo "worker: $(sql_value -c "SELECT backend_type || ' pid ' || pid || ' in database ' || datname FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'")"
 
 # ---------------------------------------------------------------------------------------
 step "4. The application's transactions: one commits, one rolls back (LISTEN orders in this session)"

@@ -1,7 +1,9 @@
 // _PG_init: the GUCs, the commit-time wake (every backend), and — only when loaded
-// through shared_preload_libraries — shared memory and the background worker.
+// through shared_preload_libraries — shared memory, the statement hook that keeps the
+// launcher informed, and the launcher, which starts one delivery worker per database.
 #include "pg/boundary.hpp"
 #include "pg/commit_wake.hpp"
+#include "pg/launcher/database_hold.hpp"
 #include "pg/settings.hpp"
 #include "pg/shared_state.hpp"
 
@@ -18,19 +20,18 @@ PGDLLEXPORT void _PG_init(void);
 
 namespace {
 
-void register_worker(const char* database) {
+void register_launcher() {
   BackgroundWorker worker;
   memset(&worker, 0, sizeof worker);
+  // A database connection, but to none: the launcher reads the shared catalog
+  // pg_database only.
   worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
   worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-  worker.bgw_restart_time = 1;  // seconds: a crashed worker is back at once
+  worker.bgw_restart_time = 1;  // seconds
   strlcpy(worker.bgw_library_name, "pg_outbox", BGW_MAXLEN);
-  strlcpy(worker.bgw_function_name, "pg_outbox_worker_main", BGW_MAXLEN);
-  snprintf(worker.bgw_name, BGW_MAXLEN, "pg_outbox worker for database %s", database);
-  strlcpy(worker.bgw_type, "pg_outbox worker", BGW_MAXLEN);
-  // The worker's entry takes its database as its argument, so that a launcher can
-  // start one per database later without changing the worker.
-  strlcpy(worker.bgw_extra, database, BGW_EXTRALEN);
+  strlcpy(worker.bgw_function_name, "pg_outbox_launcher_main", BGW_MAXLEN);
+  strlcpy(worker.bgw_name, "pg_outbox launcher", BGW_MAXLEN);
+  strlcpy(worker.bgw_type, "pg_outbox launcher", BGW_MAXLEN);
   RegisterBackgroundWorker(&worker);
 }
 
@@ -48,5 +49,6 @@ void _PG_init(void) {
     return;
   }
   pg_outbox::pg::request_shared_state();
-  register_worker(pg_outbox::pg::settings.database);
+  pg_outbox::pg::register_database_hold();
+  register_launcher();
 }

@@ -43,13 +43,15 @@ void define_int(const char* name, const char* description, int* target, int boot
 }  // namespace
 
 void define_settings() {
-  // Only the worker, registered at server start, reads it: a restart setting. A session
-  // that loads the library later (no shared_preload_libraries) may not define one, so
-  // there it is a plain reloadable setting that nothing uses.
-  DefineCustomStringVariable("pg_outbox.database", "Database whose outbox the background worker serves.", nullptr,
-                             &settings.database, "postgres",
-                             process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP, 0, nullptr,
-                             nullptr, nullptr);
+  // Read by the launcher, started at server start: restart settings. A session that
+  // loads the library later (no shared_preload_libraries) may not define them, so
+  // there they are plain reloadable settings that nothing uses.
+  const GucContext at_start = process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP;
+  DefineCustomStringVariable("pg_outbox.database",
+                             "Serve only this database (empty: every database where the extension is created).",
+                             nullptr, &settings.database, "", at_start, 0, nullptr, nullptr, nullptr);
+  define_int("pg_outbox.max_workers", "Most delivery workers, one per served database.", &settings.max_workers, 8, 1,
+             1024, at_start, 0);
   DefineCustomBoolVariable("pg_outbox.enabled", "Deliver messages (off pauses all delivery).", nullptr,
                            &settings.enabled, true, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
   define_int("pg_outbox.poll_interval", "Longest the worker sleeps when it is not woken by a commit.",

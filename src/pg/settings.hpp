@@ -7,7 +7,8 @@
 namespace pg_outbox::pg {
 
 struct Settings {
-  char* database = nullptr;  // restart
+  char* database = nullptr;  // restart; empty: every database with the extension
+  int max_workers = 8;       // restart; delivery workers (one per served database), the launcher aside
   bool enabled = true;
   int poll_interval_ms = 1000;
   int batch_size = 500;

@@ -1,6 +1,9 @@
 #include "pg/shared_state.hpp"
 
+#include "pg/settings.hpp"
+
 extern "C" {
+#include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -15,26 +18,39 @@ namespace {
 shmem_request_hook_type previous_request_hook = nullptr;
 shmem_startup_hook_type previous_startup_hook = nullptr;
 
+Size shared_state_size() {
+  return add_size(offsetof(SharedState, slots), mul_size(sizeof(DatabaseSlot), settings.max_workers));
+}
+
 void on_shmem_request() {
   if (previous_request_hook) previous_request_hook();
-  RequestAddinShmemSpace(MAXALIGN(sizeof(SharedState)));
+  RequestAddinShmemSpace(MAXALIGN(shared_state_size()));
 }
 
 void on_shmem_startup() {
   if (previous_startup_hook) previous_startup_hook();
   LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
   bool found = false;
-  auto* state = static_cast<SharedState*>(ShmemInitStruct("pg_outbox", sizeof(SharedState), &found));
+  auto* state = static_cast<SharedState*>(ShmemInitStruct("pg_outbox", shared_state_size(), &found));
   if (!found) {
-    memset(state, 0, sizeof(SharedState));
-    pg_atomic_init_u32(&state->wake_requested, 0);
-    pg_atomic_init_u64(&state->endpoints_version, 0);
-    SpinLockInit(&state->mutex);
-    strlcpy(state->state, "not started", sizeof state->state);
+    memset(state, 0, shared_state_size());
+    SpinLockInit(&state->launcher.mutex);
+    state->slot_count = settings.max_workers;
+    for (int i = 0; i < state->slot_count; ++i) {
+      DatabaseSlot& slot = state->slots[i];
+      pg_atomic_init_u32(&slot.wake_requested, 0);
+      pg_atomic_init_u64(&slot.endpoints_version, 0);
+      SpinLockInit(&slot.mutex);
+      slot.database_oid = InvalidOid;
+    }
   }
   shared_state = state;
   LWLockRelease(AddinShmemInitLock);
 }
+
+// The slot this backend found last time: under steady traffic every commit of a
+// session wakes the same worker, so the scan is skipped while the slot still matches.
+int cached_slot = -1;
 
 }  // namespace
 
@@ -45,16 +61,63 @@ void request_shared_state() {
   shmem_startup_hook = on_shmem_startup;
 }
 
-void endpoints_changed() {
-  if (shared_state != nullptr) pg_atomic_fetch_add_u64(&shared_state->endpoints_version, 1);
+DatabaseSlot* slot_of_database(Oid database) {
+  if (shared_state == nullptr || database == InvalidOid) return nullptr;
+  if (cached_slot >= 0 && shared_state->slots[cached_slot].database_oid == database)
+    return &shared_state->slots[cached_slot];
+  for (int i = 0; i < shared_state->slot_count; ++i) {
+    if (shared_state->slots[i].database_oid == database) {
+      cached_slot = i;
+      return &shared_state->slots[i];
+    }
+  }
+  return nullptr;
+}
+
+void request_launcher(Oid database) {
+  if (shared_state == nullptr) return;
+  LauncherState& launcher = shared_state->launcher;
+  SpinLockAcquire(&launcher.mutex);
+  bool known = false;
+  for (int i = 0; i < launcher.requested_count; ++i) known = known || launcher.requested[i] == database;
+  if (!known) {
+    if (launcher.requested_count < kLauncherRequests)
+      launcher.requested[launcher.requested_count++] = database;
+    else
+      launcher.rescan_requested = true;  // the launcher then probes every database it does not serve
+  }
+  Latch* latch = launcher.launcher_latch;
+  SpinLockRelease(&launcher.mutex);
+  if (latch != nullptr) SetLatch(latch);
 }
 
 void wake_worker() {
-  if (shared_state == nullptr) return;
+  DatabaseSlot* slot = slot_of_database(MyDatabaseId);
+  if (slot == nullptr) {
+    request_launcher(MyDatabaseId);
+    return;
+  }
   // Only the first wake since the worker last looked sets the latch.
-  if (pg_atomic_exchange_u32(&shared_state->wake_requested, 1) != 0) return;
-  Latch* latch = shared_state->worker_latch;
-  if (latch != nullptr) SetLatch(latch);
+  if (pg_atomic_exchange_u32(&slot->wake_requested, 1) == 0) {
+    Latch* latch = slot->worker_latch;
+    if (latch != nullptr) SetLatch(latch);
+  }
+  // The launcher may have freed the slot meanwhile (its worker found no extension, just
+  // before this transaction's CREATE EXTENSION committed). It frees the slot first and
+  // reads wake_requested after; the exchange above is a full barrier: either it sees
+  // the wake, or this read sees the slot gone, and the launcher hears of the database.
+  if (slot->database_oid != MyDatabaseId) request_launcher(MyDatabaseId);
+}
+
+void endpoints_changed() {
+  DatabaseSlot* slot = slot_of_database(MyDatabaseId);
+  if (slot != nullptr) pg_atomic_fetch_add_u64(&slot->endpoints_version, 1);
+}
+
+bool database_held(const LauncherState& launcher, Oid database, TimestampTz now) {
+  for (const DropHold& hold : launcher.holds)
+    if (hold.database_oid == database && hold.until > now) return true;
+  return false;
 }
 
 }  // namespace pg_outbox::pg

@@ -1,10 +1,13 @@
-// outbox.worker_status() and outbox._delivery_counters(): the worker's shared-memory
-// state as SQL rows. Copied under the spinlock, turned into tuples after releasing it.
+// outbox.worker_status() and outbox._delivery_counters(): the shared-memory state of
+// this database's worker as SQL rows. Copied under the spinlock, turned into tuples after releasing it.
 #include "pg/boundary.hpp"
+#include "pg/settings.hpp"
 #include "pg/shared_state.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
+#include "commands/dbcommands.h"
+#include "miscadmin.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
@@ -15,16 +18,41 @@ extern "C" {
 
 namespace {
 
+using pg_outbox::pg::DatabaseSlot;
 using pg_outbox::pg::shared_state;
-using pg_outbox::pg::SharedState;
 
-// A snapshot of the shared state, taken without holding the spinlock for long.
-// Heap-allocated with palloc: SharedState is large and plain data.
-SharedState* copy_shared_state() {
-  auto* copy = static_cast<SharedState*>(palloc(sizeof(SharedState)));
-  SpinLockAcquire(&shared_state->mutex);
-  memcpy(copy, shared_state, sizeof(SharedState));
-  SpinLockRelease(&shared_state->mutex);
+// Why no worker serves this database: the launcher's note, the restriction, or that
+// none runs (yet).
+void explain_absence(DatabaseSlot* copy) {
+  const char* restriction = pg_outbox::pg::settings.database;
+  SpinLockAcquire(&shared_state->launcher.mutex);
+  for (const auto& note : shared_state->launcher.not_served)
+    if (note.database_oid == MyDatabaseId) snprintf(copy->state, sizeof copy->state, "not served: %s", note.reason);
+  bool launcher_runs = shared_state->launcher.launcher_pid != 0;
+  SpinLockRelease(&shared_state->launcher.mutex);
+  if (copy->state[0] != '\0') return;
+  if (restriction != nullptr && restriction[0] != '\0')
+    snprintf(copy->state, sizeof copy->state, "not served: pg_outbox.database is \"%s\"", restriction);
+  else
+    strlcpy(copy->state, launcher_runs ? "not running" : "not running (no launcher)", sizeof copy->state);
+}
+
+// A copy of this database's slot, taken without holding its spinlock for long; a
+// blank one (with the reason in state) when no worker serves this database.
+// Heap-allocated with palloc: a slot is large and plain data.
+DatabaseSlot* copy_slot() {
+  auto* copy = static_cast<DatabaseSlot*>(palloc0(sizeof(DatabaseSlot)));
+  DatabaseSlot* slot = pg_outbox::pg::slot_of_database(MyDatabaseId);
+  if (slot != nullptr) {
+    SpinLockAcquire(&slot->mutex);
+    memcpy(copy, slot, sizeof(DatabaseSlot));
+    SpinLockRelease(&slot->mutex);
+  }
+  if (slot == nullptr || copy->database_oid != MyDatabaseId) {  // none, or reassigned meanwhile
+    memset(copy, 0, sizeof(DatabaseSlot));
+    explain_absence(copy);
+  }
+  if (copy->database[0] == '\0') strlcpy(copy->database, get_database_name(MyDatabaseId), sizeof copy->database);
   return copy;
 }
 
@@ -44,7 +72,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_worker_status) {
     if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
       elog(ERROR, "worker_status must return a record");
     desc = BlessTupleDesc(desc);
-    SharedState* s = copy_shared_state();
+    DatabaseSlot* s = copy_slot();
     // The columns this version knows, in declaration order. A database still on an
     // older version of the extension declares a prefix of them: fill what it asks for.
     constexpr int kColumns = 10;
@@ -77,7 +105,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_delivery_counters) {
   pg_outbox::pg::pg_call([&] {
     InitMaterializedSRF(fcinfo, 0);
     auto* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
-    SharedState* s = copy_shared_state();
+    DatabaseSlot* s = copy_slot();
     static const char* const kResults[] = {"sent", "retry", "dead"};
     for (int i = 0; i < s->counted_endpoints && i < pg_outbox::pg::kCountedEndpoints; ++i) {
       const auto& ep = s->endpoints[i];

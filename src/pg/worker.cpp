@@ -45,7 +45,7 @@ void stop_delivery_thread(int, Datum) {
 
 }  // namespace
 
-Worker::Worker() : delivery_(settings.max_concurrency), random_(std::random_device{}()) {
+Worker::Worker(DatabaseSlot& slot) : slot_(slot), delivery_(settings.max_concurrency), random_(std::random_device{}()) {
   delivery_.set_egress_policy(egress_policy());
   static bool exit_callback_registered = false;
   const int results_fd = delivery_.results_fd();
@@ -71,15 +71,7 @@ Worker::~Worker() {
 }
 
 void Worker::run() {
-  pg_call([] {
-    SpinLockAcquire(&shared_state->mutex);
-    shared_state->worker_pid = MyProcPid;
-    strlcpy(shared_state->database, MyBgworkerEntry->bgw_extra, sizeof shared_state->database);
-    shared_state->started_at = GetCurrentTimestamp();
-    shared_state->config_loaded_at = PgReloadTime;  // the load this process inherited
-    SpinLockRelease(&shared_state->mutex);
-    shared_state->worker_latch = MyLatch;
-  });
+  slot_.worker_latch = MyLatch;  // from now on a commit in this database wakes this process
   // The worker's own commits need not wait for the WAL flush: a crash can only undo
   // a claim (the row is pending again), a settle (the row is in_flight again, which
   // the next worker puts back to pending) or a dead-lettering (likewise): each leads
@@ -104,7 +96,6 @@ void Worker::run() {
     // the worker, and with it every delivery, for as long as the lock lives; the
     // transaction is rolled back and retried like any other error, its results kept.
     SetConfigOption("lock_timeout", "2s", PGC_SUSET, PGC_S_OVERRIDE);
-    ereport(LOG, (errmsg("pg_outbox worker started for database \"%s\"", MyBgworkerEntry->bgw_extra)));
   });
 
   for (;;) {
@@ -152,11 +143,11 @@ bool Worker::wait_for_work() {
     // Shown by worker_status(): tests and operators wait for this, not for a sleep.
     // PgReloadTime is this process's own last read of the files (a fresh worker
     // inherits the postmaster's), so it never claims a load the worker has not seen.
-    SpinLockAcquire(&shared_state->mutex);
-    shared_state->config_loaded_at = PgReloadTime;
-    SpinLockRelease(&shared_state->mutex);
+    SpinLockAcquire(&slot_.mutex);
+    slot_.config_loaded_at = PgReloadTime;
+    SpinLockRelease(&slot_.mutex);
   }
-  return pg_atomic_exchange_u32(&shared_state->wake_requested, 0) != 0;
+  return pg_atomic_exchange_u32(&slot_.wake_requested, 0) != 0;
 }
 
 // Disk full, statement_timeout, a dropped table...: roll back, log, back off, go on.
@@ -237,8 +228,9 @@ void Worker::iterate(bool woken) {
   publish_status(deliveries_.empty() ? "idle" : "delivering");
 }
 
-// The worker waits harmlessly until CREATE EXTENSION has committed in its database,
-// and goes back to waiting when the extension is dropped.
+// The worker serves its database while the extension is there at this library's
+// version: it waits (logging why) for ALTER EXTENSION ... UPDATE, and exits when the
+// extension is not there (never created, or dropped).
 bool Worker::prepare_database() {
   if (ready_) return true;
   int64_t recovered = 0;
@@ -256,7 +248,7 @@ bool Worker::prepare_database() {
       pg_call([&] {
         ereport(LOG, (errmsg("pg_outbox worker: the extension in database \"%s\" is version %s; this library "
                              "delivers for version %s only",
-                             MyBgworkerEntry->bgw_extra, version.c_str(), kVersion),
+                             slot_.database, version.c_str(), kVersion),
                       errhint("Run ALTER EXTENSION pg_outbox UPDATE in that database; its messages wait until then.")));
       });
     }
@@ -266,10 +258,7 @@ bool Worker::prepare_database() {
   waiting_for_version_.clear();
   if (extension_oid_ == 0) {
     forget_deliveries();
-    endpoints_.clear();
-    endpoints_version_ = UINT64_MAX;
-    publish_status("waiting for CREATE EXTENSION pg_outbox");
-    return false;
+    throw ExtensionAbsent{};  // nothing to serve: the launcher starts a worker again at CREATE EXTENSION
   }
   if (recovered > 0)
     pg_call([&] {
@@ -277,6 +266,9 @@ bool Worker::prepare_database() {
                            "their attempt counted",
                            static_cast<long long>(recovered))));
     });
+  if (!announced_)
+    pg_call([&] { ereport(LOG, (errmsg("pg_outbox worker started for database \"%s\"", slot_.database))); });
+  announced_ = true;  // said once the extension is there: a worker that finds none exits quietly
   ready_ = true;
   more_due_ = true;
   endpoints_.clear();  // breakers are reloaded from the table
@@ -305,7 +297,7 @@ void Worker::forget_deliveries() {
 }
 
 void Worker::refresh_endpoints() {
-  uint64_t version = pg_atomic_read_u64(&shared_state->endpoints_version);
+  uint64_t version = pg_atomic_read_u64(&slot_.endpoints_version);
   int64_t now = now_ms();
   if (version == endpoints_version_ && now - endpoints_loaded_ms_ < settings.poll_interval_ms) return;
   endpoints_version_ = version;
@@ -333,11 +325,11 @@ void Worker::refresh_endpoints() {
 }
 
 void Worker::publish_status(const char* state) {
-  SpinLockAcquire(&shared_state->mutex);
-  strlcpy(shared_state->state, state, sizeof shared_state->state);
-  shared_state->last_loop_at = GetCurrentTimestamp();
-  shared_state->in_flight = static_cast<int>(deliveries_.size());
-  SpinLockRelease(&shared_state->mutex);
+  SpinLockAcquire(&slot_.mutex);
+  strlcpy(slot_.state, state, sizeof slot_.state);
+  slot_.last_loop_at = GetCurrentTimestamp();
+  slot_.in_flight = static_cast<int>(deliveries_.size());
+  SpinLockRelease(&slot_.mutex);
 }
 
 }  // namespace pg_outbox::pg

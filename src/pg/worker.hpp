@@ -19,13 +19,20 @@
 
 namespace pg_outbox::pg {
 
+struct DatabaseSlot;
+
+// Thrown out of run() when pg_outbox is not installed in the worker's database (never
+// was, or DROP EXTENSION committed): the worker exits and the launcher starts one
+// again when CREATE EXTENSION commits there.
+struct ExtensionAbsent {};
+
 class Worker {
  public:
-  Worker();
+  explicit Worker(DatabaseSlot& slot);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
-  // The loop; returns only by process exit (SIGTERM, postmaster death).
+  // The loop; ends by process exit (SIGTERM, postmaster death) or by ExtensionAbsent.
   void run();
 
  private:
@@ -75,6 +82,7 @@ class Worker {
   int max_attempts_of(const Endpoint& endpoint) const;
   size_t claim_target() const;
 
+  DatabaseSlot& slot_;             // this database's shared state (latch, status, counters)
   http::DeliveryThread delivery_;  // libcurl, on its own thread
   struct WaitEventSet* wait_set_ = nullptr;  // latch, postmaster death, delivery_.results_fd()
   OutboxStore store_;
@@ -91,6 +99,7 @@ class Worker {
   std::unordered_map<std::string, std::array<uint64_t, 3>> counted_;  // to publish: sent, retried, dead
 
   bool ready_ = false;               // the extension exists at our version and claims were recovered
+  bool announced_ = false;           // "worker started" is logged once, when first ready
   std::string waiting_for_version_;  // the version we last logged waiting on
   uint32_t extension_oid_ = 0;       // of the extension whose tables the deliveries belong to
   bool more_due_ = true;             // the last claim was full: claim again as soon as there is room

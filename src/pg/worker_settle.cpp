@@ -79,25 +79,25 @@ void Worker::committed() {
 // metrics().
 void Worker::publish_counts() {
   if (counted_.empty()) return;
-  SpinLockAcquire(&shared_state->mutex);
+  SpinLockAcquire(&slot_.mutex);
   for (const auto& [name, counts] : counted_) {
-    int slot = 0;
-    while (slot < shared_state->counted_endpoints && strcmp(shared_state->endpoints[slot].name, name.c_str()) != 0)
-      ++slot;
-    if (slot == shared_state->counted_endpoints && slot < kCountedEndpoints) {
-      strlcpy(shared_state->endpoints[slot].name, name.c_str(), sizeof shared_state->endpoints[slot].name);
-      shared_state->counted_endpoints++;
+    int i = 0;
+    while (i < slot_.counted_endpoints && strcmp(slot_.endpoints[i].name, name.c_str()) != 0)
+      ++i;
+    if (i == slot_.counted_endpoints && i < kCountedEndpoints) {
+      strlcpy(slot_.endpoints[i].name, name.c_str(), sizeof slot_.endpoints[i].name);
+      slot_.counted_endpoints++;
     }
-    if (slot < kCountedEndpoints) {
-      shared_state->endpoints[slot].sent += counts[0];
-      shared_state->endpoints[slot].retried += counts[1];
-      shared_state->endpoints[slot].dead += counts[2];
+    if (i < kCountedEndpoints) {
+      slot_.endpoints[i].sent += counts[0];
+      slot_.endpoints[i].retried += counts[1];
+      slot_.endpoints[i].dead += counts[2];
     }
-    shared_state->sent += counts[0];
-    shared_state->retried += counts[1];
-    shared_state->dead_lettered += counts[2];
+    slot_.sent += counts[0];
+    slot_.retried += counts[1];
+    slot_.dead_lettered += counts[2];
   }
-  SpinLockRelease(&shared_state->mutex);
+  SpinLockRelease(&slot_.mutex);
   counted_.clear();
 }
 

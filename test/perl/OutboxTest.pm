@@ -62,7 +62,8 @@ The timestamp is not checked against the current time.
 =item new_outbox_node($name, %gucs)
 
 Returns a PostgreSQL::Test::Cluster node, init'ed, with
-C<shared_preload_libraries = 'pg_outbox'>, C<pg_outbox.database = 'postgres'>,
+C<shared_preload_libraries = 'pg_outbox'> (every database with the extension is
+served, as by default),
 C<pg_outbox.poll_interval = '200ms'>, C<pg_outbox.http_timeout = '60s'> (a receiver
 starved of CPU on a loaded machine must not turn into a client timeout, a retry and
 a duplicate that an exact count would trip over; tests of timeouts set the
@@ -73,13 +74,13 @@ to postgresql.conf, and started.  Does not create the extension.
 
 =item worker_pid($node, $db = 'postgres')
 
-The pid of the one pg_outbox worker in C<pg_stat_activity>, or undef (none,
-several, or the server not accepting connections).
+The pid of the pg_outbox worker of database C<$db> in C<pg_stat_activity>, or
+undef (none, several, or the server not accepting connections).
 
-=item wait_for_worker($node, $old_pid = undef, $timeout_s = timeout_default)
+=item wait_for_worker($node, $old_pid = undef, $timeout_s = timeout_default, $db = 'postgres')
 
-Waits (bounded) until a worker runs whose pid differs from C<$old_pid> (any
-worker when undef); returns its pid or undef.
+Waits (bounded) until a worker runs in C<$db> whose pid differs from C<$old_pid>
+(any worker when undef); returns its pid or undef.
 
 =item wait_sql($node, $query, $timeout_s = timeout_default, $db = 'postgres')
 
@@ -311,7 +312,6 @@ sub new_outbox_node
 	$node->init;
 	my $conf = join '',
 	  "shared_preload_libraries = 'pg_outbox'\n",
-	  "pg_outbox.database = 'postgres'\n",
 	  "pg_outbox.poll_interval = '200ms'\n",
 	  "pg_outbox.http_timeout = '60s'\n";
 	while (my ($k, $v) = splice(@gucs, 0, 2))
@@ -330,18 +330,18 @@ sub worker_pid
 	my ($node, $db) = @_;
 	my ($out, $err) = ('', '');
 	my $rc = $node->psql($db // 'postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'",
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker' AND datname = current_database()",
 		stdout => \$out, stderr => \$err);
 	return ($rc == 0 && $out =~ /^(\d+)$/) ? $1 : undef;
 }
 
 sub wait_for_worker
 {
-	my ($node, $old, $timeout) = @_;
+	my ($node, $old, $timeout, $db) = @_;
 	my $pid;
 	wait_until(
 		sub {
-			my $p = worker_pid($node);
+			my $p = worker_pid($node, $db);
 			return 0 unless defined $p && (!defined $old || $p != $old);
 			$pid = $p;
 			return 1;

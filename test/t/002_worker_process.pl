@@ -3,7 +3,7 @@
 # the worker_status() row of the function table; SECURITY.md threat model):
 #
 #  - it connects as the bootstrap superuser (the role with oid 10) to
-#    pg_outbox.database;
+#    its database;
 #  - worker_status(): started_at is the process start of the worker seen in
 #    pg_stat_activity, last_loop_at advances, in_flight counts a request held at
 #    the receiver and drops to 0 once it is answered, config_loaded_at is the
@@ -13,8 +13,8 @@
 #    and outbox.message() reports it in_flight;
 #  - while a request waits on the network the worker holds no transaction open;
 #  - a worker that died (pg_terminate_backend: FATAL, exit code 1) is started again
-#    by the postmaster after bgw_restart_time = 1 s (src/pg/module.cpp:26), without
-#    crash recovery.
+#    by the launcher 1 s later (kCrashRestartMs, src/pg/launcher/launcher.cpp),
+#    without crash recovery.
 use strict;
 use warnings;
 
@@ -40,15 +40,15 @@ ok(defined $pid, 'a pg_outbox worker runs');
 is(sql('SHOW pg_outbox.lease'), '5min', 'pg_outbox.lease is the default 5min');
 
 # ---------------------------------------------------------------------------
-# 1. The role: the bootstrap superuser (BackgroundWorkerInitializeConnection with no
-#    user name), connected to pg_outbox.database.
+# 1. The role: the bootstrap superuser (BackgroundWorkerInitializeConnectionByOid with no
+#    user name), connected to its database.
 
 my $bootstrap = sql('SELECT rolname FROM pg_roles WHERE oid = 10');
 isnt($bootstrap, '', "the bootstrap superuser is '$bootstrap'");
 is(sql("SELECT usename FROM pg_stat_activity WHERE pid = $pid"), $bootstrap,
 	'the worker connects as the bootstrap superuser (pg_stat_activity.usename)');
 is(sql("SELECT usesysid, datname FROM pg_stat_activity WHERE pid = $pid"), '10|postgres',
-	'... role oid 10, database pg_outbox.database');
+	'... role oid 10, its database');
 
 # ---------------------------------------------------------------------------
 # 2. worker_status(): identity and clocks.
@@ -183,7 +183,7 @@ is(scalar @{ $recv->requests(path => '/hooks/slow') }, 1, 'one request in all');
 
 # ---------------------------------------------------------------------------
 # 4. pg_terminate_backend: the worker ends with FATAL (exit code 1), and the
-#    postmaster starts a new one after bgw_restart_time (1 s), with no crash recovery.
+#    launcher starts a new one 1 s later, with no crash recovery.
 #    The delay is measured by the server: the new worker's backend_start minus a
 #    clock reading taken AFTER pg_terminate_backend returned, which can only make
 #    it smaller than the true delay, so the lower bound is safe. The upper bound is
@@ -205,13 +205,13 @@ my (undef, $t_after) = split /\n/,
   sql("SELECT pg_terminate_backend($pid); SELECT clock_timestamp()");
 my $new = wait_for_worker($node, $pid, 30);
 my $wall = time - $t_wall;
-ok(defined $new, 'the postmaster started a new worker');
+ok(defined $new, 'the launcher started a new worker');
 $new //= 0;
 my $delay = sql(qq{SELECT extract(epoch FROM backend_start - '$t_after')
                      FROM pg_stat_activity WHERE pid = $new});
 note(sprintf('new worker forked %.3f s after pg_terminate_backend (server clock); '
 	  . 'visible %.3f s after it (wall clock)', $delay || 0, $wall));
-cmp_ok($delay, '>=', 0.8, 'the new worker starts about 1 s later (bgw_restart_time), not at once');
+cmp_ok($delay, '>=', 0.8, 'the new worker starts about 1 s later, not at once');
 cmp_ok($wall, '<', 30, '... and well within 30 s');
 is(sql('SELECT pid FROM outbox.worker_status()'), $new, 'worker_status() reports the new pid');
 $gap = start_gap($new);
@@ -235,7 +235,7 @@ my $log = slurp_file($node->logfile);
 like($log, qr/terminating background worker "pg_outbox worker[^"]*" due to administrator command/,
 	'the log shows the FATAL of the terminated worker');
 like($log, qr/background worker "pg_outbox worker" \(PID $pid\) exited with exit code 1/,
-	'... which exited with code 1 (an error exit, so the postmaster restarts it)');
+	'... which exited with code 1 (an error exit, so the launcher restarts it)');
 unlike($log, qr/terminated by signal|all server processes terminated|PANIC/,
 	'no crash, no crash recovery, no PANIC');
 
