@@ -59,7 +59,8 @@ extension/pg_outbox--$(OUTBOX_VERSION).sql: $(INSTALL_SOURCES)
 	cat $^ > $@
 
 extension/pg_outbox--0.2.0--$(OUTBOX_VERSION).sql: extension/upgrade/0.2.0--$(OUTBOX_VERSION).pre.sql \
-		extension/src/35_engine_tables.sql extension/upgrade/0.2.0--$(OUTBOX_VERSION).post.sql $(REPLAYED_SOURCES)
+		extension/src/35_engine_tables.sql extension/upgrade/0.2.0--$(OUTBOX_VERSION).post.sql $(REPLAYED_SOURCES) \
+		extension/upgrade/0.2.0--$(OUTBOX_VERSION).final.sql
 	cat $^ > $@
 
 # Before pg_regress: is the server one the suite can run against? (see REGRESS above)

@@ -643,6 +643,9 @@ def main():
     ap.add_argument("--max-seconds", type=float, default=3600)
     ap.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
     ap.add_argument("--tls-key", help="... and this private key (PEM)")
+    ap.add_argument("--backlog", type=int, default=1024,
+                    help="listen backlog (5 mimics Python's http.server defaults: "
+                         "SYNs beyond it are dropped and retried by the client's kernel)")
     ap.add_argument("--idle-timeout", type=float, default=0,
                     help="close keep-alive connections idle this long (0 = never)")
     args = ap.parse_args()
@@ -650,6 +653,7 @@ def main():
     threading.stack_size(512 * 1024)
     if not args.host.startswith("127."):
         ap.error("--host must be a loopback address (127.0.0.0/8)")
+    Server.request_queue_size = args.backlog
     server = Server((args.host, args.port), Handler)
     server.state = State(args.log, args.resume)
     server.idle_timeout = args.idle_timeout or None

@@ -2,8 +2,9 @@
 -- Tables
 ------------------------------------------------------------------------------------------
 
--- One row per destination.  NULL timeout_ms / max_attempts mean "use the GUC"
--- (pg_outbox.http_timeout, pg_outbox.max_attempts); NULL max_pending means no limit.
+-- One row per destination.  NULL timeout_ms / max_attempts / concurrency mean "use the
+-- GUC" (pg_outbox.http_timeout, pg_outbox.max_attempts, pg_outbox.endpoint_concurrency);
+-- NULL max_pending means no limit.
 -- The breaker_* columns belong to the worker's circuit breaker.
 CREATE TABLE outbox.endpoints (
     name                text PRIMARY KEY CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
@@ -21,6 +22,7 @@ CREATE TABLE outbox.endpoints (
     breaker_failures    int NOT NULL DEFAULT 0,          -- consecutive retryable failures
     breaker_open_until  timestamptz,
     breaker_cooldown_ms bigint NOT NULL DEFAULT 0,
+    concurrency         int CHECK (concurrency > 0),     -- most requests in flight (0.3.0)
     CONSTRAINT endpoints_url_xor_channel
         CHECK ((url IS NULL) <> (channel IS NULL))       -- HTTP or NOTIFY, never both
 );

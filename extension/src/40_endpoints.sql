@@ -5,7 +5,8 @@
 -- Validation shared by create_endpoint and alter_endpoint.  Not SECURITY DEFINER and
 -- not granted: only the functions below call it.
 CREATE OR REPLACE FUNCTION outbox._check_endpoint_options(headers jsonb, secret text, timeout_ms int,
-                                               max_attempts int, max_pending bigint)
+                                               max_attempts int, max_pending bigint,
+                                               concurrency int)
     RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, pg_temp
@@ -36,6 +37,12 @@ BEGIN
                   DETAIL = format('max_pending is %s.', _check_endpoint_options.max_pending),
                   HINT = 'Pass NULL for no limit.';
     END IF;
+    IF _check_endpoint_options.concurrency <= 0 THEN
+        RAISE EXCEPTION 'concurrency must be greater than zero'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('concurrency is %s.', _check_endpoint_options.concurrency),
+                  HINT = 'Pass NULL to use pg_outbox.endpoint_concurrency.';
+    END IF;
 END
 $fn$;
 
@@ -47,7 +54,8 @@ CREATE OR REPLACE FUNCTION outbox.create_endpoint(name text,
                                        timeout_ms int DEFAULT NULL,
                                        max_attempts int DEFAULT NULL,
                                        ordered boolean DEFAULT false,
-                                       max_pending bigint DEFAULT NULL)
+                                       max_pending bigint DEFAULT NULL,
+                                       concurrency int DEFAULT NULL)
     RETURNS void
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -83,14 +91,14 @@ BEGIN
     END IF;
     PERFORM outbox._check_endpoint_options(create_endpoint.headers, create_endpoint.secret,
                                            create_endpoint.timeout_ms, create_endpoint.max_attempts,
-                                           create_endpoint.max_pending);
+                                           create_endpoint.max_pending, create_endpoint.concurrency);
 
     INSERT INTO outbox.endpoints (name, url, channel, headers, timeout_ms, max_attempts,
-                                  ordered, max_pending)
+                                  ordered, max_pending, concurrency)
     VALUES (create_endpoint.name, create_endpoint.url, create_endpoint.channel,
             coalesce(create_endpoint.headers, '{}'), create_endpoint.timeout_ms,
             create_endpoint.max_attempts, coalesce(create_endpoint.ordered, false),
-            create_endpoint.max_pending)
+            create_endpoint.max_pending, create_endpoint.concurrency)
     ON CONFLICT (name) DO NOTHING;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'endpoint "%" already exists', create_endpoint.name
@@ -106,13 +114,13 @@ BEGIN
     PERFORM outbox._request_wake();
 END
 $fn$;
-COMMENT ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint) IS
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int) IS
     'creates an endpoint: exactly one of url (http/https) or channel (NOTIFY); NULL options use the GUCs';
 
 -- Changes only the arguments that are not NULL.  secret => '' removes the secret (the
 -- endpoint's deliveries are no longer signed); any other secret replaces it.  An
 -- endpoint cannot change between url and channel delivery: drop and create it.
--- timeout_ms, max_attempts and max_pending cannot be set back to NULL here.
+-- timeout_ms, max_attempts, max_pending and concurrency cannot be set back to NULL here.
 CREATE OR REPLACE FUNCTION outbox.alter_endpoint(name text,
                                       url text DEFAULT NULL,
                                       headers jsonb DEFAULT NULL,
@@ -120,7 +128,8 @@ CREATE OR REPLACE FUNCTION outbox.alter_endpoint(name text,
                                       timeout_ms int DEFAULT NULL,
                                       max_attempts int DEFAULT NULL,
                                       ordered boolean DEFAULT NULL,
-                                      max_pending bigint DEFAULT NULL)
+                                      max_pending bigint DEFAULT NULL,
+                                      concurrency int DEFAULT NULL)
     RETURNS void
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -158,7 +167,7 @@ BEGIN
     END IF;
     PERFORM outbox._check_endpoint_options(alter_endpoint.headers, alter_endpoint.secret,
                                            alter_endpoint.timeout_ms, alter_endpoint.max_attempts,
-                                           alter_endpoint.max_pending);
+                                           alter_endpoint.max_pending, alter_endpoint.concurrency);
 
     UPDATE outbox.endpoints e
        SET url          = coalesce(alter_endpoint.url, e.url),
@@ -166,7 +175,8 @@ BEGIN
            timeout_ms   = coalesce(alter_endpoint.timeout_ms, e.timeout_ms),
            max_attempts = coalesce(alter_endpoint.max_attempts, e.max_attempts),
            ordered      = coalesce(alter_endpoint.ordered, e.ordered),
-           max_pending  = coalesce(alter_endpoint.max_pending, e.max_pending)
+           max_pending  = coalesce(alter_endpoint.max_pending, e.max_pending),
+           concurrency  = coalesce(alter_endpoint.concurrency, e.concurrency)
      WHERE e.name = alter_endpoint.name;
 
     IF alter_endpoint.secret = '' THEN
@@ -180,7 +190,7 @@ BEGIN
     PERFORM outbox._request_wake();
 END
 $fn$;
-COMMENT ON FUNCTION outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint) IS
+COMMENT ON FUNCTION outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int) IS
     'changes the arguments that are not NULL; secret => '''' removes the secret';
 
 -- Refuses while the endpoint has undelivered (pending or in-flight) messages.  With

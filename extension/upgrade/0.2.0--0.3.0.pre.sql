@@ -9,3 +9,24 @@
 
 -- Reads the columns that go; created again below.
 DROP VIEW outbox.endpoint_stats;
+
+-- create_endpoint and alter_endpoint gain the concurrency option: a new signature, so
+-- the old functions are dropped and created again below. The EXECUTE grants an
+-- administrator gave on them (the operator role of the README) are kept aside here, in
+-- a setting local to the update's transaction (a table would become a member of the
+-- extension), and given again on the new ones at the end (0.2.0--0.3.0.final.sql).
+SELECT pg_catalog.set_config('pg_outbox_upgrade.grants', coalesce((
+    SELECT pg_catalog.json_agg(pg_catalog.json_build_object(
+               'function', CASE p.proname
+                           WHEN 'create_endpoint'
+                           THEN 'outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int)'
+                           ELSE 'outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int)' END,
+               'grantee', a.grantee, 'grantable', a.is_grantable))::text
+      FROM pg_catalog.pg_proc p
+           CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a
+     WHERE p.pronamespace = 'outbox'::regnamespace
+       AND p.proname IN ('create_endpoint', 'alter_endpoint')
+       AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner), '[]'), true);
+DROP FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint);
+DROP FUNCTION outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint);
+DROP FUNCTION outbox._check_endpoint_options(jsonb, text, int, int, bigint);

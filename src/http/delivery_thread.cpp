@@ -33,12 +33,6 @@ int make_eventfd() {
   return fd;
 }
 
-// What does not pause its group: a 2xx answer. Anything else may be what opens the
-// circuit, which is the worker's to decide first.
-bool succeeded(const Response& response) {
-  return !response.transport_error && response.status >= 200 && response.status < 300;
-}
-
 void signal_fd(int fd) {
   const uint64_t one = 1;
   // EAGAIN: the counter is full, the fd is readable anyway.
@@ -116,30 +110,25 @@ void DeliveryThread::submit(std::vector<Request> requests) {
   if (requests.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (Request& request : requests) waiting_.push_back(std::move(request));
+    for (Request& request : requests) queue_.push(std::move(request));
   }
   signal_fd(wake_fd_);
 }
 
 void DeliveryThread::resume() {
+  bool unpaused = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (paused_.empty()) return;
-    paused_.clear();
+    for (const std::string& group : taken_failures_) queue_.resume(group);
+    unpaused = !taken_failures_.empty();
+    taken_failures_.clear();
   }
-  signal_fd(wake_fd_);
+  if (unpaused) signal_fd(wake_fd_);
 }
 
 std::vector<uint64_t> DeliveryThread::cancel_queued(const std::function<bool(uint64_t tag)>& select) {
-  std::vector<uint64_t> cancelled;
   std::lock_guard<std::mutex> lock(mutex_);
-  auto keep = std::remove_if(waiting_.begin(), waiting_.end(), [&](const Request& request) {
-    if (!select(request.tag)) return false;
-    cancelled.push_back(request.tag);
-    return true;
-  });
-  waiting_.erase(keep, waiting_.end());
-  return cancelled;
+  return queue_.remove_if(select);
 }
 
 std::vector<Response> DeliveryThread::take_responses(size_t max) {
@@ -157,15 +146,17 @@ std::vector<Response> DeliveryThread::take_responses(size_t max) {
     done_.erase(done_.begin(), done_.begin() + max);
     signal_fd(results_fd_);  // the rest is still waiting
   }
+  for (const Response& response : taken)
+    if (!pauses_nothing(response)) taken_failures_.push_back(response.group);
   return taken;
 }
 
 void DeliveryThread::abandon_all() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    waiting_.clear();
+    queue_.clear();
     done_.clear();
-    paused_.clear();
+    taken_failures_.clear();
     abandon_ = true;
     // No announcement of what was just dropped may stay readable: the worker would be
     // woken for nothing, again and again. A failure stays announced.
@@ -197,8 +188,7 @@ bool DeliveryThread::exchange(std::vector<Response>& finished) {
     return !stop_;
   }
   if (!finished.empty()) {
-    for (const Response& response : finished)
-      if (!succeeded(response)) paused_.insert(response.group);
+    for (const Response& response : finished) queue_.finished(response);
     const bool announce = done_.empty();  // otherwise announced already, not yet taken
     if (done_.empty())
       done_.swap(finished);
@@ -213,23 +203,12 @@ bool DeliveryThread::exchange(std::vector<Response>& finished) {
     client_.set_max_concurrency(max_concurrency_);
     client_.set_egress_policy(egress_);
   }
-  // Only what can start now leaves the FIFO, so what is left in it can be cancelled.
-  // Requests of paused groups keep their place.
+  // Only what can start now leaves the queue, so what is left in it can be cancelled.
   const auto slots = static_cast<size_t>(max_concurrency_);
-  if (paused_.empty()) {
-    while (!waiting_.empty() && client_.in_flight() + client_.queued() < slots) {
-      client_.submit(std::move(waiting_.front()));
-      waiting_.pop_front();
-    }
-  } else {
-    for (auto it = waiting_.begin(); it != waiting_.end() && client_.in_flight() + client_.queued() < slots;) {
-      if (paused_.count(it->group) != 0) {
-        ++it;
-        continue;
-      }
-      client_.submit(std::move(*it));
-      it = waiting_.erase(it);
-    }
+  while (queue_.waiting() > 0 && client_.in_flight() + client_.queued() < slots) {
+    std::optional<Request> request = queue_.next();
+    if (!request) break;  // every waiting group is paused or at its window
+    client_.submit(std::move(*request));
   }
   return true;
 }

@@ -5,9 +5,10 @@
 // Pure C++: no PostgreSQL header here or in the .cpp, and the thread never calls PostgreSQL
 // (README.md, Architecture, "Threads"). The worker (the main thread) and the delivery thread
 // meet only in this class:
-// - inbound, a FIFO of requests not yet started, guarded by a mutex. The thread takes a
-//   request only when a connection slot is free, so a request still in the FIFO has not
-//   started, and the worker can take it back synchronously (cancel_queued);
+// - inbound, the requests not yet started (a GroupQueue: FIFO per endpoint, round robin
+//   between endpoints, each endpoint within its adaptive window), guarded by a mutex. The
+//   thread takes a request only when it may start at once, so a request still queued has
+//   not started, and the worker can take it back synchronously (cancel_queued);
 // - outbound, the finished responses, guarded by the same mutex, announced on an eventfd
 //   (results_fd) that the worker waits on next to its latch.
 // Both are bounded by what the worker submits: it submits only while fewer than its claim
@@ -26,18 +27,17 @@
 #pragma once
 
 #include "core/egress_policy.hpp"
+#include "http/group_queue.hpp"
 #include "http/http_client.hpp"
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 namespace pg_outbox::http {
@@ -71,7 +71,8 @@ class DeliveryThread {
   void submit(std::vector<Request> requests);
 
   // The worker has recorded every response it took (and taken back the requests of the
-  // circuits those opened): the paused groups may start requests again.
+  // circuits those opened): a group paused only by failures it has taken may start
+  // requests again. A failure still waiting in the results keeps its group paused.
   void resume();
 
   // Takes back the requests not yet started whose tag the predicate selects and returns
@@ -104,9 +105,9 @@ class DeliveryThread {
   int results_fd_ = -1;  // eventfd: the thread wakes the worker (responses, failure)
 
   std::mutex mutex_;  // guards everything below
-  std::deque<Request> waiting_;
+  GroupQueue queue_;  // requests not yet started; in-flight counts, windows and pauses per group
   std::vector<Response> done_;
-  std::unordered_set<std::string> paused_;  // groups with a failed response not yet resumed
+  std::vector<std::string> taken_failures_;  // groups of failures taken since the last resume()
   bool stop_ = false;
   bool abandon_ = false;
   bool settings_changed_ = false;

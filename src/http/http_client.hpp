@@ -32,6 +32,7 @@ struct Request {
   std::vector<std::string> headers;  // complete "Name: value" lines, already validated
   std::string body;                  // POSTed as is (any bytes)
   long timeout_ms = 0;               // whole-transfer timeout (connect included); <= 0 is taken as 1
+  int concurrency = 0;               // most of its group in flight (DeliveryThread); 0: no cap of its own
 };
 
 struct Response {

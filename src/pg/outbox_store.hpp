@@ -21,6 +21,7 @@ struct EndpointRow {
   std::string secret;  // empty: unsigned
   std::optional<int> timeout_ms;
   std::optional<int> max_attempts;
+  std::optional<int> concurrency;  // most requests in flight; none: pg_outbox.endpoint_concurrency
   bool ordered = false;
   bool paused = false;
   core::Breaker breaker;

@@ -60,6 +60,9 @@ void define_settings() {
              PGC_SIGHUP, 0);
   define_int("pg_outbox.max_concurrency", "Most HTTP requests in flight at once.", &settings.max_concurrency, 64, 1,
              4096, PGC_SIGHUP, 0);
+  define_int("pg_outbox.endpoint_concurrency",
+             "Most HTTP requests in flight to one endpoint (its concurrency option overrides it).",
+             &settings.endpoint_concurrency, 32, 1, 4096, PGC_SIGHUP, 0);
   define_int("pg_outbox.http_timeout", "Default whole-request HTTP timeout of an endpoint.", &settings.http_timeout_ms,
              5000, 1, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS);
   define_int("pg_outbox.max_attempts", "Default delivery attempts before a message is dead-lettered.",

@@ -13,6 +13,7 @@ struct Settings {
   int poll_interval_ms = 1000;
   int batch_size = 500;
   int max_concurrency = 64;
+  int endpoint_concurrency = 32;  // an endpoint's cap on requests in flight, unless it has its own
   int http_timeout_ms = 5000;
   int max_attempts = 10;
   int backoff_base_ms = 1000;

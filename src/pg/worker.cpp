@@ -219,7 +219,7 @@ void Worker::iterate(bool woken) {
     next_claim_ms_ = std::min(next_claim_ms_, last_claim_ms_ + wake_gap_ms_);
     woken = false;
   }
-  if ((woken || more_due_ || now >= next_claim_ms_) && deliveries_.size() < claim_target() / 2) {
+  if ((woken || more_due_ || now >= next_claim_ms_) && claimable_outstanding() < claim_target() / 2) {
     last_claim_ms_ = now;
     size_t claimed = claim_and_deliver();
     wake_gap_ms_ = claimed > 0 ? kWakeCoalesceMinMs : std::min(2 * wake_gap_ms_, kWakeCoalesceMaxMs);
@@ -289,6 +289,7 @@ void Worker::require_same_extension() {
 void Worker::forget_deliveries() {
   delivery_.abandon_all();
   deliveries_.clear();
+  outstanding_.clear();
   claims_.clear();
   held_bytes_ = 0;
   history_covered_ms_ = 0;

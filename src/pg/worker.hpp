@@ -80,6 +80,12 @@ class Worker {
   void publish_status(const char* state);
   int wait_timeout_ms() const;
   int max_attempts_of(const Endpoint& endpoint) const;
+  int concurrency_of(const Endpoint& endpoint) const;
+  size_t share_of(const Endpoint& endpoint) const;
+  bool holds_its_share(const std::string& endpoint) const;
+  size_t claimable_outstanding() const;
+  void track_delivery(uint64_t tag, Delivery delivery);
+  Delivery untrack_delivery(std::unordered_map<uint64_t, Delivery>::iterator found);
   size_t claim_target() const;
 
   DatabaseSlot& slot_;             // this database's shared state (latch, status, counters)
@@ -88,7 +94,8 @@ class Worker {
   OutboxStore store_;
   std::mt19937_64 random_;
   std::unordered_map<std::string, Endpoint> endpoints_;
-  std::unordered_map<uint64_t, Delivery> deliveries_;
+  std::unordered_map<uint64_t, Delivery> deliveries_;  // through track_/untrack_delivery only
+  std::unordered_map<std::string, size_t> outstanding_;  // deliveries_ per endpoint
   Settlements pending_;                         // results not yet written back (kept across a failed settle)
   std::unordered_map<int64_t, size_t> claims_;  // outbox.claims id -> its messages not yet settled
   int64_t held_bytes_ = 0;                      // payload bytes of deliveries_

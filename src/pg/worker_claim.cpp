@@ -22,6 +22,46 @@ int Worker::max_attempts_of(const Endpoint& endpoint) const {
   return endpoint.row.max_attempts.value_or(settings.max_attempts);
 }
 
+int Worker::concurrency_of(const Endpoint& endpoint) const {
+  return std::min(endpoint.row.concurrency.value_or(settings.endpoint_concurrency), settings.max_concurrency);
+}
+
+// The endpoint's share of the claimed work: its part of the connections, applied to the
+// claim target. An endpoint that holds its share is left out of the claim, so that one
+// slow endpoint's queue can never take every other endpoint's room.
+size_t Worker::share_of(const Endpoint& endpoint) const {
+  const size_t cap = static_cast<size_t>(concurrency_of(endpoint));
+  return std::max(cap, claim_target() * cap / static_cast<size_t>(std::max(1, settings.max_concurrency)));
+}
+
+bool Worker::holds_its_share(const std::string& name) const {
+  auto held = outstanding_.find(name);
+  auto endpoint = endpoints_.find(name);
+  return held != outstanding_.end() && endpoint != endpoints_.end() && held->second >= share_of(endpoint->second);
+}
+
+// What the worker holds for endpoints that may still be claimed: the next claim waits
+// until half the claim target of it is left, not for endpoints that hold their share.
+size_t Worker::claimable_outstanding() const {
+  size_t total = deliveries_.size();
+  for (const auto& [name, held] : outstanding_)
+    if (holds_its_share(name)) total -= std::min(total, held);
+  return total;
+}
+
+void Worker::track_delivery(uint64_t tag, Delivery delivery) {
+  ++outstanding_[delivery.endpoint];
+  deliveries_[tag] = std::move(delivery);
+}
+
+Worker::Delivery Worker::untrack_delivery(std::unordered_map<uint64_t, Delivery>::iterator found) {
+  Delivery delivery = std::move(found->second);
+  deliveries_.erase(found);
+  auto held = outstanding_.find(delivery.endpoint);
+  if (held != outstanding_.end() && --held->second == 0) outstanding_.erase(held);
+  return delivery;
+}
+
 size_t Worker::claim_and_deliver() {
   // Claimed HTTP messages go to libcurl only once the claim has committed: a claim
   // that fails rolls back, and nothing it took may have been sent.
@@ -37,6 +77,7 @@ size_t Worker::claim_and_deliver() {
     int64_t next_breaker_ms = INT64_MAX;
     for (auto& [name, endpoint] : endpoints_) {
       if (endpoint.row.paused) continue;
+      if (endpoint.row.channel.empty() && holds_its_share(name)) continue;  // its results make room
       if (endpoint.row.ordered) ordered.push_back(name);
       if (!endpoint.row.channel.empty()) {
         notify.push_back(name);
@@ -61,7 +102,7 @@ size_t Worker::claim_and_deliver() {
     // take everyone across endpoints over time.
     if (!http.empty()) std::rotate(http.begin(), http.begin() + (claim_round_++ % http.size()), http.end());
     if (!notify.empty()) std::rotate(notify.begin(), notify.begin() + (claim_round_ % notify.size()), notify.end());
-    size_t room = claim_target() - std::min(claim_target(), deliveries_.size());
+    size_t room = claim_target() - std::min(claim_target(), claimable_outstanding());
     int limit = static_cast<int>(std::min<size_t>(room, static_cast<size_t>(settings.batch_size)));
     // Payload bytes the worker may still take on: what it holds counts until settled.
     int64_t budget = std::max<int64_t>(0, settings.max_inflight_bytes - held_bytes_);
@@ -206,9 +247,10 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
       continue;
     }
     long timeout = endpoint.row.timeout_ms.value_or(settings.http_timeout_ms);
-    requests.push_back({static_cast<uint64_t>(m.id), m.endpoint, endpoint.row.url, std::move(lines), m.payload, timeout});
-    deliveries_[static_cast<uint64_t>(m.id)] = {m.endpoint, m.attempts,     max_attempts_of(endpoint),
-                                                claim_id,   m.payload_size, now};
+    requests.push_back({static_cast<uint64_t>(m.id), m.endpoint, endpoint.row.url, std::move(lines), m.payload, timeout,
+                        concurrency_of(endpoint)});
+    track_delivery(static_cast<uint64_t>(m.id),
+                   {m.endpoint, m.attempts, max_attempts_of(endpoint), claim_id, m.payload_size, now});
     held_bytes_ += m.payload_size;
   }
   delivery_.submit(std::move(requests));  // one hand-over, one wake of the thread

@@ -28,8 +28,7 @@ void Worker::collect_http_results() {
 void Worker::record_outcome(const http::Response& response) {
   auto found = deliveries_.find(response.tag);
   if (found == deliveries_.end()) return;
-  Delivery delivery = std::move(found->second);
-  deliveries_.erase(found);
+  Delivery delivery = untrack_delivery(found);
   held_bytes_ -= delivery.payload_bytes;
   claim_member_settled(delivery.claim_id);
   int64_t id = static_cast<int64_t>(response.tag);
@@ -110,9 +109,9 @@ void Worker::give_back(const std::vector<uint64_t>& tags) {
   for (uint64_t tag : tags) {
     auto d = deliveries_.find(tag);
     if (d == deliveries_.end()) continue;
-    held_bytes_ -= d->second.payload_bytes;
-    claim_member_settled(d->second.claim_id);
-    deliveries_.erase(d);
+    Delivery delivery = untrack_delivery(d);
+    held_bytes_ -= delivery.payload_bytes;
+    claim_member_settled(delivery.claim_id);
   }
   if (!tags.empty()) more_due_ = true;
 }

@@ -30,7 +30,8 @@ background with IPC::Run, with its ready-file and request log
 10 s for it to listen and returns an C<OutboxTest::Receiver> object.
 Options: C<port> (default 0 = ephemeral), C<log> (path of the jsonl log),
 C<max_seconds> (default 3600), C<idle_timeout> (seconds; default never),
-C<host> (a loopback address to listen on; default 127.0.0.1),
+C<host> (a loopback address to listen on; default 127.0.0.1), C<backlog> (the
+listen backlog; default 1024, 5 mimics a small service),
 C<tls_cert> and C<tls_key> (PEM files: serve HTTPS; control calls then need
 C<https>, so use the record log rather than the control API),
 C<python> (default C<$ENV{PYTHON}> or C<python3>).
@@ -231,6 +232,7 @@ sub start_receiver
 		out_file    => "$dir/receiver.out",
 		max_seconds => $opts{max_seconds} // 3600,
 		idle_timeout => $opts{idle_timeout},
+		backlog      => $opts{backlog},
 		tls_cert     => $opts{tls_cert},
 		host         => $opts{host} // '127.0.0.1',
 		tls_key      => $opts{tls_key},
@@ -446,6 +448,7 @@ sub _spawn
 	push @cmd, '--resume' if $resume;
 	push @cmd, '--idle-timeout' => $self->{idle_timeout}
 	  if $self->{idle_timeout};
+	push @cmd, '--backlog' => $self->{backlog} if $self->{backlog};
 	push @cmd, '--tls-cert' => $self->{tls_cert}, '--tls-key' => $self->{tls_key}
 	  if $self->{tls_cert};
 	$self->{h} =

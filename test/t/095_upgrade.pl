@@ -40,6 +40,10 @@ is(sql(q{SELECT extversion FROM pg_extension WHERE extname = 'pg_outbox'}), '0.1
 sql(q{CREATE ROLE regress_upgrade_ops});
 sql(q{GRANT USAGE ON SCHEMA outbox, dlq TO regress_upgrade_ops});
 sql(q{GRANT EXECUTE ON FUNCTION outbox.worker_status(), dlq.requeue(bigint, jsonb) TO regress_upgrade_ops});
+# The functions whose signature 0.3.0 changes (the concurrency option): dropped and
+# created again by the update, their grants with them.
+sql(q{GRANT EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint),
+	outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint) TO regress_upgrade_ops});
 # A producer of 0.1.0: it could enqueue to every endpoint.
 sql(q{CREATE ROLE regress_upgrade_producer});
 sql(q{GRANT USAGE ON SCHEMA outbox TO regress_upgrade_producer});
@@ -87,6 +91,14 @@ is(sql(q{SELECT has_function_privilege('regress_upgrade_ops', 'outbox.worker_sta
 	'the grant on worker_status() survived the update');
 is(sql(q{SELECT has_function_privilege('public', 'outbox.worker_status()', 'EXECUTE')}), 'f',
 	'... and PUBLIC still has none');
+is(sql(q{SELECT has_function_privilege('regress_upgrade_ops',
+	'outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int)', 'EXECUTE')}), 't',
+	'the grant on alter_endpoint() moved to its new signature (concurrency)');
+is(sql(q{SELECT count(*) FROM pg_proc WHERE proname IN ('create_endpoint', 'alter_endpoint')}), '2',
+	'... and the old signatures are gone');
+is(sql(q{SET ROLE regress_upgrade_ops; SELECT outbox.alter_endpoint('up', concurrency => 8); RESET ROLE;
+	SELECT concurrency FROM outbox.endpoints WHERE name = 'up'}), "\n8",
+	'the operator sets the new concurrency option');
 is(sql(q{SET ROLE regress_upgrade_ops; SELECT config_loaded_at IS NOT NULL FROM outbox.worker_status()}), 't',
 	'the operator reads the new config_loaded_at column');
 ok(wait_sql($node, q{SELECT state !~ 'ALTER EXTENSION' FROM outbox.worker_status()}), 'the worker serves the database');
@@ -175,6 +187,8 @@ sql(q{CREATE DATABASE fresh});
 sql(q{CREATE EXTENSION pg_outbox}, 'fresh');
 sql(q{GRANT USAGE ON SCHEMA outbox, dlq TO regress_upgrade_ops}, 'fresh');
 sql(q{GRANT EXECUTE ON FUNCTION outbox.worker_status(), dlq.requeue(bigint, jsonb) TO regress_upgrade_ops}, 'fresh');
+sql(q{GRANT EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int),
+	outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int) TO regress_upgrade_ops}, 'fresh');
 sql(q{GRANT USAGE ON SCHEMA outbox TO regress_upgrade_producer}, 'fresh');
 sql(q{GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz) TO regress_upgrade_producer}, 'fresh');
 my $fresh    = sql($describe, 'fresh');

@@ -230,6 +230,21 @@ TEST(DeliveryThread, AFailurePausesItsGroupUntilResumed) {
   EXPECT_EQ(total_down, 20u);
 }
 
+TEST(DeliveryThread, AFailureNotYetTakenKeepsItsGroupPaused) {
+  DeliveryThread thread(4);
+  // The first four start together (nothing is paused yet) and are all refused.
+  thread.submit(requests(refused_url(), "down", 1, 20));
+  pollfd fd{thread.results_fd(), POLLIN, 0};
+  ASSERT_EQ(poll(&fd, 1, 5000), 1);
+  std::this_thread::sleep_for(200ms);  // the other three refused connections end too
+  ASSERT_EQ(thread.take_responses(1).size(), 1u);
+  thread.resume();  // the worker has seen one failure; three more wait, not yet taken
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(thread.take_responses(1000).size(), 3u);  // and nothing new started meanwhile
+  thread.resume();  // all seen: the group goes on
+  EXPECT_GE(gather(thread, 1, 2s).size(), 1u);
+}
+
 TEST(DeliveryThread, NothingSubmittedBeforeAbandonComesBack) {
   Receiver receiver;
   receiver.hold(true);

@@ -1,0 +1,107 @@
+#include "http/group_queue.hpp"
+
+#include <algorithm>
+#include <climits>
+
+namespace pg_outbox::http {
+
+bool pauses_nothing(const Response& response) {
+  return !response.transport_error && response.status >= 200 && response.status < 300;
+}
+
+void GroupQueue::push(Request request) {
+  Group& group = groups_[request.group];
+  // 0: no cap of its own; the thread's max_concurrency bounds it anyway.
+  const int cap = request.concurrency > 0 ? request.concurrency : INT_MAX / 2;
+  if (!group.window)
+    group.window.emplace(cap);
+  else if (group.window->cap() != cap)
+    group.window->set_cap(cap);  // the endpoint's concurrency was altered
+  if (!group.in_rotation) {
+    rotation_.push_back(request.group);
+    group.in_rotation = true;
+  }
+  group.waiting.push_back(std::move(request));
+  ++waiting_;
+}
+
+std::vector<uint64_t> GroupQueue::remove_if(const std::function<bool(uint64_t tag)>& select) {
+  std::vector<uint64_t> removed;
+  for (auto& [name, group] : groups_) {
+    auto keep = std::remove_if(group.waiting.begin(), group.waiting.end(), [&](const Request& request) {
+      if (!select(request.tag)) return false;
+      removed.push_back(request.tag);
+      return true;
+    });
+    group.waiting.erase(keep, group.waiting.end());
+  }
+  waiting_ -= removed.size();
+  return removed;  // emptied groups leave the rotation when next() meets them
+}
+
+std::optional<Request> GroupQueue::next() {
+  // One pass over the groups in turn at most: each is either served, found blocked
+  // (and keeps its place at the back), or found empty (and leaves the rotation).
+  for (size_t looked = 0, groups = rotation_.size(); looked < groups; ++looked) {
+    std::string name = std::move(rotation_.front());
+    rotation_.pop_front();
+    Group& group = groups_[name];
+    if (group.waiting.empty()) {
+      group.in_rotation = false;
+      continue;
+    }
+    if (group.paused > 0 || group.in_flight >= group.window->limit()) {
+      rotation_.push_back(std::move(name));
+      continue;
+    }
+    Request request = std::move(group.waiting.front());
+    group.waiting.pop_front();
+    --waiting_;
+    ++group.in_flight;
+    if (group.waiting.empty())
+      group.in_rotation = false;
+    else
+      rotation_.push_back(std::move(name));
+    return request;
+  }
+  return std::nullopt;
+}
+
+void GroupQueue::finished(const Response& response) {
+  auto found = groups_.find(response.group);
+  if (found == groups_.end()) return;
+  Group& group = found->second;
+  if (group.in_flight > 0) --group.in_flight;
+  if (group.window)
+    group.window->on_result(core::classify_load(response.transport_error, !response.egress_denied.empty(),
+                                                response.status, response.total_ms));
+  if (!pauses_nothing(response)) ++group.paused;
+}
+
+void GroupQueue::resume(const std::string& name) {
+  auto found = groups_.find(name);
+  if (found != groups_.end() && found->second.paused > 0) --found->second.paused;
+}
+
+void GroupQueue::clear() {
+  for (auto& [name, group] : groups_) {
+    group.waiting.clear();
+    group.in_flight = 0;
+    group.paused = 0;
+    group.in_rotation = false;
+  }
+  rotation_.clear();
+  waiting_ = 0;
+}
+
+int GroupQueue::limit_of(const std::string& name) const {
+  auto found = groups_.find(name);
+  return found == groups_.end() || !found->second.window ? 0 : found->second.window->limit();
+}
+
+int GroupQueue::in_flight_of(const std::string& name) const {
+  auto found = groups_.find(name);
+  return found == groups_.end() ? 0 : found->second.in_flight;
+}
+
+}  // namespace pg_outbox::http

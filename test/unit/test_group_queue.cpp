@@ -1,0 +1,110 @@
+#include "http/group_queue.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+using pg_outbox::http::GroupQueue;
+using pg_outbox::http::Request;
+using pg_outbox::http::Response;
+
+namespace {
+
+Request request(uint64_t tag, const std::string& group, int concurrency = 0) {
+  Request r;
+  r.tag = tag;
+  r.group = group;
+  r.concurrency = concurrency;
+  return r;
+}
+
+Response answer(const Request& r, long status, double ms = 10, bool transport_error = false) {
+  Response response;
+  response.tag = r.tag;
+  response.group = r.group;
+  response.status = status;
+  response.total_ms = ms;
+  response.transport_error = transport_error;
+  return response;
+}
+
+// Takes what may start now.
+std::vector<Request> start_all(GroupQueue& queue) {
+  std::vector<Request> started;
+  while (auto r = queue.next()) started.push_back(std::move(*r));
+  return started;
+}
+
+}  // namespace
+
+TEST(GroupQueue, AGroupStartsWithAFewAndGrowsWhileAnsweredPromptly) {
+  GroupQueue queue;
+  for (uint64_t tag = 1; tag <= 200; ++tag) queue.push(request(tag, "fast", 32));
+  std::vector<Request> started = start_all(queue);
+  EXPECT_EQ(started.size(), 4u);  // a few, not 200
+  EXPECT_EQ(started.front().tag, 1u);
+  for (int round = 0; round < 30; ++round) {
+    for (const Request& r : started) queue.finished(answer(r, 200));
+    started = start_all(queue);
+  }
+  EXPECT_GT(queue.limit_of("fast"), 8);
+  EXPECT_LE(queue.limit_of("fast"), 32);
+}
+
+TEST(GroupQueue, OverloadShrinksTheWindowAndFailuresPauseUntilResumed) {
+  GroupQueue queue;
+  for (uint64_t tag = 1; tag <= 50; ++tag) queue.push(request(tag, "busy", 32));
+  std::vector<Request> started = start_all(queue);
+  ASSERT_EQ(started.size(), 4u);
+  for (const Request& r : started) queue.finished(answer(r, 503));
+  EXPECT_EQ(queue.limit_of("busy"), 2);
+  EXPECT_FALSE(queue.next());  // paused: four failures not yet seen by the worker
+  for (int i = 0; i < 3; ++i) queue.resume("busy");
+  EXPECT_FALSE(queue.next());  // one still unseen
+  queue.resume("busy");
+  EXPECT_EQ(start_all(queue).size(), 2u);
+}
+
+TEST(GroupQueue, GroupsTakeTurnsAndASlowOneKeepsItsFewConnections) {
+  GroupQueue queue;
+  for (uint64_t tag = 1; tag <= 500; ++tag) queue.push(request(tag, "slow", 32));
+  for (uint64_t tag = 1001; tag <= 1004; ++tag) queue.push(request(tag, "healthy", 32));
+  std::vector<Request> started = start_all(queue);
+  std::map<std::string, int> by_group;
+  for (const Request& r : started) by_group[r.group]++;
+  EXPECT_EQ(by_group["slow"], 4);  // 500 waiting, still only its window
+  EXPECT_EQ(by_group["healthy"], 4);
+  EXPECT_EQ(started[0].group, "slow");  // in turn: slow, healthy, slow, healthy...
+  EXPECT_EQ(started[1].group, "healthy");
+  // Slow 2xx answers hold the window where it is.
+  for (int round = 0; round < 20; ++round) {
+    for (const Request& r : started)
+      if (r.group == "slow") queue.finished(answer(r, 200, 4000));
+    started = start_all(queue);
+  }
+  EXPECT_EQ(queue.limit_of("slow"), 4);
+}
+
+TEST(GroupQueue, TheCapIsTheRequestsConcurrency) {
+  GroupQueue queue;
+  for (uint64_t tag = 1; tag <= 10; ++tag) queue.push(request(tag, "small", 2));
+  EXPECT_EQ(start_all(queue).size(), 2u);
+  EXPECT_EQ(queue.in_flight_of("small"), 2);
+}
+
+TEST(GroupQueue, RemovesOnlyWhatWaitsAndClearKeepsTheWindows) {
+  GroupQueue queue;
+  for (uint64_t tag = 1; tag <= 10; ++tag) queue.push(request(tag, "a", 32));
+  std::vector<Request> started = start_all(queue);
+  std::vector<uint64_t> removed = queue.remove_if([](uint64_t tag) { return tag % 2 == 0; });
+  EXPECT_EQ(removed, (std::vector<uint64_t>{6, 8, 10}));  // 2 and 4 have started
+  EXPECT_EQ(queue.waiting(), 3u);
+  for (const Request& r : started) queue.finished(answer(r, 0, 5000, true));
+  const int shrunk = queue.limit_of("a");
+  queue.clear();
+  EXPECT_EQ(queue.waiting(), 0u);
+  EXPECT_EQ(queue.in_flight_of("a"), 0);
+  EXPECT_EQ(queue.limit_of("a"), shrunk);
+  queue.push(request(100, "a", 32));
+  EXPECT_TRUE(queue.next());  // no pause survives clear()
+}
