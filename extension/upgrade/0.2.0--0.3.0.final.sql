@@ -1,15 +1,39 @@
 
--- The EXECUTE grants kept aside by 0.2.0--0.3.0.pre.sql, on the new create_endpoint and
--- alter_endpoint (grantee 0 is PUBLIC).
+-- The EXECUTE grants kept aside by 0.2.0--0.3.0.pre.sql, given again on the new
+-- create_endpoint and alter_endpoint (grantee 0 is PUBLIC). A GRANT run by an extension
+-- script is also recorded as the extension's own initial privilege (pg_init_privs),
+-- which pg_dump leaves out: the functions' initial privileges are put back as the
+-- script's privileges file left them, so that pg_dump dumps these grants like any other
+-- grant of an administrator.
 DO $grants$
 DECLARE
+    f pg_catalog.regprocedure;
+    initial pg_catalog.aclitem[];
     g record;
 BEGIN
-    FOR g IN SELECT * FROM pg_catalog.json_to_recordset(pg_catalog.current_setting('pg_outbox_upgrade.grants')::json)
-                        AS x(function text, grantee oid, grantable boolean) LOOP
-        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s%s', g.function,
-                       CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(g.grantee::regrole::text) END,
-                       CASE WHEN g.grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    FOREACH f IN ARRAY ARRAY[
+        'outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int)',
+        'outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int)']::pg_catalog.regprocedure[]
+    LOOP
+        SELECT i.initprivs INTO initial
+          FROM pg_catalog.pg_init_privs i
+         WHERE i.objoid = f AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND i.objsubid = 0;
+        FOR g IN SELECT *
+                   FROM pg_catalog.json_to_recordset(pg_catalog.current_setting('pg_outbox_upgrade.grants')::json)
+                        AS x(function text, grantee oid, grantable boolean)
+                  WHERE x.function::pg_catalog.regprocedure = f
+        LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', f,
+                CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::pg_catalog.regrole::text END,
+                CASE WHEN g.grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END LOOP;
+        IF initial IS NULL THEN
+            DELETE FROM pg_catalog.pg_init_privs i
+             WHERE i.objoid = f AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND i.objsubid = 0;
+        ELSE
+            UPDATE pg_catalog.pg_init_privs i SET initprivs = initial
+             WHERE i.objoid = f AND i.classoid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND i.objsubid = 0;
+        END IF;
     END LOOP;
 END
 $grants$;

@@ -21,12 +21,12 @@ void ConcurrencyWindow::set_cap(int cap) {
 
 int ConcurrencyWindow::limit() const { return std::clamp(static_cast<int>(window_), 1, cap_); }
 
-void ConcurrencyWindow::on_result(LoadSignal signal) {
+void ConcurrencyWindow::on_result(LoadSignal signal, bool window_full) {
   if (results_before_next_decrease_ > 0) --results_before_next_decrease_;
   switch (signal) {
     case LoadSignal::kPrompt:
       // +1 per window's worth of prompt answers: one more connection per round trip.
-      window_ = std::min(static_cast<double>(cap_), window_ + 1.0 / window_);
+      if (window_full) window_ = std::min(static_cast<double>(cap_), window_ + 1.0 / window_);
       break;
     case LoadSignal::kOverloaded:
       if (results_before_next_decrease_ > 0) break;  // the same burst already halved it

@@ -35,10 +35,14 @@ class ConcurrencyWindow {
   // Requests this endpoint may have in flight now: at least 1, at most the cap.
   int limit() const;
 
-  // One response of this endpoint. A burst of failures of requests that were all in
-  // flight together halves the window once, not once per request: after a decrease,
-  // the next decrease waits until as many results as the window held have come back.
-  void on_result(LoadSignal signal);
+  // One response of this endpoint; window_full: the window was what limited the endpoint
+  // when it came (as many in flight as allowed, or requests waiting). A prompt answer
+  // grows the window only then: a trickle of one request at a time proves nothing
+  // about a burst of 32. A
+  // burst of failures of requests that were all in flight together halves the window
+  // once, not once per request: after a decrease, the next decrease waits until as many
+  // results as the window held have come back.
+  void on_result(LoadSignal signal, bool window_full = true);
 
  private:
   int cap_;

@@ -71,10 +71,13 @@ void GroupQueue::finished(const Response& response) {
   auto found = groups_.find(response.group);
   if (found == groups_.end()) return;
   Group& group = found->second;
+  // The window limited this group if it was full, or if requests of it were waiting.
+  const bool window_full = group.window && (group.in_flight >= group.window->limit() || !group.waiting.empty());
   if (group.in_flight > 0) --group.in_flight;
   if (group.window)
     group.window->on_result(core::classify_load(response.transport_error, !response.egress_denied.empty(),
-                                                response.status, response.total_ms));
+                                                response.status, response.total_ms),
+                            window_full);
   if (!pauses_nothing(response)) ++group.paused;
 }
 

@@ -9,6 +9,7 @@
 extern "C" {
 #include "access/xact.h"
 #include "commands/trigger.h"
+#include "miscadmin.h"
 }
 
 namespace pg_outbox::pg {
@@ -17,18 +18,20 @@ namespace {
 
 bool wake_at_commit = false;       // this backend's current transaction wants the worker woken
 bool endpoints_at_commit = false;  // ... and changed an endpoint (create/alter/pause/resume/drop)
+bool launcher_at_commit = false;   // ... and changed the extension itself
 
 void on_transaction_event(XactEvent event, void*) {
   switch (event) {
     case XACT_EVENT_COMMIT:
       if (endpoints_at_commit) endpoints_changed();
       if (wake_at_commit) wake_worker();
-      wake_at_commit = endpoints_at_commit = false;
+      if (launcher_at_commit) request_launcher(MyDatabaseId);
+      wake_at_commit = endpoints_at_commit = launcher_at_commit = false;
       break;
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PREPARE:  // COMMIT PREPARED runs elsewhere; the next poll finds the rows
     case XACT_EVENT_PARALLEL_ABORT:
-      wake_at_commit = endpoints_at_commit = false;
+      wake_at_commit = endpoints_at_commit = launcher_at_commit = false;
       break;
     default:
       break;
@@ -40,6 +43,8 @@ void on_transaction_event(XactEvent event, void*) {
 void register_commit_wake() { RegisterXactCallback(on_transaction_event, nullptr); }
 
 void wake_worker_at_commit() { wake_at_commit = true; }
+
+void request_launcher_at_commit() { launcher_at_commit = true; }
 
 }  // namespace pg_outbox::pg
 

@@ -7,6 +7,7 @@ extern "C" {
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "utils/timestamp.h"
 }
 
 namespace pg_outbox::pg {
@@ -94,7 +95,15 @@ void request_launcher(Oid database) {
 void wake_worker() {
   DatabaseSlot* slot = slot_of_database(MyDatabaseId);
   if (slot == nullptr) {
-    request_launcher(MyDatabaseId);
+    // No worker serves this database (restricted away, or not served for want of a
+    // slot): a producer committing thousands of times a second asks the launcher at most
+    // once a second. CREATE EXTENSION asks on its own (request_launcher_at_commit).
+    static TimestampTz last_asked = 0;
+    const TimestampTz now = GetCurrentTimestamp();
+    if (now - last_asked >= USECS_PER_SEC) {
+      last_asked = now;
+      request_launcher(MyDatabaseId);
+    }
     return;
   }
   // Only the first wake since the worker last looked sets the latch.

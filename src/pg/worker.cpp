@@ -72,6 +72,9 @@ Worker::~Worker() {
 
 void Worker::run() {
   slot_.worker_latch = MyLatch;  // from now on a commit in this database wakes this process
+  // A commit before that found no latch to set (and the launcher's own wake_requested
+  // made it skip SetLatch): look at once, not after a poll interval.
+  SetLatch(MyLatch);
   // The worker's own commits need not wait for the WAL flush: a crash can only undo
   // a claim (the row is pending again), a settle (the row is in_flight again, which
   // the next worker puts back to pending) or a dead-lettering (likewise): each leads

@@ -22,16 +22,20 @@ int Worker::max_attempts_of(const Endpoint& endpoint) const {
   return endpoint.row.max_attempts.value_or(settings.max_attempts);
 }
 
+// The endpoint's own cap. Not lowered to max_concurrency: the thread's connection slots
+// bound it anyway, and a window cut to a lowered max_concurrency would stay cut after
+// a reload raised it again.
 int Worker::concurrency_of(const Endpoint& endpoint) const {
-  return std::min(endpoint.row.concurrency.value_or(settings.endpoint_concurrency), settings.max_concurrency);
+  return endpoint.row.concurrency.value_or(settings.endpoint_concurrency);
 }
 
 // The endpoint's share of the claimed work: its part of the connections, applied to the
 // claim target. An endpoint that holds its share is left out of the claim, so that one
 // slow endpoint's queue can never take every other endpoint's room.
 size_t Worker::share_of(const Endpoint& endpoint) const {
-  const size_t cap = static_cast<size_t>(concurrency_of(endpoint));
-  return std::max(cap, claim_target() * cap / static_cast<size_t>(std::max(1, settings.max_concurrency)));
+  const size_t slots = static_cast<size_t>(std::max(1, settings.max_concurrency));
+  const size_t cap = std::min(static_cast<size_t>(concurrency_of(endpoint)), slots);
+  return std::max(cap, claim_target() * cap / slots);
 }
 
 bool Worker::holds_its_share(const std::string& name) const {

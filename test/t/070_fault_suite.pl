@@ -33,7 +33,7 @@
 #       into outbox.history raising disk_full): the worker logs
 #       "pg_outbox worker:" errors, does not die, and loses nothing.
 #  4    DROP EXTENSION / CREATE EXTENSION while the worker runs: (a) idle: the
-#       worker exits, a new one serves the re-created outbox; (b) while 20 requests
+#       worker exits, a new one serves the re-created outbox; (b) while requests
 #       are in flight: the re-created outbox reuses their ids for new messages, which
 #       must still arrive (a stale answer must not settle a new row).
 #  5    pg_outbox.database names a database that does not exist at server start: the
@@ -862,8 +862,9 @@ sub enqueue_batch
 	sql_retry($node,
 		"SELECT outbox.create_endpoint('ddl_old', url => '" . $recv->url('/hooks/ddl_old') . "', timeout_ms => 10000)");
 	my $old = enqueue_batch($node, 'ddl_old', 20, 2);
-	ok(wait_until(sub { ($recv->stats->{by_path}{'/hooks/ddl_old'} // 0) >= 20 }, undef, "$L: old requests"),
-		"$L: 20 requests in flight (the receiver holds them 3 s)");
+	# The endpoint's first window is 4 connections; slow answers do not grow it.
+	ok(wait_until(sub { ($recv->stats->{by_path}{'/hooks/ddl_old'} // 0) >= 4 }, undef, "$L: old requests"),
+		"$L: 4 requests in flight (the receiver holds them 3 s)");
 	my $pid = wait_for_worker($node, undef);
 	my $off = -s $node->logfile;
 
@@ -881,7 +882,9 @@ sub enqueue_batch
 		  or diag(sprintf '%s: worker %d used %.2f s of CPU in 1 s', $L, $pid, $cpu1 - $cpu0);
 	}
 	sql_retry($node, 'CREATE EXTENSION pg_outbox');
-	$recv->add_rule(path => '/hooks/ddl_new', status => 503, delay_ms => 4000, times => 20);
+	# Slow 503s shrink the endpoint's window to one connection: four of them, not
+	# twenty, keep the scenario within its time.
+	$recv->add_rule(path => '/hooks/ddl_new', status => 503, delay_ms => 4000, times => 4);
 	sql_retry($node,
 		"SELECT outbox.create_endpoint('ddl_new', url => '" . $recv->url('/hooks/ddl_new') . "', timeout_ms => 10000)");
 	my $committed = enqueue_batch($node, 'ddl_new', 20, 3);

@@ -96,6 +96,18 @@ is(sql(q{SELECT has_function_privilege('regress_upgrade_ops',
 	'the grant on alter_endpoint() moved to its new signature (concurrency)');
 is(sql(q{SELECT count(*) FROM pg_proc WHERE proname IN ('create_endpoint', 'alter_endpoint')}), '2',
 	'... and the old signatures are gone');
+# A grant an extension script gives is taken for the extension's own (pg_init_privs)
+# and left out of a dump: the update must give it as an administrator's grant.
+my ($dump_out, $dump_err) = run_command(['pg_dump', '--schema-only', '-d', $node->connstr('postgres')]);
+like($dump_out, qr/GRANT ALL ON FUNCTION outbox\.alter_endpoint\([^)]*\) TO regress_upgrade_ops;/,
+	'... and pg_dump dumps it (an administrator\'s grant, not the extension\'s)');
+like($dump_out, qr/GRANT ALL ON FUNCTION outbox\.create_endpoint\([^)]*\) TO regress_upgrade_ops;/,
+	'... for create_endpoint too');
+is(sql(q{SELECT count(*) FROM pg_shdepend d JOIN pg_roles r ON r.oid = d.refobjid
+	WHERE r.rolname = 'regress_upgrade_ops' AND d.classid = 'pg_proc'::regclass
+	AND d.objid IN ('outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int)'::regprocedure,
+	                'outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int)'::regprocedure)}), '2',
+	'... and the role depends on them (DROP ROLE says so)');
 is(sql(q{SET ROLE regress_upgrade_ops; SELECT outbox.alter_endpoint('up', concurrency => 8); RESET ROLE;
 	SELECT concurrency FROM outbox.endpoints WHERE name = 'up'}), "\n8",
 	'the operator sets the new concurrency option');

@@ -9,7 +9,8 @@
 #     its outbox.messages) delays no other database's deliveries;
 #  3. DROP DATABASE of one while its worker delivers (requests held at the receiver)
 #     returns within 5 s, no worker of it comes back (no FATAL), and the others keep
-#     delivering;
+#     delivering; a DROP DATABASE by a role that does not own the database stops no
+#     worker; one that fails (a session connected) leaves the worker serving;
 #  4. CREATE EXTENSION in the fourth database is served within 2 s, without a restart;
 #  5. ALTER DATABASE ... RENAME of a served database works, and the worker comes back
 #     under the new name;
@@ -115,7 +116,7 @@ is($recv->requests(path => '/hooks/alpha')->[-1]{body}, '{"tag": "stuck"}', '...
 
 $recv->add_rule(path => '/hooks/gamma', action => 'hang', hang_ms => 20000);
 sql('gamma', q{SELECT outbox.enqueue('ep', jsonb_build_object('n', g)) FROM generate_series(1, 200) g});
-ok($recv->wait_requests('/hooks/gamma', 20), 'gamma: requests in flight, held by the receiver');
+ok($recv->wait_requests('/hooks/gamma', 4), 'gamma: requests in flight (its first window), held by the receiver');
 my $gamma_pid = worker_pid($node, 'gamma');
 my $off = -s $node->logfile;
 my $t_drop = time;
@@ -137,6 +138,14 @@ unlike($after_drop, qr/FATAL:  database .* does not exist/, 'no worker tried to 
 is(sql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'}), '2',
 	'two workers left');
 $recv->clear_rules;
+
+# A role that may not drop the database does not stop its worker either.
+sql('postgres', 'CREATE ROLE regress_not_owner LOGIN');
+my $beta_before = worker_pid($node, 'beta');
+($rc, $out, $err) = $node->psql('postgres', 'SET ROLE regress_not_owner; DROP DATABASE beta');
+like($err, qr/must be owner of database beta/, 'DROP DATABASE by a role that does not own it fails');
+sleep(1.5);    # longer than the launcher's restart delay
+is(worker_pid($node, 'beta'), $beta_before, "... and beta's worker was not stopped (same pid)");
 
 # A DROP DATABASE that fails (a session still connected) leaves the worker running.
 my $stay = $node->background_psql('beta');

@@ -69,3 +69,11 @@ TEST(ConcurrencyWindow, ALowerCapAppliesAtOnce) {
   w.set_cap(32);
   EXPECT_EQ(w.limit(), 3);  // grows back from there, not at once
 }
+
+TEST(ConcurrencyWindow, GrowsOnlyWhenItWasFull) {
+  ConcurrencyWindow w(32);
+  for (int i = 0; i < 1000; ++i) w.on_result(LoadSignal::kPrompt, false);
+  EXPECT_EQ(w.limit(), kInitialWindow);
+  for (int i = 0; i < 1000; ++i) w.on_result(LoadSignal::kPrompt, true);
+  EXPECT_EQ(w.limit(), 32);
+}

@@ -108,3 +108,16 @@ TEST(GroupQueue, RemovesOnlyWhatWaitsAndClearKeepsTheWindows) {
   queue.push(request(100, "a", 32));
   EXPECT_TRUE(queue.next());  // no pause survives clear()
 }
+
+TEST(GroupQueue, ATrickleDoesNotGrowTheWindow) {
+  GroupQueue queue;
+  // One request at a time, answered promptly, a thousand times: the window never had
+  // to be full, so it proves nothing about a burst and stays where it began.
+  for (uint64_t tag = 1; tag <= 1000; ++tag) {
+    queue.push(request(tag, "trickle", 32));
+    std::vector<Request> started = start_all(queue);
+    ASSERT_EQ(started.size(), 1u);
+    queue.finished(answer(started[0], 200));
+  }
+  EXPECT_EQ(queue.limit_of("trickle"), 4);
+}

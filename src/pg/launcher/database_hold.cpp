@@ -157,7 +157,10 @@ void on_utility(PlannedStmt* pstmt, const char* query, bool read_only_tree, Proc
   if (shared_state != nullptr) {
     const char* alone = database_needed_alone(stmt);
     if (alone != nullptr) hold_database(alone);
-    if (names_pg_outbox(stmt)) wake_worker_at_commit();
+    if (names_pg_outbox(stmt)) {
+      wake_worker_at_commit();       // a worker that runs sees the change at once
+      request_launcher_at_commit();  // and where none runs, the launcher asks
+    }
   }
   if (previous_utility_hook != nullptr)
     previous_utility_hook(pstmt, query, read_only_tree, context, params, env, dest, qc);
@@ -168,7 +171,7 @@ void on_utility(PlannedStmt* pstmt, const char* query, bool read_only_tree, Proc
 // At the end of the transaction, committed or not: lift this backend's holds and let
 // the launcher look at pg_database again (the database may be gone, renamed or free).
 void on_transaction_end(XactEvent event, void*) {
-  if (!holding || (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT)) return;
+  if (!holding || (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT && event != XACT_EVENT_PREPARE)) return;
   holding = false;
   Oid lifted[kDropHolds];
   int count = 0;

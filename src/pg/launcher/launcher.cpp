@@ -72,6 +72,8 @@ int known_count = 0;
 int known_capacity = 0;
 bool said_restriction_missing = false;
 TimestampTz next_rescan = 0;
+TimestampTz last_scan = 0;
+constexpr int kRescanAtMostMs = 1000;  // requests for a database not in the table read pg_database this often
 
 KnownDatabase* find_known(Oid oid) {
   for (int i = 0; i < known_count; ++i)
@@ -97,6 +99,29 @@ KnownDatabase* add_known(Oid oid, const char* name) {
 
 bool restricted_away(const char* name) {
   return settings.database != nullptr && settings.database[0] != '\0' && strcmp(settings.database, name) != 0;
+}
+
+void set_note(Oid database, const char* reason) {
+  LauncherState& launcher = shared_state->launcher;
+  SpinLockAcquire(&launcher.mutex);
+  int free_note = -1;
+  for (int i = 0; i < kNotServedNotes; ++i) {
+    NotServedNote& note = launcher.not_served[i];
+    if (note.database_oid == database) {
+      if (reason == nullptr)
+        note.database_oid = InvalidOid;
+      else
+        strlcpy(note.reason, reason, sizeof note.reason);
+      SpinLockRelease(&launcher.mutex);
+      return;
+    }
+    if (free_note < 0 && note.database_oid == InvalidOid) free_note = i;
+  }
+  if (reason != nullptr && free_note >= 0) {
+    launcher.not_served[free_note].database_oid = database;
+    strlcpy(launcher.not_served[free_note].reason, reason, sizeof launcher.not_served[free_note].reason);
+  }
+  SpinLockRelease(&launcher.mutex);
 }
 
 // Reads pg_database (a shared catalog: readable without a database) and updates the
@@ -137,44 +162,25 @@ void read_databases() {
                          settings.database)));
   said_restriction_missing = restricted && !restriction_found;
 
-  // Forget what is gone and has no worker left; a worker of a dropped database ends
-  // by itself (DROP DATABASE terminated it, or its connection fails).
+  // A database that is gone, or became a template or closed to connections, is no
+  // longer served: its worker is told to stop, and the database is forgotten once no
+  // worker of it is left.
   int kept = 0;
   for (int i = 0; i < known_count; ++i) {
+    if (!known[i].seen && known[i].handle != nullptr) TerminateBackgroundWorker(known[i].handle);
     if (!known[i].seen && known[i].handle == nullptr) {
       if (known[i].slot >= 0) {
         shared_state->slots[known[i].slot].database_oid = InvalidOid;
         known[i].slot = -1;
       }
+      if (known[i].said != Reason::kNone) set_note(known[i].oid, nullptr);
       continue;
     }
     known[kept++] = known[i];
   }
   known_count = kept;
-  next_rescan = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), kRescanMs);
-}
-
-void set_note(Oid database, const char* reason) {
-  LauncherState& launcher = shared_state->launcher;
-  SpinLockAcquire(&launcher.mutex);
-  int free_note = -1;
-  for (int i = 0; i < kNotServedNotes; ++i) {
-    NotServedNote& note = launcher.not_served[i];
-    if (note.database_oid == database) {
-      if (reason == nullptr)
-        note.database_oid = InvalidOid;
-      else
-        strlcpy(note.reason, reason, sizeof note.reason);
-      SpinLockRelease(&launcher.mutex);
-      return;
-    }
-    if (free_note < 0 && note.database_oid == InvalidOid) free_note = i;
-  }
-  if (reason != nullptr && free_note >= 0) {
-    launcher.not_served[free_note].database_oid = database;
-    strlcpy(launcher.not_served[free_note].reason, reason, sizeof launcher.not_served[free_note].reason);
-  }
-  SpinLockRelease(&launcher.mutex);
+  last_scan = GetCurrentTimestamp();
+  next_rescan = TimestampTzPlusMilliseconds(last_scan, kRescanMs);
 }
 
 void not_served(KnownDatabase* db, Reason reason, const char* why) {
@@ -213,7 +219,16 @@ void start_worker(KnownDatabase* db) {
     return;
   }
   int index = db->slot;
-  if (index < 0) index = free_slot();
+  if (index < 0) {
+    for (int i = 0; i < shared_state->slot_count; ++i) {
+      if (shared_state->slots[i].database_oid == db->oid) {  // a predecessor's worker that would not stop
+        db->retry_at = TimestampTzPlusMilliseconds(now, kRescanMs);
+        db->phase = Phase::kNotServed;
+        return;
+      }
+    }
+    index = free_slot();
+  }
   if (index < 0) {
     char why[160];
     snprintf(why, sizeof why, "all %d delivery workers (pg_outbox.max_workers) serve other databases",
@@ -328,9 +343,16 @@ void take_requests() {
       unknown = true;  // created since we last read pg_database
       continue;
     }
-    if (db->phase != Phase::kRunning) db->phase = Phase::kUnasked;
+    // Asked again: a database without the extension is asked at once, a crashed
+    // worker's is started at once (a hold lifted, a CREATE EXTENSION). One not served for
+    // want of a slot waits for its next try: commits there must not spin the launcher.
+    if (db->phase == Phase::kAbsent) db->phase = Phase::kUnasked;
+    if (db->phase == Phase::kCrashed) db->retry_at = 0;
   }
-  if (unknown || rescan) next_rescan = 0;
+  if (rescan) next_rescan = 0;
+  // A database not in the table: created since pg_database was read, or one that is
+  // never served (restricted away, a template): read it again, at most once a second.
+  if (unknown) next_rescan = Min(next_rescan, TimestampTzPlusMilliseconds(last_scan, kRescanAtMostMs));
   if (rescan)
     for (int i = 0; i < known_count; ++i)
       if (known[i].phase == Phase::kAbsent) known[i].phase = Phase::kUnasked;
@@ -358,27 +380,51 @@ long wait_ms() {
 
 // A launcher that exited with an error (not a crash: that restarts every process) and
 // was started again has no handles for the workers of its predecessor: they are
-// stopped and their slots freed, and every database is asked afresh. Their claims
-// come back through recover_claims like after any worker exit.
+// stopped, and every database is asked afresh. Their claims come back through
+// recover_claims like after any worker exit. A worker registered by the predecessor
+// may still be starting: its slot is taken from it first (no oid, so it cannot attach),
+// then every pid found is terminated, each time it is found, until none is left. A
+// slot whose worker will not go stays reserved (its oid kept), so that no second
+// worker is ever started beside it.
 void adopt_nothing() {
+  for (int i = 0; i < shared_state->slot_count; ++i) {
+    DatabaseSlot& slot = shared_state->slots[i];
+    SpinLockAcquire(&slot.mutex);
+    ++slot.generation;  // a starting worker of the predecessor no longer matches
+    slot.starting = false;
+    SpinLockRelease(&slot.mutex);
+  }
+  bool left = false;
   for (int attempt = 0; attempt < 100; ++attempt) {  // 100 x 50 ms: SIGTERM ends a worker in well under 5 s
-    bool left = false;
+    left = false;
     for (int i = 0; i < shared_state->slot_count; ++i) {
       DatabaseSlot& slot = shared_state->slots[i];
       SpinLockAcquire(&slot.mutex);
       int pid = slot.worker_pid;
       SpinLockRelease(&slot.mutex);
-      if (pid != 0) {
-        left = true;
-        if (attempt == 0) (void)kill(pid, SIGTERM);
-      }
+      if (pid == 0) continue;
+      left = true;
+      (void)kill(pid, SIGTERM);
     }
     if (!left) break;
     (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 50, PG_WAIT_EXTENSION);
     ResetLatch(MyLatch);
     CHECK_FOR_INTERRUPTS();
   }
-  for (int i = 0; i < shared_state->slot_count; ++i) shared_state->slots[i].database_oid = InvalidOid;
+  for (int i = 0; i < shared_state->slot_count; ++i) {
+    DatabaseSlot& slot = shared_state->slots[i];
+    SpinLockAcquire(&slot.mutex);
+    const bool free = slot.worker_pid == 0;
+    SpinLockRelease(&slot.mutex);
+    if (free) {
+      slot.worker_latch = nullptr;
+      slot.database_oid = InvalidOid;
+    } else {
+      ereport(WARNING, (errmsg("pg_outbox launcher: the worker of database \"%s\" (pid %d) did not stop; its slot "
+                               "stays reserved",
+                               slot.database, slot.worker_pid)));
+    }
+  }
 }
 
 void detach_launcher(int, Datum) {
