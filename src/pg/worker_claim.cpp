@@ -62,7 +62,12 @@ Worker::Delivery Worker::untrack_delivery(std::unordered_map<uint64_t, Delivery>
   Delivery delivery = std::move(found->second);
   deliveries_.erase(found);
   auto held = outstanding_.find(delivery.endpoint);
-  if (held != outstanding_.end() && --held->second == 0) outstanding_.erase(held);
+  if (held == outstanding_.end()) return delivery;
+  // An endpoint left out of the claims for holding its share is due again the moment
+  // it holds less: the claim after an empty one otherwise waits for the poll.
+  auto endpoint = endpoints_.find(delivery.endpoint);
+  if (endpoint != endpoints_.end() && held->second == share_of(endpoint->second)) more_due_ = true;
+  if (--held->second == 0) outstanding_.erase(held);
   return delivery;
 }
 
