@@ -9,7 +9,7 @@ DELETE FROM outbox.endpoints;
 
 -- A view of the endpoints without the timestamps that change from run to run.
 CREATE TEMP VIEW eps AS
-SELECT name, url, channel, headers, timeout_ms, max_attempts, ordered, max_pending, concurrency, paused,
+SELECT name, url, channel, headers, timeout_ms, max_attempts, ordered, max_pending, concurrency, rate_limit, paused,
        breaker_state, breaker_failures, breaker_open_until, breaker_cooldown_ms
   FROM outbox.endpoints;
 CREATE TEMP VIEW secrets AS
@@ -162,6 +162,8 @@ SELECT outbox.create_endpoint('bad-limit', url => 'http://example.com/', max_pen
 \echo :SQLSTATE
 SELECT outbox.create_endpoint('bad-limit', url => 'http://example.com/', concurrency => 0);
 \echo :SQLSTATE
+SELECT outbox.create_endpoint('bad-limit', url => 'http://example.com/', rate_limit => 0);
+\echo :SQLSTATE
 
 -- A name that is taken, whatever the other arguments.
 SELECT outbox.create_endpoint('billing', url => 'http://example.com/other');
@@ -181,7 +183,7 @@ SELECT outbox.alter_endpoint('billing', url => 'https://hooks.example.com/billin
                              headers => '{"X-Tenant": "43"}',
                              secret => 'whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0',
                              timeout_ms => 3000, max_attempts => 7, ordered => false,
-                             max_pending => 50, concurrency => 4);
+                             max_pending => 50, concurrency => 4, rate_limit => 100);
 SELECT * FROM eps WHERE name = 'billing';
 SELECT * FROM secrets ORDER BY endpoint;
 -- One argument: the others stay as they are.
@@ -235,6 +237,8 @@ SELECT outbox.alter_endpoint('billing', max_attempts => -1);
 SELECT outbox.alter_endpoint('billing', max_pending => 0);
 \echo :SQLSTATE
 SELECT outbox.alter_endpoint('billing', concurrency => -2);
+\echo :SQLSTATE
+SELECT outbox.alter_endpoint('billing', rate_limit => -1);
 \echo :SQLSTATE
 -- A refused call changes nothing, not even the arguments that were fine.
 SELECT outbox.alter_endpoint('billing', max_attempts => 2, timeout_ms => -1);

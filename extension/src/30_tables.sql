@@ -4,7 +4,7 @@
 
 -- One row per destination.  NULL timeout_ms / max_attempts / concurrency mean "use the
 -- GUC" (pg_outbox.http_timeout, pg_outbox.max_attempts, pg_outbox.endpoint_concurrency);
--- NULL max_pending means no limit.
+-- NULL max_pending and rate_limit mean no limit.
 -- The breaker_* columns belong to the worker's circuit breaker.
 CREATE TABLE outbox.endpoints (
     name                text PRIMARY KEY CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
@@ -23,6 +23,7 @@ CREATE TABLE outbox.endpoints (
     breaker_open_until  timestamptz,
     breaker_cooldown_ms bigint NOT NULL DEFAULT 0,
     concurrency         int CHECK (concurrency > 0),     -- most requests in flight (0.3.0)
+    rate_limit          int CHECK (rate_limit > 0),      -- most messages per second; NULL: none (0.3.0)
     CONSTRAINT endpoints_url_xor_channel
         CHECK ((url IS NULL) <> (channel IS NULL))       -- HTTP or NOTIFY, never both
 );

@@ -6,7 +6,7 @@
 -- not granted: only the functions below call it.
 CREATE OR REPLACE FUNCTION outbox._check_endpoint_options(headers jsonb, secret text, timeout_ms int,
                                                max_attempts int, max_pending bigint,
-                                               concurrency int)
+                                               concurrency int, rate_limit int)
     RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     SET search_path = pg_catalog, pg_temp
@@ -43,6 +43,12 @@ BEGIN
                   DETAIL = format('concurrency is %s.', _check_endpoint_options.concurrency),
                   HINT = 'Pass NULL to use pg_outbox.endpoint_concurrency.';
     END IF;
+    IF _check_endpoint_options.rate_limit <= 0 THEN
+        RAISE EXCEPTION 'rate_limit must be greater than zero'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('rate_limit is %s.', _check_endpoint_options.rate_limit),
+                  HINT = 'Pass NULL for no limit.';
+    END IF;
 END
 $fn$;
 
@@ -55,7 +61,8 @@ CREATE OR REPLACE FUNCTION outbox.create_endpoint(name text,
                                        max_attempts int DEFAULT NULL,
                                        ordered boolean DEFAULT false,
                                        max_pending bigint DEFAULT NULL,
-                                       concurrency int DEFAULT NULL)
+                                       concurrency int DEFAULT NULL,
+                                       rate_limit int DEFAULT NULL)
     RETURNS void
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -91,14 +98,15 @@ BEGIN
     END IF;
     PERFORM outbox._check_endpoint_options(create_endpoint.headers, create_endpoint.secret,
                                            create_endpoint.timeout_ms, create_endpoint.max_attempts,
-                                           create_endpoint.max_pending, create_endpoint.concurrency);
+                                           create_endpoint.max_pending, create_endpoint.concurrency,
+                                           create_endpoint.rate_limit);
 
     INSERT INTO outbox.endpoints (name, url, channel, headers, timeout_ms, max_attempts,
-                                  ordered, max_pending, concurrency)
+                                  ordered, max_pending, concurrency, rate_limit)
     VALUES (create_endpoint.name, create_endpoint.url, create_endpoint.channel,
             coalesce(create_endpoint.headers, '{}'), create_endpoint.timeout_ms,
             create_endpoint.max_attempts, coalesce(create_endpoint.ordered, false),
-            create_endpoint.max_pending, create_endpoint.concurrency)
+            create_endpoint.max_pending, create_endpoint.concurrency, create_endpoint.rate_limit)
     ON CONFLICT (name) DO NOTHING;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'endpoint "%" already exists', create_endpoint.name
@@ -114,13 +122,14 @@ BEGIN
     PERFORM outbox._request_wake();
 END
 $fn$;
-COMMENT ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int) IS
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int) IS
     'creates an endpoint: exactly one of url (http/https) or channel (NOTIFY); NULL options use the GUCs';
 
 -- Changes only the arguments that are not NULL.  secret => '' removes the secret (the
 -- endpoint's deliveries are no longer signed); any other secret replaces it.  An
 -- endpoint cannot change between url and channel delivery: drop and create it.
--- timeout_ms, max_attempts, max_pending and concurrency cannot be set back to NULL here.
+-- timeout_ms, max_attempts, max_pending, concurrency and rate_limit cannot be set back to
+-- NULL here.
 CREATE OR REPLACE FUNCTION outbox.alter_endpoint(name text,
                                       url text DEFAULT NULL,
                                       headers jsonb DEFAULT NULL,
@@ -129,7 +138,8 @@ CREATE OR REPLACE FUNCTION outbox.alter_endpoint(name text,
                                       max_attempts int DEFAULT NULL,
                                       ordered boolean DEFAULT NULL,
                                       max_pending bigint DEFAULT NULL,
-                                      concurrency int DEFAULT NULL)
+                                      concurrency int DEFAULT NULL,
+                                      rate_limit int DEFAULT NULL)
     RETURNS void
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -167,7 +177,8 @@ BEGIN
     END IF;
     PERFORM outbox._check_endpoint_options(alter_endpoint.headers, alter_endpoint.secret,
                                            alter_endpoint.timeout_ms, alter_endpoint.max_attempts,
-                                           alter_endpoint.max_pending, alter_endpoint.concurrency);
+                                           alter_endpoint.max_pending, alter_endpoint.concurrency,
+                                           alter_endpoint.rate_limit);
 
     UPDATE outbox.endpoints e
        SET url          = coalesce(alter_endpoint.url, e.url),
@@ -176,7 +187,8 @@ BEGIN
            max_attempts = coalesce(alter_endpoint.max_attempts, e.max_attempts),
            ordered      = coalesce(alter_endpoint.ordered, e.ordered),
            max_pending  = coalesce(alter_endpoint.max_pending, e.max_pending),
-           concurrency  = coalesce(alter_endpoint.concurrency, e.concurrency)
+           concurrency  = coalesce(alter_endpoint.concurrency, e.concurrency),
+           rate_limit   = coalesce(alter_endpoint.rate_limit, e.rate_limit)
      WHERE e.name = alter_endpoint.name;
 
     IF alter_endpoint.secret = '' THEN
@@ -190,7 +202,7 @@ BEGIN
     PERFORM outbox._request_wake();
 END
 $fn$;
-COMMENT ON FUNCTION outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int) IS
+COMMENT ON FUNCTION outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int) IS
     'changes the arguments that are not NULL; secret => '''' removes the secret';
 
 -- Refuses while the endpoint has undelivered (pending or in-flight) messages.  With

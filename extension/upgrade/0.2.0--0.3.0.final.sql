@@ -12,8 +12,8 @@ DECLARE
     g record;
 BEGIN
     FOREACH f IN ARRAY ARRAY[
-        'outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int)',
-        'outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int)']::pg_catalog.regprocedure[]
+        'outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int)',
+        'outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int)']::pg_catalog.regprocedure[]
     LOOP
         SELECT i.initprivs INTO initial
           FROM pg_catalog.pg_init_privs i

@@ -12,7 +12,8 @@ DELETE FROM outbox.messages m WHERE m.status = 'sent';
 DROP INDEX outbox.messages_claim_idx, outbox.messages_lease_idx, outbox.messages_ordering_idx,
            outbox.messages_endpoint_status_idx, outbox.messages_sent_at_idx;
 ALTER TABLE outbox.messages DROP COLUMN status, DROP COLUMN lease_until, DROP COLUMN sent_at;
-ALTER TABLE outbox.endpoints ADD COLUMN concurrency int CHECK (concurrency > 0);
+ALTER TABLE outbox.endpoints ADD COLUMN concurrency int CHECK (concurrency > 0),
+                             ADD COLUMN rate_limit int CHECK (rate_limit > 0);
 COMMENT ON TABLE outbox.messages IS
     'pg_outbox messages waiting for delivery (the backlog); outbox.message(id) finds any message';
 CREATE INDEX messages_claim_idx ON outbox.messages (endpoint, next_attempt_at);

@@ -19,8 +19,8 @@ SELECT pg_catalog.set_config('pg_outbox_upgrade.grants', coalesce((
     SELECT pg_catalog.json_agg(pg_catalog.json_build_object(
                'function', CASE p.proname
                            WHEN 'create_endpoint'
-                           THEN 'outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int)'
-                           ELSE 'outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int)' END,
+                           THEN 'outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int)'
+                           ELSE 'outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int)' END,
                'grantee', a.grantee, 'grantable', a.is_grantable))::text
       FROM pg_catalog.pg_proc p
            CROSS JOIN LATERAL pg_catalog.aclexplode(p.proacl) a

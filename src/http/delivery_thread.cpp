@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -31,6 +32,11 @@ int make_eventfd() {
   const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (fd < 0) throw std::runtime_error(std::string("eventfd failed: ") + std::strerror(errno));
   return fd;
+}
+
+int64_t steady_now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 void signal_fd(int fd) {
@@ -165,7 +171,7 @@ void DeliveryThread::abandon_all() {
   signal_fd(wake_fd_);
 }
 
-bool DeliveryThread::exchange(std::vector<Response>& finished) {
+bool DeliveryThread::exchange(std::vector<Response>& finished, int& wait_ms) {
   drain_fd(wake_fd_);
   bool abandon = false;
   {
@@ -205,11 +211,15 @@ bool DeliveryThread::exchange(std::vector<Response>& finished) {
   }
   // Only what can start now leaves the queue, so what is left in it can be cancelled.
   const auto slots = static_cast<size_t>(max_concurrency_);
+  const int64_t now_us = steady_now_us();
   while (queue_.waiting() > 0 && client_.in_flight() + client_.queued() < slots) {
-    std::optional<Request> request = queue_.next();
-    if (!request) break;  // every waiting group is paused or at its window
+    std::optional<Request> request = queue_.next(now_us);
+    if (!request) break;  // every waiting group is paused, at its window or its rate
     client_.submit(std::move(*request));
   }
+  const int64_t next_start = queue_.next_start_us();
+  wait_ms = kIdleWaitMs;
+  if (next_start >= 0) wait_ms = static_cast<int>(std::clamp<int64_t>((next_start - now_us + 999) / 1000, 0, kIdleWaitMs));
   return true;
 }
 
@@ -221,11 +231,12 @@ void DeliveryThread::wait_for_wake(int timeout_ms) const {
 void DeliveryThread::loop() noexcept {
   std::vector<Response> finished;
   try {
-    while (exchange(finished)) {
+    int wait_ms = kIdleWaitMs;
+    while (exchange(finished, wait_ms)) {
       if (client_.in_flight() + client_.queued() == 0)
-        wait_for_wake(kIdleWaitMs);
+        wait_for_wake(wait_ms);
       else
-        finished = client_.run(kRunSliceMs);
+        finished = client_.run(std::min(kRunSliceMs, wait_ms));
     }
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> lock(mutex_);

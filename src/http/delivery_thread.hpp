@@ -96,7 +96,9 @@ class DeliveryThread {
 
  private:
   void loop() noexcept;
-  bool exchange(std::vector<Response>& finished);  // returns false once stopped
+  // Returns false once stopped; wait_ms: how long the thread may wait before the next
+  // exchange (shorter when a rate-limited endpoint may start its next request sooner).
+  bool exchange(std::vector<Response>& finished, int& wait_ms);
   void wait_for_wake(int timeout_ms) const;
 
   // Owned by the thread between start and join (configured by the creator before).

@@ -17,6 +17,7 @@ void GroupQueue::push(Request request) {
     group.window.emplace(cap);
   else if (group.window->cap() != cap)
     group.window->set_cap(cap);  // the endpoint's concurrency was altered
+  group.rate_limit = std::max(0, request.rate_limit);
   if (!group.in_rotation) {
     rotation_.push_back(request.group);
     group.in_rotation = true;
@@ -39,7 +40,7 @@ std::vector<uint64_t> GroupQueue::remove_if(const std::function<bool(uint64_t ta
   return removed;  // emptied groups leave the rotation when next() meets them
 }
 
-std::optional<Request> GroupQueue::next() {
+std::optional<Request> GroupQueue::next(int64_t now_us) {
   // One pass over the groups in turn at most: each is either served, found blocked
   // (and keeps its place at the back), or found empty (and leaves the rotation).
   for (size_t looked = 0, groups = rotation_.size(); looked < groups; ++looked) {
@@ -50,7 +51,7 @@ std::optional<Request> GroupQueue::next() {
       group.in_rotation = false;
       continue;
     }
-    if (group.paused > 0 || group.in_flight >= group.window->limit()) {
+    if (group.paused > 0 || group.in_flight >= group.window->limit() || now_us < group.not_before_us) {
       rotation_.push_back(std::move(name));
       continue;
     }
@@ -58,6 +59,15 @@ std::optional<Request> GroupQueue::next() {
     group.waiting.pop_front();
     --waiting_;
     ++group.in_flight;
+    // 1/r s apart, 2% more: r per second even when arrivals bunch up a little. On a
+    // schedule, not from the actual start: a start a little late (the thread woke a
+    // millisecond after its time) does not push every later one back; after a pause
+    // longer than one interval the schedule starts again from now.
+    if (group.rate_limit > 0) {
+      const int64_t interval = 1020000 / group.rate_limit;
+      const bool on_schedule = group.not_before_us > 0 && now_us - group.not_before_us < interval;
+      group.not_before_us = (on_schedule ? group.not_before_us : now_us) + interval;
+    }
     if (group.waiting.empty())
       group.in_rotation = false;
     else
@@ -65,6 +75,15 @@ std::optional<Request> GroupQueue::next() {
     return request;
   }
   return std::nullopt;
+}
+
+int64_t GroupQueue::next_start_us() const {
+  int64_t earliest = -1;
+  for (const auto& [name, group] : groups_) {
+    if (group.waiting.empty() || group.paused > 0 || group.in_flight >= group.window->limit()) continue;
+    if (group.not_before_us > 0 && (earliest < 0 || group.not_before_us < earliest)) earliest = group.not_before_us;
+  }
+  return earliest;
 }
 
 void GroupQueue::finished(const Response& response) {

@@ -10,6 +10,9 @@
 //   request's `concurrency`).
 // - A group with a failure the worker has not yet seen is paused (see
 //   delivery_thread.hpp): its breaker decides before the next request starts.
+// - A group with a rate limit of r per second starts one request at most every 1/r s,
+//   2% slower, evenly spaced: never a burst, and never more than r in any second at
+//   the receiver, whatever the network's jitter (up to 1/(50 r) s) does to arrival times.
 #pragma once
 
 #include "core/concurrency_window.hpp"
@@ -36,9 +39,14 @@ class GroupQueue {
   // Removes the waiting requests whose tag the predicate selects; returns their tags.
   std::vector<uint64_t> remove_if(const std::function<bool(uint64_t tag)>& select);
 
-  // The next request that may start now, counted in flight; nullopt when every waiting
-  // request's group is paused or at its window.
-  std::optional<Request> next();
+  // The next request that may start at now_us (a steady clock, microseconds), counted in
+  // flight; nullopt when every waiting request's group is paused, at its window, or
+  // waiting for its rate limit.
+  std::optional<Request> next(int64_t now_us);
+
+  // When a group held back only by its rate limit may start its next request, or -1
+  // when none is: the thread's wait ends then.
+  int64_t next_start_us() const;
 
   // A request of this group has finished: one fewer in flight, the window adapts, and a
   // failure (anything but a 2xx) pauses the group until resume().
@@ -62,6 +70,8 @@ class GroupQueue {
     int in_flight = 0;
     int paused = 0;  // failures the worker has not seen yet
     bool in_rotation = false;
+    int rate_limit = 0;          // starts per second; 0: none
+    int64_t not_before_us = 0;   // the rate limit's next start
   };
   std::unordered_map<std::string, Group> groups_;
   std::deque<std::string> rotation_;  // groups with requests waiting, in turn

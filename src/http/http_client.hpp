@@ -33,6 +33,7 @@ struct Request {
   std::string body;                  // POSTed as is (any bytes)
   long timeout_ms = 0;               // whole-transfer timeout (connect included); <= 0 is taken as 1
   int concurrency = 0;               // most of its group in flight (DeliveryThread); 0: no cap of its own
+  int rate_limit = 0;                // most of its group started per second (DeliveryThread); 0: none
 };
 
 struct Response {

@@ -35,7 +35,8 @@ std::vector<EndpointRow> OutboxStore::load_endpoints() {
   static Statement statement(
       "SELECT e.name, e.url, e.channel, e.headers::text, s.secret, e.timeout_ms, e.max_attempts,"
       "       e.ordered, e.paused, e.breaker_state, e.breaker_failures,"
-      "       (extract(epoch FROM e.breaker_open_until) * 1000)::bigint, e.breaker_cooldown_ms, e.concurrency"
+      "       (extract(epoch FROM e.breaker_open_until) * 1000)::bigint, e.breaker_cooldown_ms, e.concurrency,"
+      "       e.rate_limit"
       "  FROM outbox.endpoints e LEFT JOIN outbox.endpoint_secrets s ON s.endpoint = e.name",
       {});
   Rows rows = statement.run({});
@@ -56,6 +57,7 @@ std::vector<EndpointRow> OutboxStore::load_endpoints() {
     e.breaker.open_until_ms = rows.int64(r, 11);
     e.breaker.cooldown_ms = rows.int64(r, 12);
     e.concurrency = optional_int(rows, r, 13);
+    e.rate_limit = optional_int(rows, r, 14);
   }
   return endpoints;
 }

@@ -22,6 +22,7 @@ struct EndpointRow {
   std::optional<int> timeout_ms;
   std::optional<int> max_attempts;
   std::optional<int> concurrency;  // most requests in flight; none: pg_outbox.endpoint_concurrency
+  std::optional<int> rate_limit;   // most requests started per second; none: no limit
   bool ordered = false;
   bool paused = false;
   core::Breaker breaker;

@@ -35,7 +35,11 @@ int Worker::concurrency_of(const Endpoint& endpoint) const {
 size_t Worker::share_of(const Endpoint& endpoint) const {
   const size_t slots = static_cast<size_t>(std::max(1, settings.max_concurrency));
   const size_t cap = std::min(static_cast<size_t>(concurrency_of(endpoint)), slots);
-  return std::max(cap, claim_target() * cap / slots);
+  const size_t share = std::max(cap, claim_target() * cap / slots);
+  // A rate-limited endpoint holds what it can send in 10 s: its claimed messages wait
+  // in the worker, and must not wait there for minutes.
+  if (endpoint.row.rate_limit) return std::min(share, std::max<size_t>(1, 10 * static_cast<size_t>(*endpoint.row.rate_limit)));
+  return share;
 }
 
 bool Worker::holds_its_share(const std::string& name) const {
@@ -257,7 +261,7 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
     }
     long timeout = endpoint.row.timeout_ms.value_or(settings.http_timeout_ms);
     requests.push_back({static_cast<uint64_t>(m.id), m.endpoint, endpoint.row.url, std::move(lines), m.payload, timeout,
-                        concurrency_of(endpoint)});
+                        concurrency_of(endpoint), endpoint.row.rate_limit.value_or(0)});
     track_delivery(static_cast<uint64_t>(m.id),
                    {m.endpoint, m.attempts, max_attempts_of(endpoint), claim_id, m.payload_size, now});
     held_bytes_ += m.payload_size;

@@ -15,7 +15,10 @@
 #     healthy endpoint's median latency by more than 20% (plus 2 ms of timer noise):
 #     it keeps its few connections and its share of the claimed work;
 #  4. the concurrency option caps an endpoint's requests in flight (measured at the
-#     receiver), and alter_endpoint changes it.
+#     receiver), and alter_endpoint changes it;
+#  5. a rate_limit of 100 messages per second is never exceeded in any 1 s window at
+#     the receiver, and is used (at least 90 per second over the run), while an
+#     endpoint beside it is not slowed down.
 use strict;
 use warnings;
 
@@ -158,6 +161,30 @@ cmp_ok($peak8, '>', 2, 'alter_endpoint(concurrency => 8) lets more through');
 cmp_ok($peak8, '<=', 8, '... never more than 8');
 ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'capped'", 60),
 	'everything of capped delivered');
+
+# ---------------------------------------------------------------------------
+# 5. rate_limit.
+
+sql(sprintf(q{SELECT outbox.create_endpoint('limited', url => '%s', rate_limit => 100)}, $recv->url('/hooks/limited')));
+my $t_limited = time;
+enqueue_many('limited', 500, 'limited');
+ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'limited'", 60),
+	'rate_limit 100: 500 messages delivered');
+my @at = sort { $a <=> $b } map { $_->{time} } @{ $recv->requests(path => '/hooks/limited') };
+is(scalar @at, 500, '... in 500 requests');
+my ($most, $lo) = (0, 0);
+for my $hi (0 .. $#at)
+{
+	$lo++ while $at[$hi] - $at[$lo] >= 1.0;    # [t, t + 1 s)
+	$most = $hi - $lo + 1 if $hi - $lo + 1 > $most;
+}
+my $span = $at[-1] - $at[0];
+note(sprintf 'rate_limit 100: at most %d requests in any 1 s window; 500 in %.2f s (%.1f/s)', $most, $span, 499 / $span);
+cmp_ok($most, '<=', 100, 'rate_limit 100: never more than 100 requests in any 1 s window');
+cmp_ok(499 / $span, '>=', 90, '... and the limit is used (at least 90 per second)');
+my ($n_lim, $beside) = fast_median_ms('beside a rate-limited endpoint');
+is($n_lim, 30, 'the healthy endpoint delivers beside it');
+note(sprintf 'healthy median beside a rate-limited backlog: %.2f ms', $beside);
 
 $node->stop;
 $small->stop;

@@ -31,7 +31,7 @@ Response answer(const Request& r, long status, double ms = 10, bool transport_er
 // Takes what may start now.
 std::vector<Request> start_all(GroupQueue& queue) {
   std::vector<Request> started;
-  while (auto r = queue.next()) started.push_back(std::move(*r));
+  while (auto r = queue.next(0)) started.push_back(std::move(*r));
   return started;
 }
 
@@ -58,9 +58,9 @@ TEST(GroupQueue, OverloadShrinksTheWindowAndFailuresPauseUntilResumed) {
   ASSERT_EQ(started.size(), 4u);
   for (const Request& r : started) queue.finished(answer(r, 503));
   EXPECT_EQ(queue.limit_of("busy"), 2);
-  EXPECT_FALSE(queue.next());  // paused: four failures not yet seen by the worker
+  EXPECT_FALSE(queue.next(0));  // paused: four failures not yet seen by the worker
   for (int i = 0; i < 3; ++i) queue.resume("busy");
-  EXPECT_FALSE(queue.next());  // one still unseen
+  EXPECT_FALSE(queue.next(0));  // one still unseen
   queue.resume("busy");
   EXPECT_EQ(start_all(queue).size(), 2u);
 }
@@ -106,7 +106,7 @@ TEST(GroupQueue, RemovesOnlyWhatWaitsAndClearKeepsTheWindows) {
   EXPECT_EQ(queue.in_flight_of("a"), 0);
   EXPECT_EQ(queue.limit_of("a"), shrunk);
   queue.push(request(100, "a", 32));
-  EXPECT_TRUE(queue.next());  // no pause survives clear()
+  EXPECT_TRUE(queue.next(0));  // no pause survives clear()
 }
 
 TEST(GroupQueue, ATrickleDoesNotGrowTheWindow) {
@@ -120,4 +120,42 @@ TEST(GroupQueue, ATrickleDoesNotGrowTheWindow) {
     queue.finished(answer(started[0], 200));
   }
   EXPECT_EQ(queue.limit_of("trickle"), 4);
+}
+
+TEST(GroupQueue, ARateLimitSpacesStartsEvenly) {
+  GroupQueue queue;
+  for (uint64_t tag = 1; tag <= 300; ++tag) {
+    Request each = request(tag, "limited", 32);
+    each.rate_limit = 100;
+    queue.push(each);
+  }
+  // Every 1 ms over 3 s, start what may start and answer it at once: 100 per second
+  // (2% under), never more than 100 in any second, though the ticks are late.
+  std::vector<int64_t> starts;
+  for (int64_t now_us = 1; now_us <= 3000000; now_us += 1000) {
+    while (auto started = queue.next(now_us)) {
+      starts.push_back(now_us);
+      queue.finished(answer(*started, 200));
+    }
+    if (queue.next_start_us() >= 0) EXPECT_GE(queue.next_start_us(), now_us - 1000);
+  }
+  ASSERT_GE(starts.size(), 290u);
+  ASSERT_LE(starts.size(), 300u);
+  for (size_t i = 1; i < starts.size(); ++i) EXPECT_GE(starts[i] - starts[i - 1], 9000);  // no burst
+  for (size_t i = 100; i < starts.size(); ++i) EXPECT_GE(starts[i] - starts[i - 100], 1000000);
+}
+
+TEST(GroupQueue, ARateLimitedGroupDoesNotHoldBackOthers) {
+  GroupQueue queue;
+  for (uint64_t tag = 1; tag <= 10; ++tag) {
+    Request limited = request(tag, "limited", 32);
+    limited.rate_limit = 1;
+    queue.push(limited);
+  }
+  for (uint64_t tag = 100; tag <= 103; ++tag) queue.push(request(tag, "free", 32));
+  std::map<std::string, int> by_group;
+  while (auto r = queue.next(5)) by_group[r->group]++;
+  EXPECT_EQ(by_group["limited"], 1);  // one now, the next a second later
+  EXPECT_EQ(by_group["free"], 4);
+  EXPECT_EQ(queue.next_start_us(), 5 + 1020000);
 }
