@@ -164,6 +164,8 @@ SELECT outbox.create_endpoint('bad-limit', url => 'http://example.com/', concurr
 \echo :SQLSTATE
 SELECT outbox.create_endpoint('bad-limit', url => 'http://example.com/', rate_limit => 0);
 \echo :SQLSTATE
+SELECT outbox.create_endpoint('bad-limit', url => 'http://example.com/', timeout_ms => 300001);
+\echo :SQLSTATE
 
 -- A name that is taken, whatever the other arguments.
 SELECT outbox.create_endpoint('billing', url => 'http://example.com/other');

@@ -11,7 +11,7 @@ CREATE TABLE outbox.endpoints (
     url                 text,
     channel             text,
     headers             jsonb NOT NULL DEFAULT '{}',
-    timeout_ms          int CHECK (timeout_ms > 0),
+    timeout_ms          int CHECK (timeout_ms > 0 AND timeout_ms <= 300000),  -- at most 5 minutes
     max_attempts        int CHECK (max_attempts > 0),
     ordered             boolean NOT NULL DEFAULT false,
     max_pending         bigint CHECK (max_pending > 0),

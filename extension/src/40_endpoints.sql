@@ -25,6 +25,12 @@ BEGIN
                   DETAIL = format('timeout_ms is %s.', _check_endpoint_options.timeout_ms),
                   HINT = 'Pass NULL to use pg_outbox.http_timeout.';
     END IF;
+    IF _check_endpoint_options.timeout_ms > 300000 THEN
+        RAISE EXCEPTION 'timeout_ms must be at most 300000 (5 minutes)'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('timeout_ms is %s.', _check_endpoint_options.timeout_ms),
+                  HINT = 'A request that may run longer keeps its message claimed for as long.';
+    END IF;
     IF _check_endpoint_options.max_attempts <= 0 THEN
         RAISE EXCEPTION 'max_attempts must be greater than zero'
             USING ERRCODE = 'invalid_parameter_value',

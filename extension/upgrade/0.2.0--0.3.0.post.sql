@@ -12,6 +12,10 @@ DELETE FROM outbox.messages m WHERE m.status = 'sent';
 DROP INDEX outbox.messages_claim_idx, outbox.messages_lease_idx, outbox.messages_ordering_idx,
            outbox.messages_endpoint_status_idx, outbox.messages_sent_at_idx;
 ALTER TABLE outbox.messages DROP COLUMN status, DROP COLUMN lease_until, DROP COLUMN sent_at;
+-- A request's timeout is bounded (5 minutes): a claim lasts as long as its request can.
+UPDATE outbox.endpoints SET timeout_ms = 300000 WHERE timeout_ms > 300000;
+ALTER TABLE outbox.endpoints DROP CONSTRAINT endpoints_timeout_ms_check,
+    ADD CONSTRAINT endpoints_timeout_ms_check CHECK (timeout_ms > 0 AND timeout_ms <= 300000);
 ALTER TABLE outbox.endpoints ADD COLUMN concurrency int CHECK (concurrency > 0),
                              ADD COLUMN rate_limit int CHECK (rate_limit > 0);
 COMMENT ON TABLE outbox.messages IS

@@ -89,7 +89,9 @@ Transition record_retryable_failure(Breaker& breaker, const BreakerConfig& confi
   return Transition::None;
 }
 
-void restore_after_restart(Breaker& breaker, int64_t now_ms) {
+void restore_after_restart(Breaker& breaker, int64_t now_ms) { on_probe_lost(breaker, now_ms); }
+
+void on_probe_lost(Breaker& breaker, int64_t now_ms) {
   if (breaker.state != BreakerState::HalfOpen) return;
   breaker.state = BreakerState::Open;
   breaker.open_until_ms = now_ms;

@@ -72,4 +72,11 @@ Transition record_retryable_failure(Breaker& breaker, const BreakerConfig& confi
 // circuit becomes Open with open_until = now (one new probe may go at once).
 void restore_after_restart(Breaker& breaker, int64_t now_ms);
 
+// The probe ended without an answer of the receiver: it was not sendable (dead-lettered
+// as invalid, too large, out of attempts) or was taken back before it started (its
+// endpoint altered or paused, the lease). It said nothing about the receiver, so
+// HalfOpen -> Open with open_until = now: the next message goes as the probe at once.
+// A breaker is never left half-open without a probe in flight.
+void on_probe_lost(Breaker& breaker, int64_t now_ms);
+
 }  // namespace pg_outbox::core

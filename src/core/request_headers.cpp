@@ -91,6 +91,19 @@ std::vector<std::string> build_request_headers(const DeliveryHeaders& h, std::st
   return lines;
 }
 
+void restamp_request_headers(std::vector<std::string>& lines, int64_t now_unix_s, std::string_view webhook_id,
+                             std::string_view secret, std::string_view body) {
+  // User headers cannot carry these names (reserved), so the first match is ours.
+  constexpr std::string_view kTimestamp = "webhook-timestamp: ";
+  constexpr std::string_view kSignature = "webhook-signature: ";
+  for (std::string& l : lines) {
+    if (l.compare(0, kTimestamp.size(), kTimestamp) == 0)
+      l = line("webhook-timestamp", std::to_string(now_unix_s));
+    else if (!secret.empty() && l.compare(0, kSignature.size(), kSignature) == 0)
+      l = line("webhook-signature", webhook_signature(secret, webhook_id, now_unix_s, body));
+  }
+}
+
 std::string webhook_id_for(std::string_view idempotency_key, int64_t message_id) {
   if (!idempotency_key.empty()) return std::string(idempotency_key);
   return "msg_" + std::to_string(message_id);

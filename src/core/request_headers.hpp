@@ -45,6 +45,13 @@ struct DeliveryHeaders {
 // INVALID_MESSAGE). An invalid secret also throws std::invalid_argument.
 std::vector<std::string> build_request_headers(const DeliveryHeaders& headers, std::string_view body);
 
+// Lines built by build_request_headers, stamped again for the moment the request is
+// really sent: webhook-timestamp becomes now_unix_s and webhook-signature (if any) is
+// made again over it, in place; every other line stays as it was. A request that
+// waited in the worker (a slow or rate-limited endpoint) is not stale to a verifier.
+void restamp_request_headers(std::vector<std::string>& lines, int64_t now_unix_s, std::string_view webhook_id,
+                             std::string_view secret, std::string_view body);
+
 // The webhook-id of a message: its idempotency key when it has one (so a receiver
 // can deduplicate across retries and requeues), else "msg_<id>".
 std::string webhook_id_for(std::string_view idempotency_key, int64_t message_id);

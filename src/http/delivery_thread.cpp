@@ -7,6 +7,8 @@
 // cuts the next wait short instead.
 #include "http/delivery_thread.hpp"
 
+#include "core/request_headers.hpp"
+
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -32,6 +34,18 @@ int make_eventfd() {
   const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (fd < 0) throw std::runtime_error(std::string("eventfd failed: ") + std::strerror(errno));
   return fd;
+}
+
+// A request that waited into a later second is stamped for now (see Request::stamp).
+void restamp_if_stale(Request& request) {
+  if (!request.stamp) return;
+  const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  if (now_s == request.stamp->stamped_s) return;
+  core::restamp_request_headers(request.headers, now_s, request.stamp->webhook_id, request.stamp->secret,
+                                request.body);
+  request.stamp->stamped_s = now_s;
 }
 
 int64_t steady_now_us() {
@@ -215,6 +229,7 @@ bool DeliveryThread::exchange(std::vector<Response>& finished, int& wait_ms) {
   while (queue_.waiting() > 0 && client_.in_flight() + client_.queued() < slots) {
     std::optional<Request> request = queue_.next(now_us);
     if (!request) break;  // every waiting group is paused, at its window or its rate
+    restamp_if_stale(*request);
     client_.submit(std::move(*request));
   }
   const int64_t next_start = queue_.next_start_us();

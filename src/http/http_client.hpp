@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,14 @@ struct Request {
   long timeout_ms = 0;               // whole-transfer timeout (connect included); <= 0 is taken as 1
   int concurrency = 0;               // most of its group in flight (DeliveryThread); 0: no cap of its own
   int rate_limit = 0;                // most of its group started per second (DeliveryThread); 0: none
+  // When set, the headers carry webhook-timestamp (and webhook-signature) made at
+  // stamped_s: the delivery thread stamps them again if the request starts later.
+  struct Stamp {
+    int64_t stamped_s = 0;
+    std::string webhook_id;
+    std::string secret;  // empty: unsigned
+  };
+  std::optional<Stamp> stamp;
 };
 
 struct Response {

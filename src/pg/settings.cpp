@@ -64,7 +64,7 @@ void define_settings() {
              "Most HTTP requests in flight to one endpoint (its concurrency option overrides it).",
              &settings.endpoint_concurrency, 32, 1, 4096, PGC_SIGHUP, 0);
   define_int("pg_outbox.http_timeout", "Default whole-request HTTP timeout of an endpoint.", &settings.http_timeout_ms,
-             5000, 1, 3600 * 1000, PGC_SIGHUP, GUC_UNIT_MS);
+             5000, 1, 300 * 1000, PGC_SIGHUP, GUC_UNIT_MS);
   define_int("pg_outbox.max_attempts", "Default delivery attempts before a message is dead-lettered.",
              &settings.max_attempts, 10, 1, 1000000, PGC_SIGHUP, 0);
   define_int("pg_outbox.backoff_base", "First retry delay; it doubles with every attempt.", &settings.backoff_base_ms,

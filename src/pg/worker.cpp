@@ -293,6 +293,7 @@ void Worker::forget_deliveries() {
   delivery_.abandon_all();
   deliveries_.clear();
   outstanding_.clear();
+  endpoints_changed_.clear();
   claims_.clear();
   held_bytes_ = 0;
   history_covered_ms_ = 0;
@@ -311,6 +312,7 @@ void Worker::refresh_endpoints() {
   for (EndpointRow& row : rows) {
     Endpoint endpoint;
     auto known = endpoints_.find(row.name);
+    if (known != endpoints_.end() && changes_requests(known->second.row, row)) endpoints_changed_.push_back(row.name);
     if (known != endpoints_.end()) {
       // The worker's breaker is the live one; the table is its copy for restarts.
       row.breaker = known->second.row.breaker;

@@ -49,6 +49,7 @@ class Worker {
     int64_t claim_id = 0;       // its row in outbox.claims
     int64_t payload_bytes = 0;  // counted in held_bytes_
     int64_t claimed_ms = 0;
+    bool probe = false;  // sent as its endpoint's half-open probe
   };
 
   bool wait_for_work();
@@ -68,6 +69,9 @@ class Worker {
   void prepare_history_if_due();
   void give_back(const std::vector<uint64_t>& tags);
   void give_back_stale_requests();
+  void probe_lost(const std::string& endpoint);
+  static bool changes_requests(const EndpointRow& before, const EndpointRow& after);
+  void give_back_requests_of_changed_endpoints();
   void deliver_notify(const std::vector<ClaimedMessage>& claimed);
   void collect_http_results();
   void record_outcome(const http::Response& response);
@@ -96,6 +100,7 @@ class Worker {
   std::unordered_map<std::string, Endpoint> endpoints_;
   std::unordered_map<uint64_t, Delivery> deliveries_;  // through track_/untrack_delivery only
   std::unordered_map<std::string, size_t> outstanding_;  // deliveries_ per endpoint
+  std::vector<std::string> endpoints_changed_;  // altered or paused since their requests were queued
   Settlements pending_;                         // results not yet written back (kept across a failed settle)
   std::unordered_map<int64_t, size_t> claims_;  // outbox.claims id -> its messages not yet settled
   int64_t held_bytes_ = 0;                      // payload bytes of deliveries_

@@ -165,6 +165,7 @@ size_t Worker::claim_and_deliver() {
     settle_pending();  // NOTIFY results settle in this transaction
   });
   if (claim_id != 0) claims_[claim_id] = to_send.size();
+  give_back_requests_of_changed_endpoints();  // before this claim's requests join them
   for (const std::string& name : probed) {
     Endpoint& endpoint = endpoints_.at(name);
     core::on_probe_claimed(endpoint.row.breaker);
@@ -223,9 +224,13 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
       reason = core::DeadReason::PayloadTooLarge;
       unsendable = too_large_error(m);
     }
+    // The one message of a half-open endpoint is its probe (nothing else is claimed
+    // for it): if it cannot go, the breaker must not wait for its answer.
+    const bool probe = endpoint.row.breaker.state == core::BreakerState::HalfOpen;
     if (!unsendable.empty()) {
       dead_letter_unsent(m, reason, std::move(unsendable));
       claim_member_settled(claim_id);
+      if (probe) probe_lost(m.endpoint);
       continue;
     }
     core::DeliveryHeaders headers;
@@ -257,13 +262,16 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
       // Never sendable as it stands: to the DLQ at once, the worker goes on.
       dead_letter_unsent(m, core::DeadReason::InvalidMessage, std::move(invalid));
       claim_member_settled(claim_id);
+      if (probe) probe_lost(m.endpoint);
       continue;
     }
     long timeout = endpoint.row.timeout_ms.value_or(settings.http_timeout_ms);
     requests.push_back({static_cast<uint64_t>(m.id), m.endpoint, endpoint.row.url, std::move(lines), m.payload, timeout,
                         concurrency_of(endpoint), endpoint.row.rate_limit.value_or(0)});
+    // Stamped again by the delivery thread if it starts in a later second.
+    requests.back().stamp = http::Request::Stamp{now / 1000, std::move(headers.webhook_id), std::move(headers.secret)};
     track_delivery(static_cast<uint64_t>(m.id),
-                   {m.endpoint, m.attempts, max_attempts_of(endpoint), claim_id, m.payload_size, now});
+                   {m.endpoint, m.attempts, max_attempts_of(endpoint), claim_id, m.payload_size, now, probe});
     held_bytes_ += m.payload_size;
   }
   delivery_.submit(std::move(requests));  // one hand-over, one wake of the thread

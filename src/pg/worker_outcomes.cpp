@@ -11,6 +11,8 @@ extern "C" {
 
 #include <optional>
 
+#include <unordered_set>
+
 namespace pg_outbox::pg {
 
 using namespace worker_detail;
@@ -112,6 +114,7 @@ void Worker::give_back(const std::vector<uint64_t>& tags) {
     Delivery delivery = untrack_delivery(d);
     held_bytes_ -= delivery.payload_bytes;
     claim_member_settled(delivery.claim_id);
+    if (delivery.probe) probe_lost(delivery.endpoint);
   }
   if (!tags.empty()) more_due_ = true;
 }
@@ -119,6 +122,33 @@ void Worker::give_back(const std::vector<uint64_t>& tags) {
 // A claimed message waits in libcurl's queue at most pg_outbox.lease: behind a slow
 // endpoint it is better given back and claimed afresh than sent minutes late. A request
 // that has started is bounded by its own timeout instead.
+void Worker::probe_lost(const std::string& name) {
+  auto endpoint = endpoints_.find(name);
+  if (endpoint == endpoints_.end()) return;
+  core::on_probe_lost(endpoint->second.row.breaker, now_ms());
+  endpoint->second.breaker_dirty = true;
+  more_due_ = true;  // the next probe may go at once
+}
+
+// What a request of this endpoint carries from the row: a change to any of it (or a
+// pause) must reach the requests not yet started.
+bool Worker::changes_requests(const EndpointRow& before, const EndpointRow& after) {
+  return before.url != after.url || before.headers_json != after.headers_json || before.secret != after.secret ||
+         before.timeout_ms != after.timeout_ms || (!before.paused && after.paused);
+}
+
+// An endpoint was altered or paused: its requests not yet started are taken back and
+// claimed again with what the endpoint is now (or not at all while it is paused).
+void Worker::give_back_requests_of_changed_endpoints() {
+  if (endpoints_changed_.empty()) return;
+  std::unordered_set<std::string> changed(endpoints_changed_.begin(), endpoints_changed_.end());
+  endpoints_changed_.clear();
+  give_back(delivery_.cancel_queued([&](uint64_t tag) {
+    auto d = deliveries_.find(tag);
+    return d != deliveries_.end() && changed.count(d->second.endpoint) != 0;
+  }));
+}
+
 void Worker::give_back_stale_requests() {
   int64_t oldest_allowed = now_ms() - 1000LL * settings.lease_s;
   give_back(delivery_.cancel_queued([&](uint64_t tag) {

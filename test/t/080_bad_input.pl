@@ -165,7 +165,10 @@ my @endpoint_corpus = (
 	[ 'max_attempts -2^31',    q{SELECT outbox.create_endpoint('x10', url => 'http://127.0.0.1:1/', max_attempts => -2147483648)}, '22023' ],
 	[ 'max_pending 0',         q{SELECT outbox.create_endpoint('x10', url => 'http://127.0.0.1:1/', max_pending => 0)}, '22023' ],
 	[ 'max_pending -2^63',     q{SELECT outbox.create_endpoint('x10', url => 'http://127.0.0.1:1/', max_pending => -9223372036854775808)}, '22023' ],
-	[ 'limits at their max',   q{SELECT outbox.create_endpoint('x10', url => 'http://127.0.0.1:1/', timeout_ms => 2147483647, max_attempts => 2147483647, max_pending => 9223372036854775807)}, 'ok' ],
+	[ 'timeout_ms over 5 min', q{SELECT outbox.create_endpoint('x10', url => 'http://127.0.0.1:1/', timeout_ms => 300001)}, '22023' ],
+	[ 'concurrency 0',         q{SELECT outbox.create_endpoint('x10', url => 'http://127.0.0.1:1/', concurrency => 0)}, '22023' ],
+	[ 'rate_limit -2^31',      q{SELECT outbox.create_endpoint('x10', url => 'http://127.0.0.1:1/', rate_limit => -2147483648)}, '22023' ],
+	[ 'limits at their max',   q{SELECT outbox.create_endpoint('x10', url => 'http://127.0.0.1:1/', timeout_ms => 300000, max_attempts => 2147483647, max_pending => 9223372036854775807, concurrency => 2147483647, rate_limit => 2147483647)}, 'ok' ],
 	[ 'ordered NULL',          q{SELECT outbox.create_endpoint('x11', url => 'http://127.0.0.1:1/', ordered => NULL)}, 'ok' ],
 	[ 'duplicate',             q{SELECT outbox.create_endpoint('plain', url => 'http://127.0.0.1:1/')}, '42710' ],
 	# alter / drop / pause / resume
@@ -478,7 +481,7 @@ my @bounds = (
 	[ 'pg_outbox.batch_size',        [ '1', '100000' ],             [ '0', '100001', '-1', 'abc' ] ],
 	[ 'pg_outbox.poll_interval',     [ '10ms', '1h' ],              [ '9ms', '0', '3600001ms', '-1', '10 parsecs' ] ],
 	[ 'pg_outbox.max_concurrency',   [ '1', '4096' ],               [ '0', '4097' ] ],
-	[ 'pg_outbox.http_timeout',      [ '1ms', '1h' ],               [ '0', '3600001ms' ] ],
+	[ 'pg_outbox.http_timeout',      [ '1ms', '5min' ],             [ '0', '300001ms' ] ],
 	[ 'pg_outbox.max_attempts',      [ '1', '1000000' ],            [ '0', '1000001' ] ],
 	[ 'pg_outbox.backoff_base',      [ '1ms', '2147483647ms' ],     [ '0', '-1ms', '2147483648ms' ] ],
 	[ 'pg_outbox.backoff_max',       [ '1ms', '2147483647ms' ],     [ '0' ] ],
@@ -512,7 +515,7 @@ my %minimum = (
 # nothing could be delivered; section 8 checks it small.)
 my %maximum = (
 	'pg_outbox.batch_size' => '100000', 'pg_outbox.poll_interval' => '1h',
-	'pg_outbox.max_concurrency' => '4096', 'pg_outbox.http_timeout' => '1h',
+	'pg_outbox.max_concurrency' => '4096', 'pg_outbox.http_timeout' => '5min',
 	'pg_outbox.max_attempts' => '1000000', 'pg_outbox.backoff_base' => '2147483647ms',
 	'pg_outbox.backoff_max' => '2147483647ms', 'pg_outbox.lease' => '2147483s',
 	'pg_outbox.breaker_threshold' => '1000000', 'pg_outbox.sent_retention' => '2147483647s',

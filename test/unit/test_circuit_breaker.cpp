@@ -201,3 +201,17 @@ TEST(Breaker, RestoreAfterRestartLeavesOtherStatesAlone) {
   EXPECT_EQ(open.state, BreakerState::Open);
   EXPECT_EQ(open.open_until_ms, 1000);
 }
+
+TEST(Breaker, ALostProbeLetsTheNextOneGoAtOnce) {
+  Breaker b;
+  b.state = BreakerState::HalfOpen;
+  b.cooldown_ms = 4000;
+  on_probe_lost(b, 123456);
+  EXPECT_EQ(b.state, BreakerState::Open);
+  EXPECT_EQ(b.open_until_ms, 123456);
+  EXPECT_EQ(b.cooldown_ms, 4000);  // not doubled: the probe said nothing about the receiver
+  EXPECT_EQ(admission(b, 123456), Admission::ProbeOnly);
+  Breaker closed;
+  on_probe_lost(closed, 1);
+  EXPECT_EQ(closed.state, BreakerState::Closed);
+}

@@ -161,3 +161,34 @@ TEST(RequestHeaders, InvalidInputsThrow) {
   h.message_headers = {{"X-Big", std::string(8193, 'v')}};
   throws(h);
 }
+
+TEST(RequestHeaders, RestampRenewsTimestampAndSignatureInPlace) {
+  DeliveryHeaders h;
+  h.endpoint_headers = {{"X-Tenant", "42"}};
+  h.webhook_id = "msg_7";
+  h.timestamp_unix_s = 1700000000;
+  h.event_type = "order.created";
+  h.attempt = 2;
+  h.secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+  h.user_agent = "pg_outbox/test";
+  const std::string body = R"({"n":1})";
+  std::vector<std::string> lines = build_request_headers(h, body);
+  std::vector<std::string> restamped = lines;
+  restamp_request_headers(restamped, 1700000123, h.webhook_id, h.secret, body);
+  h.timestamp_unix_s = 1700000123;
+  EXPECT_EQ(restamped, build_request_headers(h, body));  // as if built at the later second
+  ASSERT_EQ(restamped.size(), lines.size());
+  size_t changed = 0;
+  for (size_t i = 0; i < lines.size(); ++i) changed += lines[i] != restamped[i];
+  EXPECT_EQ(changed, 2u);  // the timestamp and the signature, nothing else
+}
+
+TEST(RequestHeaders, RestampWithoutSecretChangesOnlyTheTimestamp) {
+  DeliveryHeaders h;
+  h.webhook_id = "msg_8";
+  h.timestamp_unix_s = 1700000000;
+  std::vector<std::string> lines = build_request_headers(h, "{}");
+  restamp_request_headers(lines, 1700000009, h.webhook_id, "", "{}");
+  h.timestamp_unix_s = 1700000009;
+  EXPECT_EQ(lines, build_request_headers(h, "{}"));
+}
