@@ -137,25 +137,25 @@ sql(q{SELECT outbox.pause_endpoint('slow')});
 $recv->add_rule(path => '/hooks/capped', delay_ms => 300);
 sql(sprintf(q{SELECT outbox.create_endpoint('capped', url => '%s', concurrency => 2)}, $recv->url('/hooks/capped')));
 enqueue_many('capped', 40, 'capped');
-my $peak = 0;
-for (1 .. 40)
+# The most requests of capped in flight at the receiver, sampled every 0.1 s for 4 s.
+sub peak_in_flight
 {
-	my $now = $recv->in_flight_at('/hooks/capped', time);
-	$peak = $now if $now > $peak;
-	sleep(0.1);
+	my $peak = 0;
+	for (1 .. 40)
+	{
+		my $now = $recv->in_flight_at('/hooks/capped', time);
+		$peak = $now if $now > $peak;
+		sleep(0.1);
+	}
+	return $peak;
 }
+my $peak = peak_in_flight();
 note("capped: peak in flight $peak");
 cmp_ok($peak, '<=', 2, 'concurrency => 2: never more than 2 requests in flight');
 cmp_ok($peak, '>=', 1, '... (control: it was delivering)');
 sql(q{SELECT outbox.alter_endpoint('capped', concurrency => 8)});
 enqueue_many('capped', 200, 'capped more');
-my $peak8 = 0;
-for (1 .. 40)
-{
-	my $now = $recv->in_flight_at('/hooks/capped', time);
-	$peak8 = $now if $now > $peak8;
-	sleep(0.1);
-}
+my $peak8 = peak_in_flight();
 note("capped at 8: peak in flight $peak8");
 cmp_ok($peak8, '>', 2, 'alter_endpoint(concurrency => 8) lets more through');
 cmp_ok($peak8, '<=', 8, '... never more than 8');
