@@ -137,7 +137,9 @@ TEST(GroupQueue, ARateLimitSpacesStartsEvenly) {
       starts.push_back(now_us);
       queue.finished(answer(*started, 200));
     }
-    if (queue.next_start_us() >= 0) EXPECT_GE(queue.next_start_us(), now_us - 1000);
+    if (queue.next_start_us() >= 0) {
+      EXPECT_GE(queue.next_start_us(), now_us - 1000);
+    }
   }
   ASSERT_GE(starts.size(), 290u);
   ASSERT_LE(starts.size(), 300u);
