@@ -39,12 +39,10 @@ int make_eventfd() {
 // A request that waited into a later second is stamped for now (see Request::stamp).
 void restamp_if_stale(Request& request) {
   if (!request.stamp) return;
-  const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
+  const int64_t now_s =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   if (now_s == request.stamp->stamped_s) return;
-  core::restamp_request_headers(request.headers, now_s, request.stamp->webhook_id, request.stamp->secret,
-                                request.body);
+  core::restamp_request_headers(request.headers, now_s, request.stamp->webhook_id, request.stamp->secret, request.body);
   request.stamp->stamped_s = now_s;
 }
 
@@ -234,7 +232,8 @@ bool DeliveryThread::exchange(std::vector<Response>& finished, int& wait_ms) {
   }
   const int64_t next_start = queue_.next_start_us();
   wait_ms = kIdleWaitMs;
-  if (next_start >= 0) wait_ms = static_cast<int>(std::clamp<int64_t>((next_start - now_us + 999) / 1000, 0, kIdleWaitMs));
+  if (next_start >= 0)
+    wait_ms = static_cast<int>(std::clamp<int64_t>((next_start - now_us + 999) / 1000, 0, kIdleWaitMs));
   return true;
 }
 

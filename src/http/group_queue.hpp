@@ -60,7 +60,7 @@ class GroupQueue {
   void clear();
 
   size_t waiting() const { return waiting_; }
-  int limit_of(const std::string& group) const;       // the group's window now (tests)
+  int limit_of(const std::string& group) const;      // the group's window now (tests)
   int in_flight_of(const std::string& group) const;  // (tests)
 
  private:
@@ -70,8 +70,8 @@ class GroupQueue {
     int in_flight = 0;
     int paused = 0;  // failures the worker has not seen yet
     bool in_rotation = false;
-    int rate_limit = 0;          // starts per second; 0: none
-    int64_t not_before_us = 0;   // the rate limit's next start
+    int rate_limit = 0;         // starts per second; 0: none
+    int64_t not_before_us = 0;  // the rate limit's next start
   };
   std::unordered_map<std::string, Group> groups_;
   std::deque<std::string> rotation_;  // groups with requests waiting, in turn

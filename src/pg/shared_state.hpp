@@ -46,10 +46,10 @@ struct DatabaseSlot {
   Latch* worker_latch;                 // nullptr while no worker runs
   Oid database_oid;                    // InvalidOid: the slot is free (written by the launcher)
 
-  slock_t mutex;       // guards everything below
-  uint32 generation;   // bumped at every assignment: a worker started for an older one exits
-  bool starting;       // registered by the launcher, not yet attached (or gone before it could)
-  WorkerExit exit;     // written by the worker just before it exits cleanly
+  slock_t mutex;      // guards everything below
+  uint32 generation;  // bumped at every assignment: a worker started for an older one exits
+  bool starting;      // registered by the launcher, not yet attached (or gone before it could)
+  WorkerExit exit;    // written by the worker just before it exits cleanly
   int worker_pid;
   char database[NAMEDATALEN];
   char state[192];  // also "not served: <the launcher's reason>" (worker_status) must fit

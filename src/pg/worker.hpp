@@ -92,22 +92,22 @@ class Worker {
   Delivery untrack_delivery(std::unordered_map<uint64_t, Delivery>::iterator found);
   size_t claim_target() const;
 
-  DatabaseSlot& slot_;             // this database's shared state (latch, status, counters)
-  http::DeliveryThread delivery_;  // libcurl, on its own thread
+  DatabaseSlot& slot_;                       // this database's shared state (latch, status, counters)
+  http::DeliveryThread delivery_;            // libcurl, on its own thread
   struct WaitEventSet* wait_set_ = nullptr;  // latch, postmaster death, delivery_.results_fd()
   OutboxStore store_;
   std::mt19937_64 random_;
   std::unordered_map<std::string, Endpoint> endpoints_;
-  std::unordered_map<uint64_t, Delivery> deliveries_;  // through track_/untrack_delivery only
+  std::unordered_map<uint64_t, Delivery> deliveries_;    // through track_/untrack_delivery only
   std::unordered_map<std::string, size_t> outstanding_;  // deliveries_ per endpoint
-  std::vector<std::string> endpoints_changed_;  // altered or paused since their requests were queued
-  Settlements pending_;                         // results not yet written back (kept across a failed settle)
-  std::unordered_map<int64_t, size_t> claims_;  // outbox.claims id -> its messages not yet settled
-  int64_t held_bytes_ = 0;                      // payload bytes of deliveries_
-  int64_t history_covered_ms_ = 0;              // history partitions exist until then
-  int history_width_s_ = 0;                     // ... of this width
-  int64_t history_retry_ms_ = 0;                // after a failed attempt to create them
-  std::vector<std::string> breakers_written_;   // by the transaction not yet committed
+  std::vector<std::string> endpoints_changed_;           // altered or paused since their requests were queued
+  Settlements pending_;                                  // results not yet written back (kept across a failed settle)
+  std::unordered_map<int64_t, size_t> claims_;           // outbox.claims id -> its messages not yet settled
+  int64_t held_bytes_ = 0;                               // payload bytes of deliveries_
+  int64_t history_covered_ms_ = 0;                       // history partitions exist until then
+  int history_width_s_ = 0;                              // ... of this width
+  int64_t history_retry_ms_ = 0;                         // after a failed attempt to create them
+  std::vector<std::string> breakers_written_;            // by the transaction not yet committed
   std::unordered_map<std::string, std::array<uint64_t, 3>> counted_;  // to publish: sent, retried, dead
 
   bool ready_ = false;               // the extension exists at our version and claims were recovered

@@ -38,7 +38,8 @@ size_t Worker::share_of(const Endpoint& endpoint) const {
   const size_t share = std::max(cap, claim_target() * cap / slots);
   // A rate-limited endpoint holds what it can send in 10 s: its claimed messages wait
   // in the worker, and must not wait there for minutes.
-  if (endpoint.row.rate_limit) return std::min(share, std::max<size_t>(1, 10 * static_cast<size_t>(*endpoint.row.rate_limit)));
+  if (endpoint.row.rate_limit)
+    return std::min(share, std::max<size_t>(1, 10 * static_cast<size_t>(*endpoint.row.rate_limit)));
   return share;
 }
 

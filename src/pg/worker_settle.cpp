@@ -82,8 +82,7 @@ void Worker::publish_counts() {
   SpinLockAcquire(&slot_.mutex);
   for (const auto& [name, counts] : counted_) {
     int i = 0;
-    while (i < slot_.counted_endpoints && strcmp(slot_.endpoints[i].name, name.c_str()) != 0)
-      ++i;
+    while (i < slot_.counted_endpoints && strcmp(slot_.endpoints[i].name, name.c_str()) != 0) ++i;
     if (i == slot_.counted_endpoints && i < kCountedEndpoints) {
       strlcpy(slot_.endpoints[i].name, name.c_str(), sizeof slot_.endpoints[i].name);
       slot_.counted_endpoints++;

@@ -241,7 +241,7 @@ TEST(DeliveryThread, AFailureNotYetTakenKeepsItsGroupPaused) {
   thread.resume();  // the worker has seen one failure; three more wait, not yet taken
   std::this_thread::sleep_for(300ms);
   EXPECT_EQ(thread.take_responses(1000).size(), 3u);  // and nothing new started meanwhile
-  thread.resume();  // all seen: the group goes on
+  thread.resume();                                    // all seen: the group goes on
   EXPECT_GE(gather(thread, 1, 2s).size(), 1u);
 }
 

@@ -66,8 +66,7 @@ const char* database_needed_alone(Node* stmt) {
     case T_DropdbStmt:
       return castNode(DropdbStmt, stmt)->dbname;
     case T_RenameStmt:
-      return castNode(RenameStmt, stmt)->renameType == OBJECT_DATABASE ? castNode(RenameStmt, stmt)->subname
-                                                                         : nullptr;
+      return castNode(RenameStmt, stmt)->renameType == OBJECT_DATABASE ? castNode(RenameStmt, stmt)->subname : nullptr;
     case T_AlterDatabaseStmt:
       return option_named(castNode(AlterDatabaseStmt, stmt)->options, "tablespace", &option)
                  ? castNode(AlterDatabaseStmt, stmt)->dbname

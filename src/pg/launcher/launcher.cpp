@@ -278,8 +278,7 @@ void start_worker(KnownDatabase* db) {
     SpinLockRelease(&slot.mutex);
     release_slot(db);
     char why[160];
-    snprintf(why, sizeof why, "no background worker slot is free (max_worker_processes = %d)",
-             max_worker_processes);
+    snprintf(why, sizeof why, "no background worker slot is free (max_worker_processes = %d)", max_worker_processes);
     not_served(db, Reason::kNoBackgroundWorker, why);
     return;
   }
@@ -372,8 +371,7 @@ long wait_ms() {
   TimestampTz now = GetCurrentTimestamp();
   TimestampTz until = next_rescan;
   for (int i = 0; i < known_count; ++i)
-    if (known[i].phase == Phase::kCrashed || known[i].phase == Phase::kNotServed)
-      until = Min(until, known[i].retry_at);
+    if (known[i].phase == Phase::kCrashed || known[i].phase == Phase::kNotServed) until = Min(until, known[i].retry_at);
   long ms = TimestampDifferenceMilliseconds(now, until);
   return Max(Min(ms, kRescanMs), 0L);
 }
