@@ -109,7 +109,13 @@ SELECT id = :first_id AS is_first, payload FROM outbox.history
  WHERE endpoint = 'billing' AND idempotency_key = 'evt_1';
 -- 200 characters, and the characters a key may use.
 SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => repeat('k', 200)) > 0 AS accepted;
-SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => 'msg_2Rz-9:x/y_Z~ü') > 0 AS accepted;
+SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => 'evt_2Rz-9:x/y_Z~ü') > 0 AS accepted;
+-- A key may not look like pg_outbox's own webhook-ids (msg_...): a receiver that
+-- deduplicates on webhook-id would take the one for the other.  Nothing is inserted.
+SELECT count(*) AS before FROM outbox.messages \gset
+SELECT outbox.enqueue('billing', '{}'::jsonb, idempotency_key => 'msg_2Rz-9');
+\echo :SQLSTATE
+SELECT count(*) = :before AS nothing_inserted FROM outbox.messages;
 
 ------------------------------------------------------------------------------------------
 -- deliver_at

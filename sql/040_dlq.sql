@@ -12,6 +12,14 @@ SELECT outbox.create_endpoint('billing', url => 'http://127.0.0.1:8080/hooks/bil
 SELECT outbox.create_endpoint('shipping', url => 'http://127.0.0.1:8080/hooks/shipping');
 -- Message ids start above the dead letters' message_ids, so the two are not confused.
 ALTER TABLE outbox.messages ALTER COLUMN id RESTART WITH 1001;
+-- The instance id in webhook-ids is random; a fixed one keeps this file's output
+-- stable.  The dead letters below are 0.3.0's (legacy_below 0).
+UPDATE outbox.instance SET id = '0123456789abcdef', legacy_below = 0;
+SELECT outbox._webhook_id(7, NULL) AS webhook_id, outbox._webhook_id(7, 'order-7') AS with_key;
+-- A dead letter of a message enqueued before 0.3.0 keeps its msg_<id> when requeued.
+UPDATE outbox.instance SET legacy_below = 100;
+SELECT outbox._webhook_id(99, NULL) AS enqueued_before_0_3, outbox._webhook_id(100, NULL) AS after;
+UPDATE outbox.instance SET legacy_below = 0;
 
 -- Dead letters as the worker writes them, at fixed times (superuser only).
 INSERT INTO dlq.dead_letters (message_id, endpoint, event_type, payload, headers, ordering_key,
@@ -59,7 +67,7 @@ SELECT * FROM dlq.summary ORDER BY endpoint, reason_code, event_type;
 -- requeue
 ------------------------------------------------------------------------------------------
 -- As it is: a new message, fresh attempts, due now, and the original webhook-id
--- (msg_<original id>) as its idempotency key.
+-- (msg_<instance>_<original id>, outbox._webhook_id) as its idempotency key.
 BEGIN;
 SELECT dlq.requeue(1);
 SELECT m.id, m.endpoint, m.event_type, m.payload, m.headers, m.ordering_key, m.idempotency_key,

@@ -224,7 +224,18 @@ class State:
         self._by_seq = {}
 
     def abandon_in_progress(self):
-        """At shutdown: the requests still in progress will never be answered."""
+        """At shutdown: the requests still in progress will never be answered.
+        One whose answer is being written may well reach the client (the bytes are
+        in the kernel once the write returns, and the exit only closes the socket):
+        its handler is given a second to record it as answered, or it would be
+        counted as unanswered although the client got it."""
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            with self.lock:
+                writing = any(rec.get("writing") for rec in self.in_progress.values())
+            if not writing:
+                break
+            time.sleep(0.01)
         with self.lock:
             recs = list(self.in_progress.values())
         for rec in recs:
@@ -544,6 +555,8 @@ class Handler(socketserver.BaseRequestHandler):
             self.abort()
             return False
         started = time.time()
+        with self.state.lock:
+            rec["writing"] = True   # see abandon_in_progress
         try:
             self.send(status, body, keep, extra, head=head)
         except OSError:

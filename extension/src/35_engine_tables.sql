@@ -77,3 +77,22 @@ CREATE INDEX dead_letters_message_id_idx ON dlq.dead_letters (message_id);
 SELECT pg_catalog.pg_extension_config_dump('outbox.history_default', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.history_counts', '');
 
+
+-- Where webhook-ids come from (SPEC §3): "msg_<id>" repeats across databases, clusters
+-- and re-created extensions, and a receiver that deduplicates on webhook-id would drop
+-- a different message.  One random instance id per database and installation (a
+-- template copy or a restored database gets its own, outbox._instance()); a message
+-- without an idempotency key goes out as "msg_<instance>_<id>".  legacy_below: the
+-- messages enqueued before 0.3.0 keep the "msg_<id>" they were first sent with (set by
+-- the update).  Not dumped: a restored database is another installation.
+CREATE TABLE outbox.instance (
+    database_oid oid PRIMARY KEY,
+    id           text NOT NULL CHECK (id ~ '^[0-9a-f]{16}$'),
+    legacy_below bigint NOT NULL DEFAULT 0,
+    created_at   timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE outbox.instance IS
+    'pg_outbox: the instance id in the webhook-ids of this database''s messages';
+INSERT INTO outbox.instance (database_oid, id)
+SELECT d.oid, pg_catalog.substr(pg_catalog.md5(pg_catalog.gen_random_uuid()::text), 1, 16)
+  FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database();

@@ -76,3 +76,36 @@ AS $fn$
 $fn$;
 COMMENT ON FUNCTION outbox.message(bigint) IS
     'where a message stands: pending, in_flight, sent (kept in the history) or dead (in the DLQ)';
+
+-- This database's instance id and the first id of the webhook-ids that carry it (see
+-- outbox.instance), made on first use in a database that has none (a copy of a template,
+-- a restored dump).  For the worker and dlq.requeue; not granted.
+CREATE OR REPLACE FUNCTION outbox._instance(OUT id text, OUT legacy_below bigint)
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_db oid := (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database());
+BEGIN
+    SELECT i.id, i.legacy_below INTO id, legacy_below FROM outbox.instance i WHERE i.database_oid = v_db;
+    IF NOT FOUND THEN
+        INSERT INTO outbox.instance AS i (database_oid, id)
+        VALUES (v_db, pg_catalog.substr(pg_catalog.md5(pg_catalog.gen_random_uuid()::text), 1, 16))
+        ON CONFLICT (database_oid) DO NOTHING;
+        SELECT i.id, i.legacy_below INTO id, legacy_below FROM outbox.instance i WHERE i.database_oid = v_db;
+    END IF;
+END
+$fn$;
+
+-- The webhook-id of a message (what the worker sends): its idempotency key, else
+-- msg_<instance>_<id> (msg_<id> for a message enqueued before 0.3.0).
+CREATE OR REPLACE FUNCTION outbox._webhook_id(message_id bigint, idempotency_key text)
+    RETURNS text
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(_webhook_id.idempotency_key,
+                    CASE WHEN _webhook_id.message_id < i.legacy_below THEN 'msg_' || _webhook_id.message_id
+                         ELSE 'msg_' || i.id || '_' || _webhook_id.message_id END)
+      FROM outbox._instance() i
+$fn$;

@@ -38,7 +38,8 @@ $fn$;
 
 -- Puts a dead letter back in the outbox as a new message (new id, attempts 0, due now),
 -- optionally with a corrected payload.  It keeps the original webhook-id: the new
--- message's idempotency_key is the original key, or msg_<original id> when it had none,
+-- message's idempotency_key is the original key, or the original's msg_<instance>_<id>
+-- (outbox._webhook_id) when it had none,
 -- so a receiver that saw an earlier attempt can recognise it.  A requeue bypasses the
 -- endpoint's max_pending (it is an operator's decision).
 -- Errors: NULL id 22004; unknown id 42704 (undefined_object, as for unknown endpoints);
@@ -65,7 +66,7 @@ BEGIN
                   HINT = 'Create the endpoint again, or discard the dead letter.';
     END IF;
 
-    v_key := coalesce(d.idempotency_key, 'msg_' || d.message_id);
+    v_key := outbox._webhook_id(d.message_id, d.idempotency_key);
     INSERT INTO outbox.messages AS m (endpoint, event_type, payload, headers, ordering_key,
                                       idempotency_key)
     VALUES (d.endpoint, d.event_type, coalesce(requeue.payload, d.payload), d.headers,

@@ -12,6 +12,10 @@ DELETE FROM outbox.messages m WHERE m.status = 'sent';
 DROP INDEX outbox.messages_claim_idx, outbox.messages_lease_idx, outbox.messages_ordering_idx,
            outbox.messages_endpoint_status_idx, outbox.messages_sent_at_idx;
 ALTER TABLE outbox.messages DROP COLUMN status, DROP COLUMN lease_until, DROP COLUMN sent_at;
+-- Messages enqueued before the update keep the webhook-id they were sent with (msg_<id>);
+-- the ones after carry the instance id (outbox.instance, created above).
+UPDATE outbox.instance SET legacy_below = coalesce(pg_catalog.pg_sequence_last_value(
+    pg_catalog.pg_get_serial_sequence('outbox.messages', 'id')::regclass), 0) + 1;
 -- A request's timeout is bounded (5 minutes): a claim lasts as long as its request can.
 UPDATE outbox.endpoints SET timeout_ms = 300000 WHERE timeout_ms > 300000;
 ALTER TABLE outbox.endpoints DROP CONSTRAINT endpoints_timeout_ms_check,

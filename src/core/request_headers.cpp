@@ -104,9 +104,14 @@ void restamp_request_headers(std::vector<std::string>& lines, int64_t now_unix_s
   }
 }
 
-std::string webhook_id_for(std::string_view idempotency_key, int64_t message_id) {
+std::string webhook_id_for(std::string_view idempotency_key, int64_t message_id, const WebhookIdSource& source) {
   if (!idempotency_key.empty()) return std::string(idempotency_key);
-  return "msg_" + std::to_string(message_id);
+  if (source.instance.empty() || message_id < source.legacy_below) return "msg_" + std::to_string(message_id);
+  std::string id = "msg_";
+  id += source.instance;
+  id += '_';
+  id += std::to_string(message_id);
+  return id;
 }
 
 }  // namespace pg_outbox::core

@@ -52,8 +52,19 @@ std::vector<std::string> build_request_headers(const DeliveryHeaders& headers, s
 void restamp_request_headers(std::vector<std::string>& lines, int64_t now_unix_s, std::string_view webhook_id,
                              std::string_view secret, std::string_view body);
 
+// Where a message's webhook-id comes from when it has no idempotency key: the
+// installation's instance id (16 hex digits, random, one per database and CREATE
+// EXTENSION: outbox.instance) and the id below which messages were enqueued before
+// 0.3.0 and keep the webhook-id they were first sent with.
+struct WebhookIdSource {
+  std::string instance;      // empty: "msg_<id>" for every message
+  int64_t legacy_below = 0;  // messages with a smaller id: "msg_<id>"
+};
+
 // The webhook-id of a message: its idempotency key when it has one (so a receiver
-// can deduplicate across retries and requeues), else "msg_<id>".
-std::string webhook_id_for(std::string_view idempotency_key, int64_t message_id);
+// can deduplicate across retries and requeues), else "msg_<instance>_<id>": unique
+// across databases, clusters and re-created extensions. Idempotency keys may not start
+// with "msg_" (check_idempotency_key), so the two never meet.
+std::string webhook_id_for(std::string_view idempotency_key, int64_t message_id, const WebhookIdSource& source);
 
 }  // namespace pg_outbox::core

@@ -42,7 +42,8 @@ std::optional<std::string> check_header(std::string_view name, std::string_view 
 // decodes to 24..64 bytes (the key length range the specification recommends).
 std::optional<std::string> check_secret(std::string_view secret);
 
-// An idempotency key, which becomes the webhook-id header: 1..200 characters
+// An idempotency key, which becomes the webhook-id header: not starting with "msg_"
+// (pg_outbox's own webhook-ids), 1..200 characters
 // (UTF-8 code points; the text must be valid UTF-8), no ".", since "." separates
 // the parts of the signed content, no whitespace (ASCII or Unicode) and no control
 // characters (C0, DEL, C1).

@@ -68,6 +68,17 @@ std::string OutboxStore::extension_version() {
   return rows.size() == 0 ? std::string() : rows.text(0, 0);
 }
 
+core::WebhookIdSource OutboxStore::webhook_id_source() {
+  static Statement statement("SELECT id, legacy_below FROM outbox._instance()", {});
+  Rows rows = statement.run({});
+  core::WebhookIdSource source;
+  if (rows.size() == 1) {
+    source.instance = rows.text(0, 0);
+    source.legacy_below = rows.int64(0, 1);
+  }
+  return source;
+}
+
 int64_t OutboxStore::recover_claims() {
   // Only one worker serves a database, so at its start every claim is a dead one.
   static Statement statement(

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/circuit_breaker.hpp"
+#include "core/request_headers.hpp"
 #include "core/delivery_policy.hpp"
 #include "pg/spi.hpp"
 
@@ -77,6 +78,8 @@ class OutboxStore {
   // means the extension was dropped and created again: new tables, ids from 1.
   uint32_t extension_oid();
   std::string extension_version();
+  // This database's instance id for webhook-ids (outbox._instance(), made if missing).
+  core::WebhookIdSource webhook_id_source();
   std::vector<EndpointRow> load_endpoints();
   // At start: the claims a previous worker left. Their attempts are recorded on the
   // messages still in the queue (the requests may have reached the receiver), and the

@@ -241,7 +241,10 @@ bool Worker::prepare_database() {
   in_transaction("pg_outbox: checking for the extension", [&] {
     extension_oid_ = store_.extension_oid();
     if (extension_oid_ != 0) version = store_.extension_version();
-    if (extension_oid_ != 0 && version == kVersion) recovered = store_.recover_claims();
+    if (extension_oid_ != 0 && version == kVersion) {
+      recovered = store_.recover_claims();
+      webhook_ids_ = store_.webhook_id_source();
+    }
   });
   if (extension_oid_ != 0 && version != kVersion) {
     // Tables of another version: touch nothing until ALTER EXTENSION ... UPDATE. Said

@@ -112,6 +112,7 @@ class Worker {
 
   bool ready_ = false;               // the extension exists at our version and claims were recovered
   bool announced_ = false;           // "worker started" is logged once, when first ready
+  core::WebhookIdSource webhook_ids_;  // this database's instance id (read when ready)
   std::string waiting_for_version_;  // the version we last logged waiting on
   uint32_t extension_oid_ = 0;       // of the extension whose tables the deliveries belong to
   bool more_due_ = true;             // the last claim was full: claim again as soon as there is room

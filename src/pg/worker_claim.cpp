@@ -247,7 +247,7 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
     std::vector<std::string> lines;
     if (invalid.empty()) {
       headers.endpoint_headers = *endpoint.headers;
-      headers.webhook_id = core::webhook_id_for(m.idempotency_key, m.id);
+      headers.webhook_id = core::webhook_id_for(m.idempotency_key, m.id, webhook_ids_);
       headers.timestamp_unix_s = now / 1000;
       headers.event_type = m.event_type;
       headers.attempt = m.attempts;

@@ -83,6 +83,12 @@ undef (none, several, or the server not accepting connections).
 Waits (bounded) until a worker runs in C<$db> whose pid differs from C<$old_pid>
 (any worker when undef); returns its pid or undef.
 
+=item webhook_prefix($node, $db = 'postgres')
+
+C<msg_E<lt>instanceE<gt>_>: the webhook-id of a message without an idempotency key is
+this prefix followed by its id (SPEC §3: unique across databases, clusters and
+re-created extensions). Ask again after DROP/CREATE EXTENSION.
+
 =item wait_sql($node, $query, $timeout_s = timeout_default, $db = 'postgres')
 
 Runs C<$query> every 50 ms until it returns C<t>; returns 1, or 0 on timeout.
@@ -208,7 +214,7 @@ use PostgreSQL::Test::Utils ();
 
 our @EXPORT = qw(start_receiver wait_until verify_webhook_signature
   new_outbox_node worker_pid wait_for_worker wait_sql reload_conf create_endpoint
-  listen_for_notifications);
+  listen_for_notifications webhook_prefix);
 
 # test/perl/OutboxTest.pm -> test/webhook_receiver.py
 our $RECEIVER_SCRIPT =
@@ -351,6 +357,12 @@ sub wait_for_worker
 		$timeout // $PostgreSQL::Test::Utils::timeout_default,
 		'a pg_outbox worker' . (defined $old ? " other than $old" : ''));
 	return $pid;
+}
+
+sub webhook_prefix
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql($db // 'postgres', q{SELECT 'msg_' || id || '_' FROM outbox._instance()});
 }
 
 sub wait_sql

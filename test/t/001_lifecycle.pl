@@ -66,6 +66,7 @@ unlike($log0, qr/pg_outbox worker started/, 'no "worker started" line for a data
 
 my $t_create = time;
 sql('CREATE EXTENSION pg_outbox');
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $pid0 = wait_for_worker($node, undef, 10);
 my $start_s = time - $t_create;
 note(sprintf('worker running %.3f s after CREATE EXTENSION (psql included)', $start_s));
@@ -124,14 +125,14 @@ ok(wait_until(sub { sql("SELECT status FROM outbox.message($hung_id)") eq 'sent'
 my @term = @{ $recv->requests(path => '/hooks/term') };
 is_deeply([ map { $_->{response} } @term ], [ 'hang', 200 ],
 	'... with one more request (hang, then 200)');
-is($term[-1]{headers}{'webhook-id'}, "msg_$hung_id", '... same webhook-id');
+is($term[-1]{headers}{'webhook-id'}, "$W$hung_id", '... same webhook-id');
 # The new worker records the attempt of the claim the old one left behind.
 is(sql("SELECT attempts FROM outbox.message($hung_id)"), '2',
 	'... the history counts both attempts (the one cut by SIGTERM recorded on restart)');
 
 my $id4 = sql(q{SELECT outbox.enqueue('life', '{"phase": "after sigterm"}')});
 ok(wait_requests('/hooks/life', 2), 'the restarted worker delivers a new message');
-is($recv->requests(path => '/hooks/life')->[1]{headers}{'webhook-id'}, "msg_$id4",
+is($recv->requests(path => '/hooks/life')->[1]{headers}{'webhook-id'}, "$W$id4",
 	'... the message enqueued after the restart');
 ok(wait_until(sub { sql("SELECT status FROM outbox.message($id4)") eq 'sent' }),
 	'... and marks it sent');
@@ -155,12 +156,14 @@ is(scalar(worker_pids()), 0, '... and is not started again while the extension i
 unlike(slurp_file($node->logfile), qr/pg_outbox worker stopped/, '... an exit, not an error');
 
 sql('CREATE EXTENSION pg_outbox');
+my $W2 = webhook_prefix($node);
+isnt($W2, $W, 'the re-created extension has another instance id in its webhook-ids');
 sql(sprintf("SELECT outbox.create_endpoint('life2', url => '%s')", $recv->url('/hooks/life2')));
 my $id2 = sql(q{SELECT outbox.enqueue('life2', '{"phase": "recreated"}')});
 ok(wait_requests('/hooks/life2', 1), 'delivered after DROP + CREATE EXTENSION');
 my $new2 = worker_pid($node);
 ok(defined $new2 && $new2 != $new, 'by a new worker');
-is($recv->requests(path => '/hooks/life2')->[0]{headers}{'webhook-id'}, "msg_$id2",
+is($recv->requests(path => '/hooks/life2')->[0]{headers}{'webhook-id'}, "$W2$id2",
 	'the recreated outbox message was delivered');
 ok(wait_until(sub { sql("SELECT status FROM outbox.message($id2)") eq 'sent' }),
 	'recreated outbox: message marked sent');

@@ -34,6 +34,7 @@ my $node = new_outbox_node(
 	'pg_outbox.backoff_max'       => '5s',      # above the Retry-After of 2 s below
 	'pg_outbox.breaker_threshold' => '1000');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $recv = start_receiver();
 
 # ---------------------------------------------------------------------------
@@ -83,7 +84,8 @@ is($r->{method}, 'POST', 'method is POST');
 my $h = $r->{headers};
 is($h->{'content-type'},      'application/json', 'Content-Type');
 is($h->{'user-agent'},        'pg_outbox/0.3.0',  'User-Agent');
-is($h->{'webhook-id'},        "msg_$id1",         'webhook-id is msg_<id>');
+is($h->{'webhook-id'},        "$W$id1",         'webhook-id is msg_<instance>_<id>');
+like($h->{'webhook-id'}, qr/^msg_[0-9a-f]{16}_\d+$/, '... the instance is 16 hex digits');
 is($h->{'outbox-event-type'}, 'order.created',    'outbox-event-type');
 is($h->{'outbox-attempt'},    '1',                'outbox-attempt 1');
 is($h->{'x-tenant'},          'acme',             'endpoint header X-Tenant');
@@ -117,7 +119,7 @@ ok(wait_requests('/hooks/nosig', 1), 'unsigned endpoint: message received');
 ($r) = @{ reqs('/hooks/nosig') };
 ok(!exists $r->{headers}{'webhook-signature'},
 	'no webhook-signature without a secret');
-is($r->{headers}{'webhook-id'}, "msg_$id_nosig", 'unsigned endpoint: webhook-id');
+is($r->{headers}{'webhook-id'}, "$W$id_nosig", 'unsigned endpoint: webhook-id');
 
 # ---------------------------------------------------------------------------
 # 2. A rolled-back enqueue is never delivered.
@@ -135,7 +137,7 @@ ok(wait_requests('/hooks/rb', 1), 'committed marker after the rollback received'
 sleep(0.5);    # an observation window: a late second request would show here
 my @rb = @{ reqs('/hooks/rb') };
 is(scalar(@rb), 1, 'exactly one request on the rolled-back endpoint');
-is($rb[0]{headers}{'webhook-id'}, "msg_$rb_marker", '... and it is the committed marker');
+is($rb[0]{headers}{'webhook-id'}, "$W$rb_marker", '... and it is the committed marker');
 unlike(join("\n", map { $_->{body} } @rb), qr/rolled back/,
 	'the rolled-back payload never arrived');
 is(sql("SELECT count(*) FROM outbox.message($rb_id)"),
@@ -157,7 +159,7 @@ is(sql("SELECT attempts FROM outbox.message($retry_id)"),
 my @retry = @{ reqs('/hooks/retry') };
 is(scalar(@retry), 3, 'exactly three requests');
 is_deeply([ map { $_->{headers}{'webhook-id'} } @retry ],
-	[ ("msg_$retry_id") x 3 ], 'same webhook-id on every attempt');
+	[ ("$W$retry_id") x 3 ], 'same webhook-id on every attempt');
 is_deeply([ map { $_->{headers}{'outbox-attempt'} } @retry ],
 	[ 1, 2, 3 ], 'outbox-attempt 1, 2, 3');
 is_deeply([ map { $_->{response} } @retry ], [ 503, 503, 200 ],
@@ -242,7 +244,7 @@ is_deeply([ map { $_->{response} } @slow ], [ 'hang', 200 ],
 	'timeout: receiver hung once, then answered 200');
 is_deeply([ map { $_->{headers}{'outbox-attempt'} } @slow ], [ 1, 2 ],
 	'timeout: outbox-attempt 1, 2');
-is($slow[1]{headers}{'webhook-id'}, "msg_$slow_id", 'timeout: same webhook-id');
+is($slow[1]{headers}{'webhook-id'}, "$W$slow_id", 'timeout: same webhook-id');
 my $slow_gap = @slow == 2 ? $slow[1]{time} - $slow[0]{time} : -1;
 note(sprintf('timeout: second attempt %.3f s after the first', $slow_gap));
 ok($slow_gap >= 1.5, 'timeout: the first attempt was given its timeout (2 s)');
@@ -290,7 +292,7 @@ is(sql("SELECT attempts FROM outbox.message($close_id)"), '2',
 	'closed connection: attempts = 2');
 is_deeply([ map { $_->{headers}{'outbox-attempt'} } @close ], [ 1, 2 ],
 	'closed connection: outbox-attempt 1, 2');
-is_deeply([ map { $_->{headers}{'webhook-id'} } @close ], [ ("msg_$close_id") x 2 ],
+is_deeply([ map { $_->{headers}{'webhook-id'} } @close ], [ ("$W$close_id") x 2 ],
 	'closed connection: same webhook-id');
 $recv2->stop;
 
@@ -346,7 +348,7 @@ ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($idem_id)"),
 my $idem_marker = sql(q{SELECT outbox.enqueue('idem', '{"k": 3}')});
 ok(wait_requests('/hooks/idem', 2), 'idempotency key: marker received');
 is_deeply([ map { $_->{headers}{'webhook-id'} } @{ reqs('/hooks/idem') } ],
-	[ 'order-42-created', "msg_$idem_marker" ],
+	[ 'order-42-created', "$W$idem_marker" ],
 	'idempotency key: the repeated enqueue sent nothing');
 my $idem_again = sql(q{SELECT outbox.enqueue('idem', '{"k": 4}', idempotency_key => 'order-42-created')});
 isnt($idem_again, $idem_id, 'idempotency key: after delivery the key makes a new message');
@@ -369,9 +371,9 @@ isnt($rq_new, $rq_id, 'requeue: the new message has a new id');
 ok(wait_requests('/hooks/rq', 2), 'requeue: redelivered');
 my @rq = @{ reqs('/hooks/rq') };
 is(body_bytes($rq[1]), '{"amount": 10}', 'requeue: delivered with the corrected payload');
-is($rq[1]{headers}{'webhook-id'}, "msg_$rq_id",
+is($rq[1]{headers}{'webhook-id'}, "$W$rq_id",
 	'requeue: same webhook-id as the original message');
-is($rq[0]{headers}{'webhook-id'}, "msg_$rq_id", 'requeue: (the original had it too)');
+is($rq[0]{headers}{'webhook-id'}, "$W$rq_id", 'requeue: (the original had it too)');
 is($rq[1]{headers}{'outbox-attempt'}, '1', 'requeue: fresh attempts');
 is($rq[1]{headers}{'outbox-event-type'}, 'pay', 'requeue: event type kept');
 ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 1 FROM outbox.message($rq_new)"),
@@ -405,7 +407,7 @@ my @plain = @{ reqs('/hooks/plain') };
 is(scalar(@plain), 1, 'only the valid row reached the receiver');
 is(body_bytes($plain[0]), '{"n": "good"}', 'plain INSERT: body');
 is($plain[0]{headers}{'x-str'}, 'five', 'plain INSERT: message header');
-is($plain[0]{headers}{'webhook-id'}, "msg_$good_id", 'plain INSERT: webhook-id');
+is($plain[0]{headers}{'webhook-id'}, "$W$good_id", 'plain INSERT: webhook-id');
 # The worker still delivers afterwards.
 my $after_id = sql(q{SELECT outbox.enqueue('plain', '{"n": "after"}')});
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($after_id)"),

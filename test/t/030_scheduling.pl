@@ -29,6 +29,7 @@ my $node = new_outbox_node(
 	'pg_outbox.backoff_max'       => '1s',
 	'pg_outbox.breaker_threshold' => '1000');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $recv = start_receiver();
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
@@ -87,7 +88,7 @@ ok(wait_until(sub { states_of(@paused_ids) eq '5:sent/1' }, undef, 'the paused m
 	'all five sent after one attempt');
 is(sql(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'paused'}), '0', '... and the queue holds none of them');
 is_deeply([ sort map { $_->{headers}{'webhook-id'} } @{ reqs('/hooks/paused') } ],
-	[ sort map { "msg_$_" } @paused_ids ], 'each paused message exactly once');
+	[ sort map { "$W$_" } @paused_ids ], 'each paused message exactly once');
 
 # ---------------------------------------------------------------------------
 # 2. deliver_at: not before that time.
@@ -98,7 +99,7 @@ my $later_id = sql(q{SELECT outbox.enqueue('later', '{"later": true}',
 my $deliver_at = sql("SELECT extract(epoch FROM next_attempt_at) FROM outbox.messages WHERE id = $later_id");
 my $now_id = sql(q{SELECT outbox.enqueue('later', '{"later": false}')});
 ok(wait_requests('/hooks/later', 1), 'a message without deliver_at goes at once');
-is(reqs('/hooks/later')->[0]{headers}{'webhook-id'}, "msg_$now_id", '... and it is that one');
+is(reqs('/hooks/later')->[0]{headers}{'webhook-id'}, "$W$now_id", '... and it is that one');
 # Before deliver_at, judged in one statement on the server's clock: whatever the
 # test's own delays, a row seen before its time must still be pending, untouched.
 my ($early, $state) = split /\|/, sql("SELECT clock_timestamp() < m.next_attempt_at, s.status || '/' || s.attempts
@@ -107,7 +108,7 @@ is($early, 't', 'checked before deliver_at');
 is($state, 'pending/0', 'before deliver_at it is still pending with no attempt');
 ok(wait_requests('/hooks/later', 2), 'the deferred message arrives');
 my $got = reqs('/hooks/later')->[1];
-is($got->{headers}{'webhook-id'}, "msg_$later_id", '... the deferred one');
+is($got->{headers}{'webhook-id'}, "$W$later_id", '... the deferred one');
 note(sprintf('deliver_at message received %.3f s after deliver_at', $got->{time} - $deliver_at));
 ok($got->{time} >= $deliver_at, 'received no earlier than deliver_at');
 ok($got->{time} < $deliver_at + 10, 'received soon after deliver_at (the worker wakes for it; its poll would do too)');

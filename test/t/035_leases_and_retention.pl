@@ -33,6 +33,7 @@ my $node = new_outbox_node(
 	'pg_outbox.lease'          => "${LEASE}s",
 	'pg_outbox.sent_retention' => '3d');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $recv = start_receiver();
 
 # ---------------------------------------------------------------------------
@@ -125,7 +126,7 @@ is("$claim_status/$claim_attempts/$claim_attempt", 'in_flight/0/1',
 
 ok(wait_requests('/hooks/lease', 1), 'the first request arrives (and hangs)');
 my $first = reqs('/hooks/lease')->[0];
-is($first->{headers}{'webhook-id'}, "msg_$lease_id", '... it is the lease message');
+is($first->{headers}{'webhook-id'}, "$W$lease_id", '... it is the lease message');
 is($first->{headers}{'outbox-attempt'}, '1', '... as attempt 1');
 is($first->{response}, 'hang', '... and the receiver holds it without answering');
 
@@ -295,21 +296,21 @@ $locker->query_safe('BEGIN');
 is($locker->query_safe("SELECT id FROM outbox.messages WHERE id = $x FOR UPDATE"), $x,
 	'another transaction locks X');
 sql(q{SELECT outbox.resume_endpoint('locked')});
-ok(wait_until(sub { exists $recv->answered_2xx('/hooks/locked')->{"msg_$y"} }, 30, 'Y answered'),
+ok(wait_until(sub { exists $recv->answered_2xx('/hooks/locked')->{"$W$y"} }, 30, 'Y answered'),
 	'Y is delivered (answered 2xx) while X is locked');
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($y)", 30),
 	'... and Y is sent')
   or diag('the worker meanwhile: '
 	  . sql(q{SELECT concat_ws(' ', state, wait_event_type, wait_event, query) FROM pg_stat_activity
 	           WHERE backend_type = 'pg_outbox worker'}));
-is_deeply([ grep { $_->{headers}{'webhook-id'} eq "msg_$x" } @{ reqs('/hooks/locked') } ], [],
+is_deeply([ grep { $_->{headers}{'webhook-id'} eq "$W$x" } @{ reqs('/hooks/locked') } ], [],
 	'X was never sent while locked');
 is(sql("SELECT status || '/' || attempts FROM outbox.message($x)"), 'pending/0',
 	'X stays pending with no attempt while locked');
 
 $locker->query_safe('ROLLBACK');
 $locker->quit;
-ok(wait_until(sub { exists $recv->answered_2xx('/hooks/locked')->{"msg_$x"} }, 30, 'X answered'),
+ok(wait_until(sub { exists $recv->answered_2xx('/hooks/locked')->{"$W$x"} }, 30, 'X answered'),
 	'once the lock is released, X is delivered');
 ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 1 FROM outbox.message($x)", 30),
 	'... sent after one attempt');
@@ -329,12 +330,12 @@ my @lease_reqs = @{ reqs('/hooks/lease') };
 is(scalar(grep { $_->{time} < $first_end } @lease_reqs), 1,
 	'exactly one request was sent while the first one hung (one copy in flight)');
 my $second = $lease_reqs[1];
-is($second->{headers}{'webhook-id'}, "msg_$lease_id", '... the second has the same webhook-id');
+is($second->{headers}{'webhook-id'}, "$W$lease_id", '... the second has the same webhook-id');
 is($second->{headers}{'outbox-attempt'}, '2', '... as attempt 2');
 cmp_ok($second->{time}, '>=', $first_end, '... and arrived after the first request had ended');
 ok( wait_sql($node, "SELECT status = 'sent' AND attempts = 2 FROM outbox.message($lease_id)", 30),
 	'the second request is answered 200: the message is sent after 2 attempts');
-ok(exists $recv->answered_2xx('/hooks/lease')->{"msg_$lease_id"},
+ok(exists $recv->answered_2xx('/hooks/lease')->{"$W$lease_id"},
 	'... the receiver answered it 2xx');
 ok(housekeeping_round(), 'a housekeeping round ran after it');
 is(sql("SELECT status || '/' || attempts FROM outbox.message($lease_id)"), 'sent/2',

@@ -44,6 +44,7 @@ my $node = new_outbox_node(
 my $recv = start_receiver();
 
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 for my $s (qw(a b c))
 {
 	my $url = $recv->url("/hooks/$s");
@@ -146,7 +147,7 @@ sub check_delivery
 
 	# The receiver logs an answer just after writing it, so its record of the last
 	# answers can trail the rows marked sent: wait for it (bounded) before judging.
-	wait_until(sub { my $ok = $recv->answered_2xx("/hooks/$s"); !grep { !$ok->{"msg_$_"} } keys %$committed },
+	wait_until(sub { my $ok = $recv->answered_2xx("/hooks/$s"); !grep { !$ok->{"$W$_"} } keys %$committed },
 		undef, "$label: the receiver's record of every answer");
 	my $reqs = $recv->requests(path => "/hooks/$s");
 	my (%seen, %requested, @foreign, $rolled_arrived, $rolled_bodies);
@@ -156,10 +157,10 @@ sub check_delivery
 		my $wid = $r->{headers}{'webhook-id'} // '';
 		$requested{$wid} = 1;
 		$seen{$wid}++ if ($r->{answered} // '') =~ /^2\d\d$/;
-		if ($wid =~ /^msg_(\d+)$/ && $rolled->{$1}) { $rolled_arrived++ }
+		if ($wid =~ /^\Q$W\E(\d+)$/ && $rolled->{$1}) { $rolled_arrived++ }
 		$rolled_bodies++ if ($r->{body} // '') =~ /rolled_back/;
 	}
-	my %expected = map { ("msg_$_" => 1) } keys %$committed;
+	my %expected = map { ("$W$_" => 1) } keys %$committed;
 	my @lost  = sort grep { !$seen{$_} } keys %expected;
 	my @extra = sort grep { !$expected{$_} } keys %requested;
 	my $distinct = scalar keys %seen;
@@ -177,7 +178,7 @@ sub check_delivery
 		 WHERE endpoint = 'crash_$s'}))
 	{
 		my ($id, $sent_at) = split /\|/;
-		my $ok_at = $first_ok->{"msg_$id"};
+		my $ok_at = $first_ok->{"$W$id"};
 		push @early, $id if !defined $ok_at || $sent_at + 0.001 < $ok_at;
 	}
 	is(scalar @early, 0, "$label: no row was marked sent before the worker had its 2xx")
@@ -296,14 +297,14 @@ sub drain_with_crash
 	ok(wait_until(sub { all_sent('c', 1) }, undef, "$label: message sent"),
 		"$label: the message is delivered after the restart");
 
-	wait_until(sub { $recv->answered_2xx('/hooks/c')->{"msg_$id"} }, undef, "$label: the receiver's record");
+	wait_until(sub { $recv->answered_2xx('/hooks/c')->{"$W$id"} }, undef, "$label: the receiver's record");
 	my $reqs = $recv->requests(path => '/hooks/c');
 	my @ok = grep { ($_->{answered} // '') eq '200' } @$reqs;
 	is(scalar @ok, 1, "$label: delivered with a 200 exactly once");
 	is($reqs->[0]{response}, 'hang', "$label: the first request was the hung one");
 	ok(!defined $reqs->[0]{answered}, "$label: ... and never answered");
 	my %ids = map { ($_->{headers}{'webhook-id'} // '') => 1 } @$reqs;
-	is_deeply([ keys %ids ], ["msg_$id"], "$label: every attempt carried webhook-id msg_$id");
+	is_deeply([ keys %ids ], ["$W$id"], "$label: every attempt carried webhook-id $W$id");
 	my ($recovered) = slurp_file($node->logfile, $log_offset)
 	  =~ /(\d+) claimed messages of a previous worker are pending again/;
 	note("$label: claims put back at worker start: " . ($recovered // 0));

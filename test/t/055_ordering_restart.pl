@@ -31,6 +31,7 @@ my $node = new_outbox_node(
 	'pg_outbox.backoff_max'       => '300ms',
 	'pg_outbox.breaker_threshold' => '1000');    # keep the breaker out of the way
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $recv = start_receiver();
 my $json = JSON::PP->new->utf8;
 
@@ -121,7 +122,7 @@ my ($head_ok) = grep { $_->{seq} == 0 && ($_->{answered} // '') =~ /^2\d\d$/ } @
 my @early = grep { $_->{seq} >= 1 && $head_ok && $_->{time} < $head_ok->{answered_at} } @$k;
 ok($head_ok && !@early, "no request for seq >= 1 arrived before seq 0's first 2xx")
   or diag explain \@early;
-is(join(' ', map { $_->{wid} } @$k), join(' ', map { "msg_$_" } $ids[0], @ids),
+is(join(' ', map { $_->{wid} } @$k), join(' ', map { "$W$_" } $ids[0], @ids),
 	'the same five messages (webhook-ids), the head twice');
 
 my $log = slurp_file($node->logfile);
@@ -167,7 +168,7 @@ my $e_id = sql("SELECT dlq.requeue($dl)");
 cmp_ok($e_id, '>', $c_id, "the requeued dead letter is a new message with a larger id ($e_id > $c_id)");
 is(sql("SELECT s.status, m.ordering_key, m.idempotency_key FROM outbox.messages m, outbox.message(m.id) s"
 		  . " WHERE m.id = $e_id"),
-	"pending|r|msg_$a_id", '... pending, key r, carrying the original webhook-id');
+	"pending|r|$W$a_id", '... pending, key r, carrying the original webhook-id');
 is(sql("SELECT requeued_as FROM dlq.dead_letters WHERE id = $dl"), $e_id,
 	'the dead letter records the new id');
 is(scalar @{ $recv->requests(path => '/hooks/r') }, 2,
@@ -184,7 +185,7 @@ ok(wait_until(sub { !grep { !$_->{settled} } @{ receipts('/hooks/r') } }, 30, 'r
 
 my $r = receipts('/hooks/r');
 is( join(' ', map { "$_->{wid}:$_->{n}:" . ($_->{answered} // 'none') } @$r),
-	"msg_$a_id:head:400 msg_$b_id:after-dead:200 msg_$c_id:before-requeue:200 msg_$a_id:head:200",
+	"$W$a_id:head:400 $W$b_id:after-dead:200 $W$c_id:before-requeue:200 $W$a_id:head:200",
 	'arrival order: the dead head, the next, the message enqueued before the requeue, '
 	  . 'then the requeued one with the original webhook-id');
 ok($r->[3]{time} >= ($r->[2]{answered_at} // 9e9),

@@ -441,7 +441,7 @@ sub wait_drained
 }
 
 # The invariant, asserted; returns the summary row.  Messages are identified by id
-# (webhook-id msg_<id>) AND, with payload_check, by their payload "producer/txn/i":
+# (webhook-id msg_<instance>_<id>) AND, with payload_check, by their payload "producer/txn/i":
 # an id may be handed out again after crash recovery, so a rolled-back message is
 # recognised by its payload, wherever it appears.
 sub check_invariant
@@ -1020,7 +1020,7 @@ sub poll
 			next;
 		}
 		my $wid = $r->{headers}{'webhook-id'} // '';
-		$wid = $1 if $wid =~ /^msg_(\d+)$/;
+		$wid = $1 if $wid =~ /^msg_(?:[0-9a-f]{16}_)?(\d+)$/;
 		my $path = $r->{path} // '';
 		$self->{seq}{ $r->{seq} } = [ $path, $wid, $r->{time}, undef ];
 		my $s = $self->{by}{$path}{$wid} //= { n => 0, ok => 0 };

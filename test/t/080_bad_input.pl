@@ -47,6 +47,7 @@ my $node = new_outbox_node(
 	'log_min_messages'            => 'warning',    # ERROR lines in the log too
 	'restart_after_crash'         => 'on');        # a crash is a failed check, not the end
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $recv = start_receiver();
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
@@ -341,7 +342,7 @@ enqueue_case('header value UTF-8', q{SELECT outbox.enqueue('hdr', '{}', headers 
 	'ok', 'sent',
 	sub { Encode::decode('UTF-8', Encode::encode('latin-1', $_[0]{headers}{'x-utf8'} // '')) eq "caf\x{e9} \x{1F600} \x{5e9}\x{5dc}\x{5d5}\x{5dd}" });
 enqueue_case('header overriding a reserved name', q{SELECT outbox.enqueue('hdr', '{}', headers => '{"Content-Length": "0", "webhook-id": "x", "Transfer-Encoding": "chunked"}')},
-	'ok', 'sent', sub { ($_[0]{headers}{'webhook-id'} // '') =~ /^msg_\d+$/ && !defined $_[0]{headers}{'transfer-encoding'} });
+	'ok', 'sent', sub { ($_[0]{headers}{'webhook-id'} // '') =~ /^\Q$W\E\d+$/ && !defined $_[0]{headers}{'transfer-encoding'} });
 enqueue_case('300 headers', q{SELECT outbox.enqueue('hdr', '{}', headers => (SELECT jsonb_object_agg('X-H' || i, repeat('v', 100)) FROM generate_series(1, 300) i))},
 	'ok|22023', 'settled');
 enqueue_case('headers not an object', q{SELECT outbox.enqueue('hdr', '{}', headers => '["a"]')}, '22023');
@@ -395,7 +396,7 @@ my %request_of;
 for my $r (@{ $recv->requests(path => '/hooks/plain') }, @hdr_requests,
 	@{ $recv->requests(path => '/hooks/big') })
 {
-	$request_of{$1} = $r if ($r->{headers}{'webhook-id'} // '') =~ /^msg_(\d+)$/;
+	$request_of{$1} = $r if ($r->{headers}{'webhook-id'} // '') =~ /^\Q$W\E(\d+)$/;
 }
 # Keyed messages: find them by webhook-id too.
 for my $id (keys %track)
@@ -473,7 +474,7 @@ sub probe_delivered
 {
 	my ($what) = @_;
 	my $id = sql(q{SELECT outbox.enqueue('probe', '{"probe": true}')});
-	ok(wait_until(sub { grep { ($_->{headers}{'webhook-id'} // '') eq "msg_$id" } @{ $recv->requests(path => '/hooks/plain') } }),
+	ok(wait_until(sub { grep { ($_->{headers}{'webhook-id'} // '') eq "$W$id" } @{ $recv->requests(path => '/hooks/plain') } }),
 		"the worker delivers after $what");
 }
 
@@ -564,7 +565,7 @@ my $next = sql(q{SELECT outbox.enqueue('plain', '{"next to": "infinity"}')});
 		  || wait_sql($node, "SELECT status = 'sent' FROM outbox.message($next)"),
 		"deliver_at infinity: refused at enqueue, or another endpoint's message is marked sent");
 	ok($inf_state ne '00000'
-		  || scalar(grep { ($_->{headers}{'webhook-id'} // '') eq "msg_$next" } @{ $recv->requests(path => '/hooks/plain') }) == 1,
+		  || scalar(grep { ($_->{headers}{'webhook-id'} // '') eq "$W$next" } @{ $recv->requests(path => '/hooks/plain') }) == 1,
 		'... and delivered once');
 }
 sql(q{SELECT outbox.drop_endpoint('never', force => true)});
@@ -642,9 +643,9 @@ ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($after_big)"),
 	'the next message is delivered');
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message(" . ($at_id // 0) . ")"),
 	'the message of exactly max_payload_size is delivered');
-ok(!grep({ ($_->{headers}{'webhook-id'} // '') eq "msg_$big_http" } @{ $recv->requests(path => '/hooks/plain') }),
+ok(!grep({ ($_->{headers}{'webhook-id'} // '') eq "$W$big_http" } @{ $recv->requests(path => '/hooks/plain') }),
 	'the row over max_payload_size was never sent');
-ok(scalar(grep { ($_->{headers}{'webhook-id'} // '') eq "msg_$after_big" } @{ $recv->requests(path => '/hooks/plain') }) == 1,
+ok(scalar(grep { ($_->{headers}{'webhook-id'} // '') eq "$W$after_big" } @{ $recv->requests(path => '/hooks/plain') }) == 1,
 	'... and the next one was, once');
 ok(reload_conf($node, 'pg_outbox.max_payload_size' => undef), 'max_payload_size reset: the worker reloaded');
 is(worker_pid($node), $before_size, 'the worker did not crash on them');

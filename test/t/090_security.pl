@@ -109,6 +109,7 @@ my $node;
 		'log_min_error_statement'     => 'error');
 }
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $json = JSON::PP->new->utf8->canonical;
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
@@ -408,7 +409,7 @@ $recv->clear_rules;
 my $after_alter = sql(q{SELECT outbox.enqueue('signed', '{"after": "alter"}')});
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($after_alter)"),
 	'delivered after the secret changed');
-my ($last) = grep { $_->{headers}{'webhook-id'} eq "msg_$after_alter" }
+my ($last) = grep { $_->{headers}{'webhook-id'} eq "$W$after_alter" }
   @{ $recv->requests(path => '/hooks/signed') };
 ok($last && verify_webhook_signature($SECRET2, $last->{headers}, $last->{body}),
 	'it verifies with the new secret');

@@ -133,7 +133,13 @@ is(sql('SELECT string_agg(s.status || s.attempts, \',\' ORDER BY h.id) FROM outb
          WHERE h.id IN (' . join(',', @sent) . ')'),
 	join(',', ('sent1') x 4), 'the sent ones are in the history, and outbox.message() finds them');
 sql(q{SELECT outbox.resume_endpoint('up')});
-ok(wait_until(sub { my $ok = $recv->answered_2xx('/hooks/up'); !grep { !$ok->{"msg_$_"} } @pending, @in_flight }, 60),
+# The webhook-ids: msg_<id> for the messages of 0.1.0 (as they were first sent), the
+# instance's for the one enqueued after the update.
+my %wid = map { $_ => sql("SELECT outbox._webhook_id($_, NULL)") } @pending, @in_flight;
+is(scalar(grep { $wid{$_} eq "msg_$_" } @pending, @in_flight), scalar(@pending) + scalar(@in_flight) - 1,
+	'messages of 0.1.0 keep the webhook-id msg_<id> they were first sent with');
+like($wid{ $pending[-1] }, qr/^msg_[0-9a-f]{16}_$pending[-1]$/, '... one enqueued after the update carries the instance id');
+ok(wait_until(sub { my $ok = $recv->answered_2xx('/hooks/up'); !grep { !$ok->{ $wid{$_} } } @pending, @in_flight }, 60),
 	'every message pending or in flight across the update is delivered (a 2xx reached the worker)');
 my %sent_ids = map { $_->{headers}{'webhook-id'} => 1 } @{ $recv->requests(path => '/hooks/up') };
 is(scalar(grep { $sent_ids{"msg_$_"} } @sent), 0, '... and none that 0.1.0 had sent already');

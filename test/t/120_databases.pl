@@ -84,6 +84,10 @@ for my $db (@dbs)
 	is($recv->requests(path => "/hooks/$db")->[-1]{body}, '{"tag": "first"}', "$db: ... to its own endpoint");
 }
 
+my %first_wid = map { $_ => $recv->requests(path => "/hooks/$_")->[0]{headers}{'webhook-id'} } @dbs;
+is(scalar(keys %{ { reverse %first_wid } }), 3,
+	'the first message of each database has its own webhook-id (' . join(', ', map { $first_wid{$_} } @dbs) . ')');
+
 # ---------------------------------------------------------------------------
 # 2. Isolation: alpha's worker stuck behind a lock; beta and gamma unaffected.
 

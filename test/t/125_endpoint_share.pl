@@ -31,6 +31,7 @@ use Time::HiRes qw(time sleep);
 
 my $node = new_outbox_node('endpoint_share', 'pg_outbox.backoff_base' => '1s');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $small = start_receiver(backlog => 5);
 my $recv  = start_receiver();
 
@@ -63,7 +64,7 @@ for my $burst (100, 1000)
 	ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'small'", 120),
 		"$burst at once: the queue drains");
 	my $by_id = requests_by_id($small, '/hooks/small');
-	my @mine  = map { $by_id->{"msg_$_"} // 0 } @ids;
+	my @mine  = map { $by_id->{"$W$_"} // 0 } @ids;
 	is(scalar(grep { $_ == 1 } @mine), $burst, "$burst at once: every message arrived exactly once");
 	is(scalar @{ $small->requests(path => '/hooks/small') } - $before, $burst, "... $burst requests in all");
 	is(sql(q{SELECT breaker_state || '/' || breaker_failures FROM outbox.endpoints WHERE name = 'small'}), 'closed/0',
@@ -89,7 +90,7 @@ ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'o
 	'after the outage every message is delivered');
 is(sql(q{SELECT count(*) FROM dlq.dead_letters WHERE endpoint = 'outage'}), '0', '... none dead-lettered');
 my $answered = $recv->answered_2xx('/hooks/outage');
-is(scalar(grep { $answered->{"msg_$_"} } @outage_ids), 300, '... each with a 2xx');
+is(scalar(grep { $answered->{"$W$_"} } @outage_ids), 300, '... each with a 2xx');
 
 # ---------------------------------------------------------------------------
 # 3. A slow endpoint beside a healthy one.
@@ -108,7 +109,7 @@ sub fast_median_ms
 		my ($id, $at) = split /\|/, sql(qq{SELECT outbox.enqueue('fast', '{"probe": "$label $i"}'),
 			extract(epoch FROM clock_timestamp())});
 		my $got;
-		wait_until(sub { ($got) = grep { $_->{headers}{'webhook-id'} eq "msg_$id" } @{ $recv->requests(path => '/hooks/fast') }; $got }, 10);
+		wait_until(sub { ($got) = grep { $_->{headers}{'webhook-id'} eq "$W$id" } @{ $recv->requests(path => '/hooks/fast') }; $got }, 10);
 		push @ms, 1000 * ($got->{time} - $at) if $got;
 	}
 	my @sorted = sort { $a <=> $b } @ms;

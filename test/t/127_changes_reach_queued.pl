@@ -26,6 +26,7 @@ use Time::HiRes qw(time sleep);
 
 my $node = new_outbox_node('changes');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $recv = start_receiver();
 
 sub sql { return $node->safe_psql('postgres', $_[0]) }
@@ -55,7 +56,7 @@ my @late_old = grep { $_->{time} > $t_alter + 0.5 } reqs('/hooks/old');
 is(scalar @late_old, 0, 'nothing went to the old URL after the change (requests already queued included)');
 my %seen;
 $seen{ $_->{headers}{'webhook-id'} }++ for reqs('/hooks/old'), reqs('/hooks/new');
-is(scalar(grep { ($seen{"msg_$_"} // 0) == 1 } @moved), 10, 'each message arrived exactly once, old URL or new');
+is(scalar(grep { ($seen{"$W$_"} // 0) == 1 } @moved), 10, 'each message arrived exactly once, old URL or new');
 cmp_ok(scalar(reqs('/hooks/new')), '>=', 6, '... most at the new URL');
 
 # ---------------------------------------------------------------------------
@@ -76,7 +77,7 @@ ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'p
 	'after resume_endpoint the rest arrive');
 my %p;
 $p{ $_->{headers}{'webhook-id'} }++ for reqs('/hooks/pausing');
-is(scalar(grep { ($p{"msg_$_"} // 0) == 1 } @paused), 10, '... each exactly once');
+is(scalar(grep { ($p{"$W$_"} // 0) == 1 } @paused), 10, '... each exactly once');
 
 # ---------------------------------------------------------------------------
 # 3. A new secret reaches the queued requests.
@@ -130,7 +131,7 @@ ok(wait_sql($node, q{SELECT breaker_state = 'closed' FROM outbox.endpoints WHERE
 	'the breaker does not stay half-open: the next probe goes, and closes it');
 ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'flaky'", 60),
 	'every valid message is delivered');
-is(scalar(grep { $recv->answered_2xx('/hooks/flaky')->{"msg_$_"} } @flaky), 12, '... each with a 2xx');
+is(scalar(grep { $recv->answered_2xx('/hooks/flaky')->{"$W$_"} } @flaky), 12, '... each with a 2xx');
 
 $node->stop;
 $recv->stop;

@@ -27,10 +27,16 @@ const char* kSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 }  // namespace
 
-TEST(WebhookIdFor, KeyOrMessageId) {
-  EXPECT_EQ(webhook_id_for("order-42", 7), "order-42");
-  EXPECT_EQ(webhook_id_for("", 7), "msg_7");
-  EXPECT_EQ(webhook_id_for("", 9223372036854775807LL), "msg_9223372036854775807");
+TEST(WebhookIdFor, KeyOrInstanceAndMessageId) {
+  const WebhookIdSource source{"0123456789abcdef", 100};
+  EXPECT_EQ(webhook_id_for("order-42", 7, source), "order-42");
+  EXPECT_EQ(webhook_id_for("", 100, source), "msg_0123456789abcdef_100");
+  EXPECT_EQ(webhook_id_for("", 9223372036854775807LL, source), "msg_0123456789abcdef_9223372036854775807");
+  // Enqueued before 0.3.0: the webhook-id it was first sent with.
+  EXPECT_EQ(webhook_id_for("", 99, source), "msg_99");
+  // Another instance (database, cluster, re-created extension): another webhook-id.
+  EXPECT_NE(webhook_id_for("", 100, source), webhook_id_for("", 100, {"fedcba9876543210", 0}));
+  EXPECT_EQ(webhook_id_for("", 7, {}), "msg_7");
 }
 
 TEST(RequestHeaders, OwnHeadersInOrderWithoutSecret) {

@@ -171,7 +171,7 @@ TEST(Secret, RejectsWithoutLeakingTheValue) {
 }
 
 TEST(IdempotencyKey, Accepts) {
-  for (const char* ok : {"a", "order-42", "msg_p5jXN8AQM9LWM0D4loKWxJek", "caf\xc3\xa9", "\xe6\x97\xa5\xe6\x9c\xac",
+  for (const char* ok : {"a", "order-42", "MSG_1", "msg", "my_msg_1", "caf\xc3\xa9", "\xe6\x97\xa5\xe6\x9c\xac",
                          "\xf0\x9f\x98\x80", "a:b/c@d"})
     EXPECT_EQ(check_idempotency_key(ok), std::nullopt) << ok;
   EXPECT_EQ(check_idempotency_key(std::string(200, 'k')), std::nullopt);
@@ -192,6 +192,9 @@ TEST(IdempotencyKey, Rejects) {
                           "\xf4\x90\x80\x80", /* > U+10FFFF */ "\xe0\x80\xae" /* overlong */})
     expect_pg_style(check_idempotency_key(bad));
   expect_pg_style(check_idempotency_key(std::string(201, 'k')));
+  // pg_outbox's own webhook-ids: a key must never be taken for another message's.
+  expect_pg_style(check_idempotency_key("msg_1"));
+  expect_pg_style(check_idempotency_key("msg_p5jXN8AQM9LWM0D4loKWxJek"));
   expect_pg_style(check_idempotency_key(std::string("a\0b", 3)));
 }
 
