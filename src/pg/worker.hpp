@@ -69,6 +69,7 @@ class Worker {
   void prepare_history_if_due();
   void give_back(const std::vector<uint64_t>& tags);
   void give_back_stale_requests();
+  void give_back_unstarted(const std::function<bool(const Delivery&)>& select);
   void probe_lost(const std::string& endpoint);
   static bool changes_requests(const EndpointRow& before, const EndpointRow& after);
   void give_back_requests_of_changed_endpoints();
@@ -110,13 +111,13 @@ class Worker {
   std::vector<std::string> breakers_written_;            // by the transaction not yet committed
   std::unordered_map<std::string, std::array<uint64_t, 3>> counted_;  // to publish: sent, retried, dead
 
-  bool ready_ = false;               // the extension exists at our version and claims were recovered
-  bool announced_ = false;           // "worker started" is logged once, when first ready
+  bool ready_ = false;                 // the extension exists at our version and claims were recovered
+  bool announced_ = false;             // "worker started" is logged once, when first ready
   core::WebhookIdSource webhook_ids_;  // this database's instance id (read when ready)
-  std::string waiting_for_version_;  // the version we last logged waiting on
-  uint32_t extension_oid_ = 0;       // of the extension whose tables the deliveries belong to
-  bool more_due_ = true;             // the last claim was full: claim again as soon as there is room
-  int64_t next_claim_ms_ = 0;        // otherwise: when something becomes due (or the poll interval)
+  std::string waiting_for_version_;    // the version we last logged waiting on
+  uint32_t extension_oid_ = 0;         // of the extension whose tables the deliveries belong to
+  bool more_due_ = true;               // the last claim was full: claim again as soon as there is room
+  int64_t next_claim_ms_ = 0;          // otherwise: when something becomes due (or the poll interval)
   int64_t last_claim_ms_ = 0;
   int wake_gap_ms_ = 2;  // see kWakeCoalesceMinMs
   int64_t next_housekeeping_ms_ = 0;

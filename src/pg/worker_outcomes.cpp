@@ -143,17 +143,19 @@ void Worker::give_back_requests_of_changed_endpoints() {
   if (endpoints_changed_.empty()) return;
   std::unordered_set<std::string> changed(endpoints_changed_.begin(), endpoints_changed_.end());
   endpoints_changed_.clear();
-  give_back(delivery_.cancel_queued([&](uint64_t tag) {
-    auto d = deliveries_.find(tag);
-    return d != deliveries_.end() && changed.count(d->second.endpoint) != 0;
-  }));
+  give_back_unstarted([&](const Delivery& d) { return changed.count(d.endpoint) != 0; });
 }
 
 void Worker::give_back_stale_requests() {
   int64_t oldest_allowed = now_ms() - 1000LL * settings.lease_s;
+  give_back_unstarted([&](const Delivery& d) { return d.claimed_ms < oldest_allowed; });
+}
+
+// Takes back the requests not yet started whose delivery the predicate selects.
+void Worker::give_back_unstarted(const std::function<bool(const Delivery&)>& select) {
   give_back(delivery_.cancel_queued([&](uint64_t tag) {
     auto d = deliveries_.find(tag);
-    return d != deliveries_.end() && d->second.claimed_ms < oldest_allowed;
+    return d != deliveries_.end() && select(d->second);
   }));
 }
 

@@ -18,6 +18,12 @@ Request request(uint64_t tag, const std::string& group, int concurrency = 0) {
   return r;
 }
 
+Request limited_request(uint64_t tag, const std::string& group, int rate_limit) {
+  Request r = request(tag, group, 32);
+  r.rate_limit = rate_limit;
+  return r;
+}
+
 Response answer(const Request& r, long status, double ms = 10, bool transport_error = false) {
   Response response;
   response.tag = r.tag;
@@ -124,11 +130,7 @@ TEST(GroupQueue, ATrickleDoesNotGrowTheWindow) {
 
 TEST(GroupQueue, ARateLimitSpacesStartsEvenly) {
   GroupQueue queue;
-  for (uint64_t tag = 1; tag <= 300; ++tag) {
-    Request each = request(tag, "limited", 32);
-    each.rate_limit = 100;
-    queue.push(each);
-  }
+  for (uint64_t tag = 1; tag <= 300; ++tag) queue.push(limited_request(tag, "limited", 100));
   // Every 1 ms over 3 s, start what may start and answer it at once: 100 per second
   // (2% under), never more than 100 in any second, though the ticks are late.
   std::vector<int64_t> starts;
@@ -149,11 +151,7 @@ TEST(GroupQueue, ARateLimitSpacesStartsEvenly) {
 
 TEST(GroupQueue, ARateLimitedGroupDoesNotHoldBackOthers) {
   GroupQueue queue;
-  for (uint64_t tag = 1; tag <= 10; ++tag) {
-    Request limited = request(tag, "limited", 32);
-    limited.rate_limit = 1;
-    queue.push(limited);
-  }
+  for (uint64_t tag = 1; tag <= 10; ++tag) queue.push(limited_request(tag, "limited", 1));
   for (uint64_t tag = 100; tag <= 103; ++tag) queue.push(request(tag, "free", 32));
   std::map<std::string, int> by_group;
   while (auto r = queue.next(5)) by_group[r->group]++;
