@@ -54,6 +54,20 @@ CREATE OR REPLACE FUNCTION outbox._wake_at_commit() RETURNS trigger
     AS 'MODULE_PATHNAME', 'pg_outbox_wake_at_commit'
     LANGUAGE C;
 
+-- Per-key commit order on ordered endpoints (src/pg/ordering.cpp).  The triggers of
+-- outbox.messages that call them run as the extension's owner: a producer has no right
+-- on the table or the sequence.
+CREATE OR REPLACE FUNCTION outbox._order_at_commit() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'pg_outbox_order_at_commit'
+    LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+CREATE OR REPLACE FUNCTION outbox._next_in_order() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'pg_outbox_next_in_order'
+    LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+-- The advisory lock (second key) that orders the commits of one key.
+CREATE OR REPLACE FUNCTION outbox._ordering_lock(endpoint text, ordering_key text) RETURNS int
+    AS 'MODULE_PATHNAME', 'pg_outbox_ordering_lock'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
 -- Asks the worker, at commit, to wake up and re-read the endpoints.
 CREATE OR REPLACE FUNCTION outbox._request_wake() RETURNS void
     AS 'MODULE_PATHNAME', 'pg_outbox_request_wake'

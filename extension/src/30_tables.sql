@@ -84,7 +84,11 @@ CREATE TABLE outbox.messages (
     last_error       text,
     last_http_status int,
     first_failed_at  timestamptz,
-    created_at       timestamptz NOT NULL DEFAULT now()
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    -- Ordered endpoints: NULL for the head of its ordering key (and for every message
+    -- that has no key or whose endpoint is not ordered); for a message waiting behind
+    -- the head, its place in the key's commit order (src/pg/ordering.cpp).
+    ordering_seq     bigint CHECK (ordering_seq IS NULL OR ordering_key IS NOT NULL)
 ) WITH (autovacuum_vacuum_scale_factor = 0.02,
         autovacuum_vacuum_insert_scale_factor = 0.05,
         autovacuum_analyze_scale_factor = 0.05);
@@ -101,21 +105,35 @@ COMMENT ON TABLE outbox.messages IS
 -- Leading with the endpoint keeps the claim's cost proportional to what it takes,
 -- whatever backlog paused or circuit-open endpoints hold; the leading column also
 -- answers "how many undelivered messages has this endpoint?" (max_pending,
--- drop_endpoint).
-CREATE INDEX messages_claim_idx ON outbox.messages (endpoint, next_attempt_at);
+-- drop_endpoint), with messages_ordering_idx for those waiting behind their key's head:
+-- they are not in it, so that a blocked key costs the claim nothing, however many
+-- messages wait behind it.
+CREATE INDEX messages_claim_idx ON outbox.messages (endpoint, next_attempt_at) WHERE ordering_seq IS NULL;
 -- Idempotent enqueue: INSERT ... ON CONFLICT (endpoint, idempotency_key) DO NOTHING.
 CREATE UNIQUE INDEX messages_idempotency_key_idx ON outbox.messages (endpoint, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
--- Ordered endpoints: is this message the head of its (endpoint, ordering_key) queue,
--- i.e. is there an undelivered message of the same key with a smaller id?
-CREATE INDEX messages_ordering_idx ON outbox.messages (endpoint, ordering_key, id)
+-- Ordered endpoints: a key's head first, then the messages waiting behind it in commit
+-- order (who follows whom at commit, who is next when the head leaves).
+CREATE INDEX messages_ordering_idx ON outbox.messages (endpoint, ordering_key, ordering_seq NULLS FIRST)
     WHERE ordering_key IS NOT NULL;
+-- The commit order of the messages of each ordering key (outbox.messages.ordering_seq).
+CREATE SEQUENCE outbox.commit_order;
 
 -- Wake the worker at commit after every INSERT statement (enqueue, requeue, or a plain
 -- INSERT by a privileged role).
 CREATE TRIGGER messages_wake
     AFTER INSERT ON outbox.messages
     FOR EACH STATEMENT EXECUTE FUNCTION outbox._wake_at_commit();
+-- Per-key commit order (SPEC §3 "Ordering", src/pg/ordering.cpp): at commit, a new
+-- message of an ordered endpoint follows its key's head if there is one; when a head
+-- leaves the queue or changes key, the next message of the key becomes the head.
+CREATE CONSTRAINT TRIGGER messages_order_at_commit
+    AFTER INSERT ON outbox.messages DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (NEW.ordering_key IS NOT NULL) EXECUTE FUNCTION outbox._order_at_commit();
+CREATE TRIGGER messages_next_in_order
+    AFTER DELETE OR UPDATE OF endpoint, ordering_key ON outbox.messages
+    FOR EACH ROW WHEN (OLD.ordering_key IS NOT NULL AND OLD.ordering_seq IS NULL)
+    EXECUTE FUNCTION outbox._next_in_order();
 
 -- Messages that will not be delivered as they stand, with what is needed to understand
 -- why and to put them back (dlq.requeue).  "Open" = neither requeued nor discarded.
@@ -174,3 +192,6 @@ SELECT pg_catalog.pg_extension_config_dump('dlq.dead_letters', '');
 SELECT pg_catalog.pg_extension_config_dump(pg_catalog.pg_get_serial_sequence('outbox.messages', 'id'), '');
 SELECT pg_catalog.pg_extension_config_dump(pg_catalog.pg_get_serial_sequence('dlq.dead_letters', 'id'), '');
 
+-- ... and the commit order's, so that a restored key's next message comes after its
+-- restored ones.
+SELECT pg_catalog.pg_extension_config_dump('outbox.commit_order', '');

@@ -153,12 +153,13 @@ AS $fn$
 #variable_conflict use_column
 DECLARE
     v_channel text;
+    v_ordered boolean;
 BEGIN
     IF alter_endpoint.name IS NULL THEN
         RAISE EXCEPTION 'endpoint name must not be NULL'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    SELECT e.channel INTO v_channel
+    SELECT e.channel, e.ordered INTO v_channel, v_ordered
       FROM outbox.endpoints e
      WHERE e.name = alter_endpoint.name
        FOR UPDATE;
@@ -196,6 +197,9 @@ BEGIN
            concurrency  = coalesce(alter_endpoint.concurrency, e.concurrency),
            rate_limit   = coalesce(alter_endpoint.rate_limit, e.rate_limit)
      WHERE e.name = alter_endpoint.name;
+    IF alter_endpoint.ordered <> v_ordered THEN
+        PERFORM outbox._order_queued(alter_endpoint.name, alter_endpoint.ordered);
+    END IF;
 
     IF alter_endpoint.secret = '' THEN
         DELETE FROM outbox.endpoint_secrets s WHERE s.endpoint = alter_endpoint.name;
@@ -210,6 +214,37 @@ END
 $fn$;
 COMMENT ON FUNCTION outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int) IS
     'changes the arguments that are not NULL; secret => '''' removes the secret';
+
+-- The queued messages of an endpoint that becomes ordered (or stops being so): ordered,
+-- each key's first message by id stays its head and the others wait behind it in id
+-- order, as the endpoint's ordering had it before 0.3.0 (the update calls this for every
+-- ordered endpoint); unordered, every message is a head again.  A message a producer
+-- commits while the endpoint changes may make a second head of its key for a while: the
+-- key goes back to one head as those leave (outbox._next_in_order promotes only when no
+-- head is left).
+CREATE OR REPLACE FUNCTION outbox._order_queued(endpoint text, ordered boolean)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NOT _order_queued.ordered THEN
+        UPDATE outbox.messages m SET ordering_seq = NULL
+         WHERE m.endpoint = _order_queued.endpoint AND m.ordering_key IS NOT NULL AND m.ordering_seq IS NOT NULL;
+        RETURN;
+    END IF;
+    -- nextval is evaluated after the sort (volatile target entries are), so the
+    -- numbers follow the ids.
+    UPDATE outbox.messages m SET ordering_seq = f.seq
+      FROM (SELECT q.id, nextval('outbox.commit_order'::regclass) AS seq
+              FROM (SELECT x.id, row_number() OVER (PARTITION BY x.ordering_key ORDER BY x.id) AS n
+                      FROM outbox.messages x
+                     WHERE x.endpoint = _order_queued.endpoint AND x.ordering_key IS NOT NULL) q
+             WHERE q.n > 1
+             ORDER BY q.id) f
+     WHERE m.id = f.id;
+END
+$fn$;
 
 -- Refuses while the endpoint has undelivered (pending or in-flight) messages.  With
 -- force they are moved to the DLQ as ENDPOINT_DROPPED, and then the endpoint and its

@@ -37,3 +37,15 @@ BEGIN
     END LOOP;
 END
 $grants$;
+
+-- Per-key commit order (src/pg/ordering.cpp): the triggers, now that their functions
+-- exist, and the queued messages of ordered endpoints put in the order 0.2.0 kept (ids).
+CREATE CONSTRAINT TRIGGER messages_order_at_commit
+    AFTER INSERT ON outbox.messages DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (NEW.ordering_key IS NOT NULL) EXECUTE FUNCTION outbox._order_at_commit();
+CREATE TRIGGER messages_next_in_order
+    AFTER DELETE OR UPDATE OF endpoint, ordering_key ON outbox.messages
+    FOR EACH ROW WHEN (OLD.ordering_key IS NOT NULL AND OLD.ordering_seq IS NULL)
+    EXECUTE FUNCTION outbox._next_in_order();
+SELECT outbox._order_queued(e.name, true) FROM outbox.endpoints e WHERE e.ordered;
+SELECT pg_catalog.pg_extension_config_dump('outbox.commit_order', '');

@@ -24,8 +24,14 @@ ALTER TABLE outbox.endpoints ADD COLUMN concurrency int CHECK (concurrency > 0),
                              ADD COLUMN rate_limit int CHECK (rate_limit > 0);
 COMMENT ON TABLE outbox.messages IS
     'pg_outbox messages waiting for delivery (the backlog); outbox.message(id) finds any message';
-CREATE INDEX messages_claim_idx ON outbox.messages (endpoint, next_attempt_at);
-CREATE INDEX messages_ordering_idx ON outbox.messages (endpoint, ordering_key, id)
+-- Per-key commit order: a message waiting behind its key's head has a place in the
+-- key's commit order and is not in the claim index (outbox._order_queued, called for
+-- every ordered endpoint at the end of the update, numbers them).
+ALTER TABLE outbox.messages
+    ADD COLUMN ordering_seq bigint CHECK (ordering_seq IS NULL OR ordering_key IS NOT NULL);
+CREATE SEQUENCE outbox.commit_order;
+CREATE INDEX messages_claim_idx ON outbox.messages (endpoint, next_attempt_at) WHERE ordering_seq IS NULL;
+CREATE INDEX messages_ordering_idx ON outbox.messages (endpoint, ordering_key, ordering_seq NULLS FIRST)
     WHERE ordering_key IS NOT NULL;
 
 -- outbox.enqueue does its work in C now (src/pg/enqueue.cpp).

@@ -14,6 +14,7 @@
 #include "pg/argument_checks.hpp"
 #include "pg/boundary.hpp"
 #include "pg/commit_wake.hpp"
+#include "pg/ordering.hpp"
 #include "pg/settings.hpp"
 
 extern "C" {
@@ -26,6 +27,7 @@ extern "C" {
 #include "catalog/namespace.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_trigger.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "commands/trigger.h"
@@ -111,6 +113,7 @@ struct EndpointFacts {
   bool may_send = false;
   bool has_max_pending = false;
   int64 max_pending = 0;
+  bool ordered = false;
 };
 
 // The endpoint's row, read by its primary key with the statement's snapshot (what a
@@ -124,7 +127,8 @@ void read_endpoint(Datum endpoint, EndpointFacts& facts) {
   Relation rel = table_open(relid, AccessShareLock);
   AttrNumber name_column = attnameAttNum(rel, "name", false);
   AttrNumber max_pending_column = attnameAttNum(rel, "max_pending", false);
-  if (name_column != 1 || max_pending_column == InvalidAttrNumber)
+  AttrNumber ordered_column = attnameAttNum(rel, "ordered", false);
+  if (name_column != 1 || max_pending_column == InvalidAttrNumber || ordered_column == InvalidAttrNumber)
     elog(ERROR, "pg_outbox: outbox.endpoints is not as installed");
   // The key compares under the column's collation, the one its index is sorted by.
   ScanKeyData key;
@@ -138,6 +142,8 @@ void read_endpoint(Datum endpoint, EndpointFacts& facts) {
     Datum max_pending = heap_getattr(tuple, max_pending_column, RelationGetDescr(rel), &isnull);
     facts.has_max_pending = !isnull;
     if (!isnull) facts.max_pending = DatumGetInt64(max_pending);
+    Datum ordered = heap_getattr(tuple, ordered_column, RelationGetDescr(rel), &isnull);
+    facts.ordered = !isnull && DatumGetBool(ordered);
   }
   systable_endscan(scan);
   table_close(rel, AccessShareLock);
@@ -207,9 +213,16 @@ bool at_max_pending(Datum endpoint, int64 max_pending, Oid owner) {
   spi_as_owner(owner, [&] {
     Oid types[2] = {TEXTOID, INT8OID};
     Datum args[2] = {endpoint, Int64GetDatum(max_pending)};
+    // The heads (the claim index) and the messages waiting behind them (the ordering
+    // index): each index holds one part.
     SPIPlanPtr plan = prepared(count,
-                               "SELECT pg_catalog.count(*) FROM (SELECT 1 FROM outbox.messages m"
-                               " WHERE m.endpoint OPERATOR(pg_catalog.=) $1 LIMIT $2) s",
+                               "SELECT pg_catalog.count(*) FROM ("
+                               " (SELECT 1 FROM outbox.messages m WHERE m.endpoint OPERATOR(pg_catalog.=) $1"
+                               "   AND m.ordering_seq IS NULL LIMIT $2)"
+                               " UNION ALL"
+                               " (SELECT 1 FROM outbox.messages m WHERE m.endpoint OPERATOR(pg_catalog.=) $1"
+                               "   AND m.ordering_key IS NOT NULL AND m.ordering_seq IS NOT NULL LIMIT $2)"
+                               " LIMIT $2) s",
                                2, types);
     // Not read-only: SPI then makes this statement's own rows visible and, in READ
     // COMMITTED, takes a fresh snapshot (as each statement of a PL/pgSQL function does).
@@ -306,21 +319,29 @@ const MessagesTable& messages_table(Relation rel) {
 
 // outbox.messages as the install script made it: its CHECK constraints (on event_type,
 // ordering_key, idempotency_key and next_attempt_at, which enqueue checks itself before
-// it inserts), no row trigger, no generated column. A table someone changed gets the
-// executor's every check instead.
-constexpr int kInstalledChecks = 4;
+// it inserts, and on ordering_seq, which it never sets), no row trigger but the commit
+// order's, no generated column. A table someone changed gets the executor's every
+// check instead.
+constexpr int kInstalledChecks = 5;
+constexpr const char* kOrderTrigger = "messages_order_at_commit";
 bool table_as_installed(Relation rel) {
   const TupleConstr* constr = rel->rd_att->constr;
   const TriggerDesc* triggers = rel->trigdesc;
-  return constr != nullptr && constr->num_check == kInstalledChecks && !constr->has_generated_stored &&
-         (triggers == nullptr || (!triggers->trig_insert_before_row && !triggers->trig_insert_after_row &&
-                                  !triggers->trig_insert_instead_row));
+  if (constr == nullptr || constr->num_check != kInstalledChecks || constr->has_generated_stored) return false;
+  if (triggers == nullptr) return true;
+  if (triggers->trig_insert_before_row || triggers->trig_insert_instead_row) return false;
+  for (int i = 0; i < triggers->numtriggers; ++i) {
+    const Trigger& t = triggers->triggers[i];
+    if (TRIGGER_FOR_ROW(t.tgtype) && TRIGGER_FOR_INSERT(t.tgtype) && strcmp(t.tgname, kOrderTrigger) != 0)
+      return false;
+  }
+  return true;
 }
 
 // One row into outbox.messages, through the executor: its indexes, any row trigger;
 // the columns not set here are NULL (last_error and the like) or set here to their
 // defaults (attempts, created_at).
-int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner) {
+int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner, bool ordered) {
   Oid relid = get_relname_relid("messages", get_namespace_oid("outbox", false));
   if (!OidIsValid(relid)) ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("outbox.messages does not exist")));
   Relation rel = table_open(relid, RowExclusiveLock);
@@ -369,6 +390,14 @@ int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner
     // it resolves a name or runs code of someone else's.
     simple_table_tuple_insert(rel, slot);
     if (result->ri_NumIndices > 0) list_free(ExecInsertIndexTuples(result, slot, estate, false, false, nullptr, NIL));
+    // A message of an ordered endpoint with a key takes its place in the key's order
+    // at commit: the commit order trigger's event (deferred) is queued as the
+    // executor would queue it.
+    if (ordered && !PG_ARGISNULL(kOrderingKey)) {
+      AfterTriggerBeginQuery();
+      ExecARInsertTriggers(estate, result, slot, NIL, nullptr);
+      AfterTriggerEndQuery(estate);
+    }
   } else {
     // Constraints and triggers of someone else's making: every check of the executor,
     // run as the owner with a safe search_path.
@@ -461,19 +490,25 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
   }
 
   int64 id = 0;
+  int64 inserted = 0;  // 0 when the message with the idempotency key was already in
   if (key == nullptr) {
-    id = pg_call([&] { return insert_row(fcinfo, next_attempt_at, owner); });
+    id = inserted = pg_call([&] { return insert_row(fcinfo, next_attempt_at, owner, facts.ordered); });
   } else {
     // The loop only repeats if the message with the key left the queue between the
     // INSERT and the SELECT.
     for (int i = 0; i < 3 && id == 0; ++i) {
-      id = pg_call([&] { return insert_with_key(fcinfo, next_attempt_at, owner); });
+      id = inserted = pg_call([&] { return insert_with_key(fcinfo, next_attempt_at, owner); });
       if (id == 0) id = pg_call([&] { return queued_with_key(endpoint, PG_GETARG_DATUM(kIdempotencyKey), owner); });
     }
     if (id == 0)
       throw SqlError(ERRCODE_T_R_SERIALIZATION_FAILURE,
                      "could not enqueue: the message with the same idempotency key keeps changing",
                      "Retry the transaction.");
+  }
+  if (inserted != 0 && facts.ordered && !PG_ARGISNULL(kOrderingKey)) {
+    const char* ordering_key =
+        pg_call([&] { return static_cast<const char*>(TextDatumGetCString(PG_GETARG_DATUM(kOrderingKey))); });
+    pg_outbox::pg::order_at_commit(inserted, name, ordering_key);
   }
   pg_outbox::pg::wake_worker_at_commit();
   return Int64GetDatum(id);

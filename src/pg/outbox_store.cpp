@@ -1,6 +1,7 @@
 #include "pg/outbox_store.hpp"
 
 #include "pg/boundary.hpp"
+#include "pg/ordering.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"
@@ -99,9 +100,9 @@ int64_t OutboxStore::recover_claims() {
 // in flight (`excluded`, $4).
 //  - due: for each endpoint in turn (the worker rotates their order, so no endpoint
 //    starves another), the LATERAL subquery walks that endpoint's part of the claim
-//    index, oldest due first; for ordered endpoints it keeps a message only when no
-//    earlier undelivered message has its key (the key's head). The outer LIMIT stops
-//    as soon as enough are found.
+//    index, oldest due first. Messages waiting behind their key's head are not in it
+//    (ordering_seq, pg/ordering.cpp): a blocked key is never visited. The outer LIMIT
+//    stops as soon as enough are found.
 //  - budgeted: the byte budget ($5). Rows are taken, oldest due first, while the
 //    payloads before them stay under it; a payload over max_payload_size ($6) counts
 //    nothing and is never read (its size comes from the datum's header).
@@ -110,10 +111,8 @@ static const char* const kClaimSql =
     "WITH due AS ("
     "  SELECT d.id, d.next_attempt_at, d.size FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ("
     "    SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m"
-    "     WHERE m.endpoint = e.name AND m.next_attempt_at <= now() AND m.id <> ALL ($4)"
-    "       AND (m.ordering_key IS NULL OR NOT (e.name = ANY($2)) OR NOT EXISTS ("
-    "            SELECT 1 FROM outbox.messages h"
-    "             WHERE h.endpoint = m.endpoint AND h.ordering_key = m.ordering_key AND h.id < m.id))"
+    "     WHERE m.endpoint = e.name AND m.next_attempt_at <= now() AND m.ordering_seq IS NULL"
+    "       AND m.id <> ALL ($4)"
     "     ORDER BY m.next_attempt_at"
     "     LIMIT $3"
     "     FOR UPDATE SKIP LOCKED) d"
@@ -123,7 +122,9 @@ static const char* const kClaimSql =
     "     FROM due CROSS JOIN LATERAL (SELECT CASE WHEN due.size <= $6 THEN due.size ELSE 0 END AS held) h) b"
     "   WHERE b.total - b.held < $5)"
     " SELECT m.id, m.endpoint, m.event_type, CASE WHEN s.size <= $6 THEN %s END,"
-    "        m.headers::text, m.idempotency_key, m.attempts + 1, s.size"
+    "        m.headers::text, m.idempotency_key, m.attempts + 1, s.size,"
+    "        CASE WHEN m.ordering_key IS NOT NULL AND m.endpoint = ANY ($2)"
+    "             THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END"
     "   FROM outbox.messages m CROSS JOIN LATERAL (SELECT outbox._payload_size(m.payload) AS size) s"
     "  WHERE m.id = ANY (ARRAY(SELECT id FROM budgeted))";
 
@@ -161,6 +162,7 @@ std::vector<ClaimedMessage> OutboxStore::claim(const std::vector<std::string>& e
     m.idempotency_key = rows.text(r, 5);
     m.attempts = static_cast<int>(rows.int64(r, 6));
     m.payload_size = rows.int64(r, 7);
+    if (rows.at(r, 8)) m.ordering_lock = static_cast<int32_t>(rows.int64(r, 8));
   }
   return claimed;
 }
@@ -180,7 +182,7 @@ std::optional<int64_t> OutboxStore::next_due_in_ms(const std::vector<std::string
       "SELECT ceil(extract(epoch FROM min(n.next_attempt_at) - now()) * 1000)::bigint"
       "  FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ("
       "    SELECT m.next_attempt_at FROM outbox.messages m"
-      "     WHERE m.endpoint = e.name AND m.id <> ALL ($2)"
+      "     WHERE m.endpoint = e.name AND m.ordering_seq IS NULL AND m.id <> ALL ($2)"
       "     ORDER BY m.next_attempt_at LIMIT 1) n",
       {kTextArray, kInt8Array});
   Rows rows = statement.run({text_array(endpoints), int8_array(excluded)});
@@ -189,6 +191,8 @@ std::optional<int64_t> OutboxStore::next_due_in_ms(const std::vector<std::string
 }
 
 void OutboxStore::settle(const Settlements& s, bool keep_history) {
+  // Before any head leaves: its key's next message is promoted under the key's lock.
+  if (!s.ordering_locks.empty()) lock_orderings(s.ordering_locks);
   if (!s.sent.empty()) {
     std::vector<int64_t> ids;
     std::vector<int32_t> statuses, attempts;
@@ -330,13 +334,14 @@ std::vector<std::pair<int64_t, int>> OutboxStore::find_orphans(const std::vector
   // the rows of those that are not in outbox.endpoints.
   static Statement statement(
       "WITH RECURSIVE names AS ("
-      "  (SELECT m.endpoint FROM outbox.messages m ORDER BY m.endpoint LIMIT 1)"
+      "  (SELECT m.endpoint FROM outbox.messages m WHERE m.ordering_seq IS NULL ORDER BY m.endpoint LIMIT 1)"
       "  UNION ALL"
-      "  SELECT (SELECT m.endpoint FROM outbox.messages m WHERE m.endpoint > n.endpoint"
+      "  SELECT (SELECT m.endpoint FROM outbox.messages m WHERE m.endpoint > n.endpoint AND m.ordering_seq IS NULL"
       "           ORDER BY m.endpoint LIMIT 1)"
       "    FROM names n WHERE n.endpoint IS NOT NULL)"
       " SELECT o.id, o.attempts FROM names n CROSS JOIN LATERAL ("
-      "   SELECT m.id, m.attempts FROM outbox.messages m WHERE m.endpoint = n.endpoint AND m.id <> ALL ($1)"
+      "   SELECT m.id, m.attempts FROM outbox.messages m"
+      "    WHERE m.endpoint = n.endpoint AND m.ordering_seq IS NULL AND m.id <> ALL ($1)"
       "    ORDER BY m.endpoint, m.next_attempt_at LIMIT $2) o"
       "  WHERE n.endpoint IS NOT NULL"
       "    AND NOT EXISTS (SELECT 1 FROM outbox.endpoints e WHERE e.name = n.endpoint)"

@@ -39,6 +39,9 @@ struct ClaimedMessage {
   int attempts = 0;          // including this one
   int64_t payload_size = 0;  // as stored, uncompressed (outbox._payload_size)
   bool too_large = false;    // over pg_outbox.max_payload_size: not read, never sent
+  // A keyed message of an ordered endpoint: the lock its key's order is decided under,
+  // which the settle takes before the message leaves the queue (pg/ordering.hpp).
+  std::optional<int32_t> ordering_lock;
 };
 
 // The results of a round of deliveries, written back in one transaction. Every result
@@ -69,6 +72,7 @@ struct Settlements {
   std::vector<Retry> retry;
   std::vector<Dead> dead;
   std::vector<int64_t> finished_claims;  // outbox.claims rows whose every message is settled
+  std::vector<int32_t> ordering_locks;   // of the keys whose head leaves the queue here
   bool empty() const { return sent.empty() && retry.empty() && dead.empty() && finished_claims.empty(); }
 };
 
@@ -86,8 +90,9 @@ class OutboxStore {
   // claims go. Returns how many messages were in them.
   int64_t recover_claims();
 
-  // Due messages of the given endpoints, oldest first, none of `excluded` (in flight).
-  // Messages of `ordered` endpoints only when they head their ordering key. Payloads
+  // Due messages of the given endpoints, oldest first, none of `excluded` (in flight),
+  // none waiting behind its key's head. Keyed messages of `ordered` endpoints come with
+  // their ordering lock. Payloads
   // are read while their total stays under budget_bytes (the first always is); a
   // payload over max_payload_size is not read at all.
   std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, const std::vector<std::string>& ordered,

@@ -21,7 +21,7 @@ int64_t Rows::int64(size_t row, size_t column) const {
   return cell ? std::strtoll(cell->c_str(), nullptr, 10) : 0;
 }
 
-Rows Statement::run(const std::vector<Datum>& arguments) {
+Rows Statement::execute(const std::vector<Datum>& arguments, bool latest_snapshot) {
   if (plan_ == nullptr) {
     plan_ = pg_call([&] {
       SPIPlanPtr plan =
@@ -32,7 +32,10 @@ Rows Statement::run(const std::vector<Datum>& arguments) {
     });
   }
   uint64 processed = pg_call([&] {
-    int rc = SPI_execute_plan(plan_, const_cast<Datum*>(arguments.data()), nullptr, false, 0);
+    Datum* values = const_cast<Datum*>(arguments.data());
+    int rc = latest_snapshot ? SPI_execute_snapshot(plan_, values, nullptr, GetLatestSnapshot(), InvalidSnapshot,
+                                                    false, true, 0)
+                             : SPI_execute_plan(plan_, values, nullptr, false, 0);
     if (rc < 0) elog(ERROR, "pg_outbox: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
     return SPI_tuptable != nullptr ? SPI_processed : uint64{0};
   });

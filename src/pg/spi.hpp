@@ -40,9 +40,14 @@ class Statement {
  public:
   Statement(const char* sql, std::vector<Oid> argument_types) : sql_(sql), argument_types_(std::move(argument_types)) {}
   // Runs inside an open transaction with SPI connected; returns the rows (if any).
-  Rows run(const std::vector<Datum>& arguments);
+  Rows run(const std::vector<Datum>& arguments) { return execute(arguments, false); }
+  // The same, but reading what is committed now (a fresh snapshot, as a foreign key
+  // check does) even in a REPEATABLE READ or SERIALIZABLE transaction.
+  Rows run_latest(const std::vector<Datum>& arguments) { return execute(arguments, true); }
 
  private:
+  Rows execute(const std::vector<Datum>& arguments, bool latest_snapshot);
+
   const char* sql_;
   std::vector<Oid> argument_types_;
   SPIPlanPtr plan_ = nullptr;

@@ -50,6 +50,7 @@ class Worker {
     int64_t payload_bytes = 0;  // counted in held_bytes_
     int64_t claimed_ms = 0;
     bool probe = false;  // sent as its endpoint's half-open probe
+    std::optional<int32_t> ordering_lock;  // ClaimedMessage::ordering_lock
   };
 
   bool wait_for_work();

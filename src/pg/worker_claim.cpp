@@ -198,6 +198,7 @@ void Worker::claim_member_settled(int64_t claim_id) {
 // made, so the attempts recorded stay those before it.
 void Worker::dead_letter_unsent(const ClaimedMessage& m, core::DeadReason reason, std::string error) {
   pending_.dead.push_back({m.id, reason, std::move(error), 0, {}, m.attempts - 1});
+  if (m.ordering_lock) pending_.ordering_locks.push_back(*m.ordering_lock);
   count(m.endpoint, core::Verdict::Dead);
 }
 
@@ -272,7 +273,8 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
     // Stamped again by the delivery thread if it starts in a later second.
     requests.back().stamp = http::Request::Stamp{now / 1000, std::move(headers.webhook_id), std::move(headers.secret)};
     track_delivery(static_cast<uint64_t>(m.id),
-                   {m.endpoint, m.attempts, max_attempts_of(endpoint), claim_id, m.payload_size, now, probe});
+                   {m.endpoint, m.attempts, max_attempts_of(endpoint), claim_id, m.payload_size, now, probe,
+                    m.ordering_lock});
     held_bytes_ += m.payload_size;
   }
   delivery_.submit(std::move(requests));  // one hand-over, one wake of the thread
@@ -295,6 +297,7 @@ void Worker::deliver_notify(const std::vector<ClaimedMessage>& claimed) {
     }
     store_.notify(endpoint.row.channel, m->payload);
     pending_.sent.push_back({m->id, 0, m->attempts});
+    if (m->ordering_lock) pending_.ordering_locks.push_back(*m->ordering_lock);
     count(m->endpoint, core::Verdict::Sent);
   }
 }

@@ -41,6 +41,7 @@ void Worker::record_outcome(const http::Response& response) {
     // (the operator changes the policy or the URL, then requeues). No breaker result:
     // the receiver was never asked.
     pending_.dead.push_back({id, core::DeadReason::EgressDenied, response.error, 0, {}, delivery.attempts});
+    if (delivery.ordering_lock) pending_.ordering_locks.push_back(*delivery.ordering_lock);
     count(delivery.endpoint, core::Verdict::Dead);
     return;
   }
@@ -77,6 +78,8 @@ void Worker::record_outcome(const http::Response& response) {
                                core::sanitize_utf8(response.body_head, kResponseBodyLimit), delivery.attempts});
       break;
   }
+  if (settlement.verdict != core::Verdict::Retry && delivery.ordering_lock)
+    pending_.ordering_locks.push_back(*delivery.ordering_lock);
   count(delivery.endpoint, settlement.verdict);
 }
 

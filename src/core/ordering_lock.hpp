@@ -1,0 +1,32 @@
+// The lock that puts one ordering key's commits in order (SPEC §3 "Ordering"). Every
+// party that decides who comes next in a key (a producer's commit, the worker's settle,
+// an operator's DELETE) takes the same transaction-level advisory lock, named by this
+// 32-bit hash of the endpoint and the key. Two keys that share a hash only wait for
+// each other a little longer; the lock never decides the order itself.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace pg_outbox::core {
+
+// The advisory lock's first key: keeps our locks apart from an application's own
+// two-key advisory locks ("obxo").
+constexpr int32_t kOrderingLockSpace = 0x6f62786f;
+
+// FNV-1a over the endpoint, a unit separator and the key: the separator keeps
+// ("a", "bc") and ("ab", "c") apart. Stable across processes and releases, since the
+// worker and every backend must agree on it.
+inline int32_t ordering_lock(std::string_view endpoint, std::string_view key) {
+  uint32_t hash = 2166136261u;
+  auto mix = [&hash](unsigned char byte) {
+    hash ^= byte;
+    hash *= 16777619u;
+  };
+  for (char c : endpoint) mix(static_cast<unsigned char>(c));
+  mix(0x1f);
+  for (char c : key) mix(static_cast<unsigned char>(c));
+  return static_cast<int32_t>(hash);
+}
+
+}  // namespace pg_outbox::core

@@ -1,0 +1,24 @@
+// Per-key commit order on ordered endpoints (SPEC §3 "Ordering"); how it works is told
+// at the top of ordering.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pg_outbox::pg {
+
+// Installs the transaction callback that forgets a transaction's ordering work at its end.
+void register_ordering();
+
+// outbox.enqueue inserted message `id` of an ordered endpoint under an ordering key:
+// when the transaction commits it takes its place in the key's commit order, together
+// with the transaction's other such messages (their locks taken in one sorted pass).
+void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key);
+
+// Takes the advisory locks of these ordering keys (core::ordering_lock) until the end of
+// the transaction, lowest first: everyone takes them in that order, so that two
+// transactions with several keys in common never wait for each other in a circle.
+void lock_orderings(std::vector<int32_t> locks);
+
+}  // namespace pg_outbox::pg

@@ -1,0 +1,256 @@
+# Per-key order is commit order (SPEC §3 "Ordering"): on an ordered endpoint, messages
+# of one ordering_key are delivered in the order their transactions committed, one at a
+# time, whatever order their ids (drawn at INSERT) have; the first to commit goes first
+# even while it is still retrying when the other commits.
+#
+#  1. B enqueues after A and commits first; B's first attempt fails (503) and B is
+#     retrying when A commits: A waits until B is sent.
+#  2. Three producers commit in another order than they enqueued, before the worker
+#     looks (the endpoint is paused): delivered in commit order.
+#  3. A REPEATABLE READ producer whose snapshot predates the other's commit still
+#     follows it (the decision reads what is committed now, not its snapshot).
+#  4. pgbench: 8 clients, random keys, a pause between enqueue and a per-key counter
+#     that numbers the commits; every key's deliveries follow the counter exactly.
+#  5. pgbench: transactions of two keys each, in random order: no deadlock, all sent.
+#  6. Operators: a DELETE of a head, or a change of its key, lets the next one go; a
+#     plain INSERT follows like an enqueue; max_pending and drop_endpoint count the
+#     messages waiting behind a head; alter_endpoint(ordered => ...) orders or releases
+#     what is queued.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use OutboxTest;
+use JSON::PP;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_outbox_node(
+	'commit_order',
+	'pg_outbox.backoff_base'      => '400ms',
+	'pg_outbox.backoff_max'       => '400ms',
+	'pg_outbox.breaker_threshold' => '100000',
+	'max_connections'             => '40');
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $recv = start_receiver();
+my $json = JSON::PP->new->utf8;
+my $prefix = webhook_prefix($node);
+
+for my $name (qw(s1 s2 s3 s4 s5 s6))
+{
+	$node->safe_psql('postgres',
+		sprintf(q{SELECT outbox.create_endpoint('%s', url => '%s', ordered => true)}, $name,
+			$recv->url("/hooks/$name")));
+}
+
+# The ids answered 2xx on $path, in the order the receiver answered them.
+sub delivered_ids
+{
+	my ($path) = @_;
+	my $first = $recv->answered_2xx($path);
+	my @wids = sort { $first->{$a} <=> $first->{$b} } keys %$first;
+	return map { /^\Q$prefix\E(\d+)$/ ? $1 : die "unexpected webhook-id $_" } @wids;
+}
+
+# Every request of $path, as [id, arrived, answered_at, answered].
+sub requests_of
+{
+	my ($path) = @_;
+	return map {
+		my $wid = $_->{headers}{'webhook-id'} // '';
+		[ ($wid =~ /(\d+)$/)[0], $_->{time}, $_->{answered_at}, $_->{answered} ]
+	} @{ $recv->requests(path => $path) };
+}
+
+sub wait_sent
+{
+	my ($endpoint, $n) = @_;
+	wait_sql($node, "SELECT count(*) >= $n FROM outbox.history WHERE endpoint = '$endpoint'", 60);
+}
+
+sub enqueue_sql
+{
+	my ($endpoint, $tag, $key) = @_;
+	return "SELECT outbox.enqueue('$endpoint', '{\"n\": \"$tag\"}', ordering_key => '$key')";
+}
+
+# --- 1. The head is retrying when an earlier-enqueued message commits ---------------
+$recv->add_rule(path => '/hooks/s1', status => 503, times => 2);
+my $sa = $node->background_psql('postgres');
+my $sb = $node->background_psql('postgres');
+$sa->query_safe('BEGIN');
+my $id_a = $sa->query_safe(enqueue_sql('s1', 'A', 'k'));
+$sb->query_safe('BEGIN');
+my $id_b = $sb->query_safe(enqueue_sql('s1', 'B', 'k'));
+$sb->query_safe('COMMIT');
+ok($id_a < $id_b, "A enqueued first (id $id_a), B second (id $id_b)");
+$recv->wait_requests('/hooks/s1', 1, 30);
+$sa->query_safe('COMMIT');
+wait_sent('s1', 2);
+is_deeply([ delivered_ids('/hooks/s1') ], [ $id_b, $id_a ], '1. B (committed first) was delivered before A');
+my @s1 = requests_of('/hooks/s1');
+my ($b_ok) = map { $_->[2] } grep { $_->[0] == $id_b && ($_->[3] // '') eq '200' } @s1;
+my @a_requests = grep { $_->[0] == $id_a } @s1;
+is(scalar(grep { $_->[0] == $id_b } @s1), 3, '1. B was attempted three times (two 503s, then 200)');
+ok(@a_requests && !grep({ $_->[1] < $b_ok } @a_requests),
+	'1. no request for A arrived before B was answered 200 (one at a time, while B retried)');
+
+# --- 2. Three producers commit in another order than they enqueued ------------------
+$node->safe_psql('postgres', q{SELECT outbox.pause_endpoint('s2')});
+my $sc = $node->background_psql('postgres');
+my %id;
+for ([ $sa, 'A' ], [ $sb, 'B' ], [ $sc, 'C' ])
+{
+	my ($session, $tag) = @$_;
+	$session->query_safe('BEGIN');
+	$id{$tag} = $session->query_safe(enqueue_sql('s2', $tag, 'k'));
+}
+$_->query_safe('COMMIT') for ($sc, $sa, $sb);
+is( $node->safe_psql('postgres',
+		"SELECT string_agg((ordering_seq IS NULL)::text, ',' ORDER BY ordering_seq NULLS FIRST)
+		   FROM outbox.messages WHERE endpoint = 's2'"),
+	'true,false,false',
+	'2. one head, two waiting behind it');
+is( $node->safe_psql('postgres',
+		"SELECT id FROM outbox.messages WHERE endpoint = 's2' AND ordering_seq IS NULL"),
+	$id{C}, '2. the head is the first to commit (C), not the lowest id');
+$node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s2')});
+wait_sent('s2', 3);
+is_deeply([ delivered_ids('/hooks/s2') ], [ @id{qw(C A B)} ], '2. delivered in commit order: C, A, B');
+
+# --- 3. A REPEATABLE READ producer follows what committed after its snapshot --------
+$node->safe_psql('postgres', q{SELECT outbox.pause_endpoint('s3')});
+$sa->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
+$sa->query_safe('SELECT count(*) FROM outbox.messages');    # the snapshot is taken here
+my $id_w = $node->safe_psql('postgres', enqueue_sql('s3', 'W', 'k'));
+my $id_r = $sa->query_safe(enqueue_sql('s3', 'R', 'k'));
+$sa->query_safe('COMMIT');
+is( $node->safe_psql('postgres', "SELECT ordering_seq IS NOT NULL FROM outbox.messages WHERE id = $id_r"),
+	't', '3. the REPEATABLE READ message waits behind the one committed after its snapshot');
+$node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s3')});
+wait_sent('s3', 2);
+is_deeply([ delivered_ids('/hooks/s3') ], [ $id_w, $id_r ], '3. delivered in commit order');
+$_->quit for ($sa, $sb, $sc);
+
+# --- 4. pgbench: every key's deliveries follow its commit counter -------------------
+my $CLIENTS = 8;
+my $PER_CLIENT = 40;
+$node->safe_psql(
+	'postgres', q{
+	CREATE TABLE key_counter (k int PRIMARY KEY, n int NOT NULL);
+	INSERT INTO key_counter SELECT k, 0 FROM generate_series(1, 3) k;
+	CREATE TABLE witness (id bigint PRIMARY KEY, k int NOT NULL, n int NOT NULL);});
+my $dir = PostgreSQL::Test::Utils::tempdir('commit_order');
+# The counter's row lock is taken after the enqueue and held until commit: n numbers
+# the commits of a key, while the ids were drawn in another order.
+PostgreSQL::Test::Utils::append_to_file(
+	"$dir/one_key.sql", q{\set k random(1, 3)
+BEGIN;
+SELECT outbox.enqueue('s4', jsonb_build_object('k', :k), ordering_key => 'k' || :k) AS id \gset
+SELECT pg_sleep(random() * 0.004);
+UPDATE key_counter SET n = n + 1 WHERE k = :k RETURNING n \gset
+INSERT INTO witness (id, k, n) VALUES (:id, :k, :n);
+COMMIT;
+});
+my ($out, $err);
+my $ok = PostgreSQL::Test::Utils::run_log(
+	[ 'pgbench', '-n', '-c', $CLIENTS, '-j', 2, '-t', $PER_CLIENT, '-f', "$dir/one_key.sql",
+	  '-h', $node->host, '-p', $node->port, 'postgres' ],
+	'>', \$out, '2>', \$err);
+ok($ok, '4. pgbench ran every transaction') or diag($err);
+my $total = $CLIENTS * $PER_CLIENT;
+wait_sent('s4', $total);
+my %witness = map { my ($i, $k, $n) = split /\|/; ($i => [ $k, $n ]) }
+  split /\n/, $node->safe_psql('postgres', 'SELECT id, k, n FROM witness');
+is(scalar(keys %witness), $total, "4. $total transactions committed");
+my (%seen, $inversions, $ids_out_of_order);
+for my $id (delivered_ids('/hooks/s4'))
+{
+	my ($k, $n) = @{ $witness{$id} };
+	$inversions++ if $n != ($seen{$k} // 0) + 1;
+	$seen{$k} = $n;
+}
+my %last_id;
+for my $id (sort { $witness{$a}[1] <=> $witness{$b}[1] } keys %witness)
+{
+	my $k = $witness{$id}[0];
+	$ids_out_of_order++ if defined $last_id{$k} && $id < $last_id{$k};
+	$last_id{$k} = $id;
+}
+is($inversions // 0, 0, '4. every key delivered exactly in its commit order (1, 2, 3, ...)');
+ok($ids_out_of_order, "4. the run did commit ids out of order ($ids_out_of_order times): the test can fail")
+  or diag('no inversion between id order and commit order happened in this run');
+my $overlaps = 0;
+my %by_key;
+for my $r (requests_of('/hooks/s4'))
+{
+	push @{ $by_key{ $witness{ $r->[0] }[0] } }, $r;
+}
+for my $list (values %by_key)
+{
+	my @r = sort { $a->[1] <=> $b->[1] } @$list;
+	for my $i (1 .. $#r)
+	{
+		$overlaps++ if !defined $r[ $i - 1 ][2] || $r[$i][1] < $r[ $i - 1 ][2];
+	}
+}
+is($overlaps, 0, '4. one request at a time per key');
+
+# --- 5. pgbench: two keys per transaction, in random order ---------------------------
+PostgreSQL::Test::Utils::append_to_file(
+	"$dir/two_keys.sql", q{\set a random(1, 4)
+\set b random(1, 4)
+BEGIN;
+SELECT outbox.enqueue('s5', '{}', ordering_key => 'k' || :a);
+SELECT pg_sleep(random() * 0.002);
+SELECT outbox.enqueue('s5', '{}', ordering_key => 'k' || :b);
+COMMIT;
+});
+$ok = PostgreSQL::Test::Utils::run_log(
+	[ 'pgbench', '-n', '-c', $CLIENTS, '-j', 2, '-t', 25, '-f', "$dir/two_keys.sql",
+	  '-h', $node->host, '-p', $node->port, 'postgres' ],
+	'>', \$out, '2>', \$err);
+ok($ok && $err !~ /deadlock/, '5. no transaction failed (no deadlock between keys locked in opposite orders)')
+  or diag($err);
+wait_sent('s5', $CLIENTS * 25 * 2);
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE endpoint = 's5'}),
+	0, '5. all delivered');
+
+# --- 6. Operators --------------------------------------------------------------------
+$node->safe_psql('postgres', q{SELECT outbox.pause_endpoint('s6')});
+my @six = map { $node->safe_psql('postgres', enqueue_sql('s6', "m$_", 'k')) } 1 .. 4;
+# A plain INSERT (a privileged role) follows like an enqueue.
+push @six, $node->safe_psql('postgres',
+	q{INSERT INTO outbox.messages (endpoint, payload, ordering_key) VALUES ('s6', '{"n": "m5"}', 'k') RETURNING id});
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(id::text, ',' ORDER BY ordering_seq NULLS FIRST) FROM outbox.messages WHERE endpoint = 's6'}),
+	join(',', @six), '6. the plain INSERT waits behind the enqueued ones');
+$node->safe_psql('postgres', q{SELECT outbox.alter_endpoint('s6', max_pending => 5)});
+my ($rc, $o, $e) = $node->psql('postgres', enqueue_sql('s6', 'm6', 'other'));
+like($e, qr/reached max_pending \(5\)/, '6. max_pending counts the messages waiting behind a head');
+($rc, $o, $e) = $node->psql('postgres', q{SELECT outbox.drop_endpoint('s6')});
+like($e, qr/5 message\(s\) are pending or in flight/, '6. drop_endpoint counts them too');
+$node->safe_psql('postgres', "DELETE FROM outbox.messages WHERE id = $six[0]");
+is($node->safe_psql('postgres', "SELECT ordering_seq IS NULL FROM outbox.messages WHERE id = $six[1]"),
+	't', '6. deleting the head makes the next one the head');
+$node->safe_psql('postgres', "UPDATE outbox.messages SET ordering_key = 'moved' WHERE id = $six[1]");
+is( $node->safe_psql('postgres',
+		"SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox.messages WHERE endpoint = 's6' AND ordering_seq IS NULL"),
+	"$six[1],$six[2]", '6. moving the head to another key makes the next one the head');
+$node->safe_psql('postgres', q{SELECT outbox.alter_endpoint('s6', ordered => false)});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE endpoint = 's6' AND ordering_seq IS NOT NULL}),
+	0, '6. an endpoint that stops being ordered releases every waiting message');
+$node->safe_psql('postgres', q{SELECT outbox.alter_endpoint('s6', ordered => true)});
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(id::text, ',' ORDER BY ordering_seq NULLS FIRST) FROM outbox.messages
+		   WHERE endpoint = 's6' AND ordering_key = 'k'}),
+	join(',', @six[ 2 .. 4 ]), '6. one that becomes ordered puts its queued messages in id order');
+$node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s6')});
+wait_sent('s6', 4);
+my %of_k = map { $_ => 1 } @six[ 2 .. 4 ];
+is_deeply([ grep { $of_k{$_} } delivered_ids('/hooks/s6') ], [ @six[ 2 .. 4 ] ], '6. and delivers them in that order');
+
+$recv->stop;
+$node->stop;
+done_testing();
