@@ -60,6 +60,9 @@ CREATE OR REPLACE FUNCTION outbox._wake_at_commit() RETURNS trigger
 CREATE OR REPLACE FUNCTION outbox._order_at_commit() RETURNS trigger
     AS 'MODULE_PATHNAME', 'pg_outbox_order_at_commit'
     LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+CREATE OR REPLACE FUNCTION outbox._moved_message() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'pg_outbox_moved_message'
+    LANGUAGE C;
 CREATE OR REPLACE FUNCTION outbox._next_in_order() RETURNS trigger
     AS 'MODULE_PATHNAME', 'pg_outbox_next_in_order'
     LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
@@ -67,6 +70,16 @@ CREATE OR REPLACE FUNCTION outbox._next_in_order() RETURNS trigger
 CREATE OR REPLACE FUNCTION outbox._ordering_lock(endpoint text, ordering_key text) RETURNS int
     AS 'MODULE_PATHNAME', 'pg_outbox_ordering_lock'
     LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- What plain SQL did to the queue (src/pg/queue_triggers.cpp): the rows an INSERT
+-- statement added (their keys' order, their endpoints' max_pending counts), and rows
+-- that left otherwise than by the worker (its counts are made again).
+CREATE OR REPLACE FUNCTION outbox._note_inserts() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'pg_outbox_note_inserts'
+    LANGUAGE C;
+CREATE OR REPLACE FUNCTION outbox._queue_changed() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'pg_outbox_queue_changed'
+    LANGUAGE C;
 
 -- Asks the worker, at commit, to wake up and re-read the endpoints.
 CREATE OR REPLACE FUNCTION outbox._request_wake() RETURNS void
@@ -87,6 +100,16 @@ CREATE OR REPLACE FUNCTION outbox.worker_status(
     LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION outbox.worker_status() IS
     'the background worker: pid, database, state, start and last loop time, messages in flight, counters since start, when it last read its configuration';
+
+-- max_pending's counts kept in shared memory (src/pg/queued_count.cpp): per endpoint
+-- with a max_pending, whether the worker has counted it, its committed undelivered
+-- messages, and those of transactions still open.  enqueue refuses at committed +
+-- reserved = max_pending.
+CREATE OR REPLACE FUNCTION outbox._queued_counts(OUT endpoint text, OUT counted boolean, OUT committed bigint,
+                                                 OUT reserved bigint)
+    RETURNS SETOF record
+    AS 'MODULE_PATHNAME', 'pg_outbox_queued_counts'
+    LANGUAGE C VOLATILE;
 
 -- Deliveries since the worker started, per endpoint and result ('sent', 'retry', 'dead').
 CREATE OR REPLACE FUNCTION outbox._delivery_counters(OUT endpoint text, OUT result text, OUT count bigint)

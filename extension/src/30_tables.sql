@@ -126,10 +126,25 @@ CREATE TRIGGER messages_wake
     FOR EACH STATEMENT EXECUTE FUNCTION outbox._wake_at_commit();
 -- Per-key commit order (SPEC §3 "Ordering", src/pg/ordering.cpp): at commit, a new
 -- message of an ordered endpoint follows its key's head if there is one; when a head
--- leaves the queue or changes key, the next message of the key becomes the head.
+-- leaves the queue or changes key, the next message of the key becomes the head.  The
+-- keyed rows of a plain INSERT are noted at once, so that the commit places all of a
+-- transaction's rows together (outbox.enqueue notes its own); so are its rows' counts
+-- for max_pending, kept in shared memory, which rows removed by anyone but the worker
+-- make the worker count again (src/pg/queued_count.cpp).  A message moved to another
+-- endpoint or key heads its new key (or none) rather than keep a place in the old one.
+CREATE TRIGGER messages_note_inserts
+    AFTER INSERT ON outbox.messages REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._note_inserts();
+CREATE TRIGGER messages_queue_changed
+    AFTER DELETE OR UPDATE OF endpoint OR TRUNCATE ON outbox.messages
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._queue_changed();
 CREATE CONSTRAINT TRIGGER messages_order_at_commit
     AFTER INSERT ON outbox.messages DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW WHEN (NEW.ordering_key IS NOT NULL) EXECUTE FUNCTION outbox._order_at_commit();
+CREATE TRIGGER messages_moved
+    BEFORE UPDATE OF endpoint, ordering_key ON outbox.messages
+    FOR EACH ROW WHEN (OLD.endpoint IS DISTINCT FROM NEW.endpoint OR OLD.ordering_key IS DISTINCT FROM NEW.ordering_key)
+    EXECUTE FUNCTION outbox._moved_message();
 CREATE TRIGGER messages_next_in_order
     AFTER DELETE OR UPDATE OF endpoint, ordering_key ON outbox.messages
     FOR EACH ROW WHEN (OLD.ordering_key IS NOT NULL AND OLD.ordering_seq IS NULL)

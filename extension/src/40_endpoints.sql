@@ -227,22 +227,33 @@ CREATE OR REPLACE FUNCTION outbox._order_queued(endpoint text, ordered boolean)
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_lock int;
 BEGIN
     IF NOT _order_queued.ordered THEN
         UPDATE outbox.messages m SET ordering_seq = NULL
          WHERE m.endpoint = _order_queued.endpoint AND m.ordering_key IS NOT NULL AND m.ordering_seq IS NOT NULL;
         RETURN;
     END IF;
+    -- The keys' locks first, lowest first, as everyone takes them (src/pg/ordering.cpp;
+    -- 1868724335 is core::kOrderingLockSpace): no head leaves meanwhile without its next
+    -- message seeing this.  The UPDATE below then reads what committed before.
+    FOR v_lock IN SELECT DISTINCT outbox._ordering_lock(m.endpoint, m.ordering_key)
+                    FROM outbox.messages m
+                   WHERE m.endpoint = _order_queued.endpoint AND m.ordering_key IS NOT NULL
+                   ORDER BY 1
+    LOOP
+        PERFORM pg_catalog.pg_advisory_xact_lock(1868724335, v_lock);
+    END LOOP;
     -- nextval is evaluated after the sort (volatile target entries are), so the
     -- numbers follow the ids.
     UPDATE outbox.messages m SET ordering_seq = f.seq
-      FROM (SELECT q.id, nextval('outbox.commit_order'::regclass) AS seq
+      FROM (SELECT q.id, CASE WHEN q.n > 1 THEN nextval('outbox.commit_order'::regclass) END AS seq
               FROM (SELECT x.id, row_number() OVER (PARTITION BY x.ordering_key ORDER BY x.id) AS n
                       FROM outbox.messages x
                      WHERE x.endpoint = _order_queued.endpoint AND x.ordering_key IS NOT NULL) q
-             WHERE q.n > 1
              ORDER BY q.id) f
-     WHERE m.id = f.id;
+     WHERE m.id = f.id AND m.ordering_seq IS DISTINCT FROM f.seq;
 END
 $fn$;
 

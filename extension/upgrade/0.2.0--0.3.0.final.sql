@@ -40,9 +40,19 @@ $grants$;
 
 -- Per-key commit order (src/pg/ordering.cpp): the triggers, now that their functions
 -- exist, and the queued messages of ordered endpoints put in the order 0.2.0 kept (ids).
+CREATE TRIGGER messages_note_inserts
+    AFTER INSERT ON outbox.messages REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._note_inserts();
+CREATE TRIGGER messages_queue_changed
+    AFTER DELETE OR UPDATE OF endpoint OR TRUNCATE ON outbox.messages
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._queue_changed();
 CREATE CONSTRAINT TRIGGER messages_order_at_commit
     AFTER INSERT ON outbox.messages DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW WHEN (NEW.ordering_key IS NOT NULL) EXECUTE FUNCTION outbox._order_at_commit();
+CREATE TRIGGER messages_moved
+    BEFORE UPDATE OF endpoint, ordering_key ON outbox.messages
+    FOR EACH ROW WHEN (OLD.endpoint IS DISTINCT FROM NEW.endpoint OR OLD.ordering_key IS DISTINCT FROM NEW.ordering_key)
+    EXECUTE FUNCTION outbox._moved_message();
 CREATE TRIGGER messages_next_in_order
     AFTER DELETE OR UPDATE OF endpoint, ordering_key ON outbox.messages
     FOR EACH ROW WHEN (OLD.ordering_key IS NOT NULL AND OLD.ordering_seq IS NULL)

@@ -9,12 +9,14 @@
 // executor (as logical replication applies a row): no SQL statement, no plan, and so no
 // statement trigger; the commit wake is registered directly. The CHECK constraints of
 // outbox.messages hold for plain INSERTs, whose wake messages_wake registers; enqueue
-// has checked the same rules before it inserts (table_as_installed). Only the rare paths use SQL: max_pending and the
+// has checked the same rules before it inserts (table_as_installed). Only the rare
+// paths use SQL: max_pending before the worker has counted the endpoint, and the
 // idempotent INSERT ... ON CONFLICT.
 #include "pg/argument_checks.hpp"
 #include "pg/boundary.hpp"
 #include "pg/commit_wake.hpp"
 #include "pg/ordering.hpp"
+#include "pg/queued_count.hpp"
 #include "pg/settings.hpp"
 
 extern "C" {
@@ -51,6 +53,9 @@ extern "C" {
 namespace {
 
 using pg_outbox::pg::pg_call;
+using pg_outbox::pg::release_queued;
+using pg_outbox::pg::reserve_queued;
+using pg_outbox::pg::Room;
 using pg_outbox::pg::SqlError;
 
 // outbox.enqueue's arguments, in order.
@@ -195,8 +200,8 @@ void check_key_text(Datum value, const char* name, bool no_control_characters) {
     for (int i = 0; i < bytes && printable_ascii; ++i)
       printable_ascii = static_cast<unsigned char>(data[i]) >= 0x20 && static_cast<unsigned char>(data[i]) < 0x7f;
     if (!printable_ascii)
-      m.control = DatumGetBool(DirectFunctionCall2Coll(textregexeq, DEFAULT_COLLATION_OID, value,
-                                                       CStringGetTextDatum("[[:cntrl:]]")));
+      m.control = DatumGetBool(
+          DirectFunctionCall2Coll(textregexeq, DEFAULT_COLLATION_OID, value, CStringGetTextDatum("[[:cntrl:]]")));
   });
   if (m.control)
     throw SqlError(ERRCODE_INVALID_PARAMETER_VALUE,
@@ -332,8 +337,7 @@ bool table_as_installed(Relation rel) {
   if (triggers->trig_insert_before_row || triggers->trig_insert_instead_row) return false;
   for (int i = 0; i < triggers->numtriggers; ++i) {
     const Trigger& t = triggers->triggers[i];
-    if (TRIGGER_FOR_ROW(t.tgtype) && TRIGGER_FOR_INSERT(t.tgtype) && strcmp(t.tgname, kOrderTrigger) != 0)
-      return false;
+    if (TRIGGER_FOR_ROW(t.tgtype) && TRIGGER_FOR_INSERT(t.tgtype) && strcmp(t.tgname, kOrderTrigger) != 0) return false;
   }
   return true;
 }
@@ -420,13 +424,12 @@ int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner
 
 void refuse_full(const std::string& endpoint, int64 max_pending) {
   pg_call([&] {
-    ereport(ERROR,
-            (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-             errmsg("endpoint \"%s\" has reached max_pending (%lld)", endpoint.c_str(),
-                    static_cast<long long>(max_pending)),
-             errdetail("The endpoint's undelivered messages (pending or in flight) are at its limit."),
-             errhint("Retry later, check that the endpoint is receiving (outbox.endpoint_stats), or raise "
-                     "max_pending with outbox.alter_endpoint().")));
+    ereport(ERROR, (errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+                    errmsg("endpoint \"%s\" has reached max_pending (%lld)", endpoint.c_str(),
+                           static_cast<long long>(max_pending)),
+                    errdetail("The endpoint's undelivered messages (pending or in flight) are at its limit."),
+                    errhint("Retry later, check that the endpoint is receiving (outbox.endpoint_stats), or raise "
+                            "max_pending with outbox.alter_endpoint().")));
   });
 }
 
@@ -480,13 +483,21 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
     if (deliver_at > next_attempt_at) next_attempt_at = deliver_at;
   }
 
-  if (facts.has_max_pending && pg_call([&] { return at_max_pending(endpoint, facts.max_pending, owner); })) {
-    // A retried enqueue of a message that is already in is not new work.
-    if (key != nullptr) {
-      const int64 id = pg_call([&] { return queued_with_key(endpoint, PG_GETARG_DATUM(kIdempotencyKey), owner); });
-      if (id != 0) return Int64GetDatum(id);
+  // max_pending from the count kept in shared memory (pg/queued_count.cpp); rows are
+  // counted only while the worker has not counted the endpoint yet.
+  bool reserved = false;
+  if (facts.has_max_pending) {
+    const Room room = reserve_queued(name, facts.max_pending, reserved);
+    if (room == Room::kFull ||
+        (room == Room::kUnknown && pg_call([&] { return at_max_pending(endpoint, facts.max_pending, owner); }))) {
+      if (reserved) release_queued(name);
+      // A retried enqueue of a message that is already in is not new work.
+      if (key != nullptr) {
+        const int64 id = pg_call([&] { return queued_with_key(endpoint, PG_GETARG_DATUM(kIdempotencyKey), owner); });
+        if (id != 0) return Int64GetDatum(id);
+      }
+      refuse_full(name, facts.max_pending);
     }
-    refuse_full(name, facts.max_pending);
   }
 
   int64 id = 0;
@@ -505,6 +516,9 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
                      "could not enqueue: the message with the same idempotency key keeps changing",
                      "Retry the transaction.");
   }
+  // The INSERT statement of the idempotent path noted its row itself (or found the
+  // message already queued): the reservation is not needed.
+  if (reserved && key != nullptr) release_queued(name);
   if (inserted != 0 && facts.ordered && !PG_ARGISNULL(kOrderingKey)) {
     const char* ordering_key =
         pg_call([&] { return static_cast<const char*>(TextDatumGetCString(PG_GETARG_DATUM(kOrderingKey))); });

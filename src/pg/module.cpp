@@ -1,11 +1,12 @@
-// _PG_init: the GUCs, the commit-time wake and the commit order's bookkeeping (every
-// backend), and — only when loaded through shared_preload_libraries — shared memory,
+// _PG_init: the GUCs, the commit-time wake, the commit order's and max_pending's
+// bookkeeping (every backend), and — only when loaded through shared_preload_libraries — shared memory,
 // the statement hook that keeps the launcher informed, and the launcher, which starts
 // one delivery worker per database.
 #include "pg/boundary.hpp"
 #include "pg/commit_wake.hpp"
 #include "pg/launcher/database_hold.hpp"
 #include "pg/ordering.hpp"
+#include "pg/queued_count.hpp"
 #include "pg/settings.hpp"
 #include "pg/shared_state.hpp"
 
@@ -43,6 +44,7 @@ void _PG_init(void) {
   pg_outbox::pg::define_settings();
   pg_outbox::pg::register_commit_wake();
   pg_outbox::pg::register_ordering();
+  pg_outbox::pg::register_queued_count();
   if (!process_shared_preload_libraries_in_progress) {
     // SQL functions work; delivery needs the worker, which only the postmaster can start.
     // A WARNING: CREATE EXTENSION runs its script with client_min_messages raised to

@@ -15,6 +15,10 @@
 // The worker's claim thus never sees a follower: a blocked key costs it nothing, however
 // many messages wait behind the head. The worker takes the locks of the heads it
 // settles before it moves them, in the same sorted order as a committing producer.
+// A transaction's own keyed messages are known before its commit: outbox.enqueue notes
+// them, and a statement trigger (outbox._note_inserts, queue_triggers.cpp) notes the
+// rows of plain INSERT statements. The first commit-time call places them all, in id order, after taking all
+// their locks: rows of the same transaction never take each other for a head.
 #include "pg/ordering.hpp"
 
 #include "core/ordering_lock.hpp"
@@ -23,6 +27,7 @@
 #include "pg/spi.hpp"
 
 extern "C" {
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -30,6 +35,8 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <optional>
+#include <tuple>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -41,9 +48,10 @@ struct Entry {
   int64_t id;
   std::string endpoint;
   std::string key;
+  std::optional<int64_t> preset;  // an ordering_seq the row was inserted with (a restored dump)
 };
 
-std::vector<Entry> recorded;              // enqueued in this transaction, not yet in order
+std::vector<Entry> recorded;              // inserted in this transaction, not yet in order
 std::unordered_set<int64_t> ordered_ids;  // this transaction's messages already in order
 
 void forget_at_end(XactEvent event, void*) {
@@ -67,10 +75,12 @@ TriggerData* trigger_data(FunctionCallInfo fcinfo, const char* function) {
   return reinterpret_cast<TriggerData*>(fcinfo->context);
 }
 
-// The id, endpoint and ordering key of the trigger's row (the old row of a DELETE or
-// UPDATE), read by column name.
+// The id, endpoint, ordering key and number of the trigger's row (the old row of a
+// DELETE or UPDATE), read by column name.
 Entry row_of(TriggerData* trigger) {
   int64 id = 0;
+  int64 seq = 0;
+  bool no_seq = true;
   char* endpoint = nullptr;
   char* key = nullptr;
   pg_call([&] {
@@ -80,9 +90,11 @@ Entry row_of(TriggerData* trigger) {
     id = DatumGetInt64(SPI_getbinval(tuple, desc, SPI_fnumber(desc, "id"), &isnull));
     endpoint = SPI_getvalue(tuple, desc, SPI_fnumber(desc, "endpoint"));
     key = SPI_getvalue(tuple, desc, SPI_fnumber(desc, "ordering_key"));
+    Datum value = SPI_getbinval(tuple, desc, SPI_fnumber(desc, "ordering_seq"), &no_seq);
+    if (!no_seq) seq = DatumGetInt64(value);
   });
   if (endpoint == nullptr || key == nullptr) throw std::logic_error("ordering trigger on a row without a key");
-  return {id, endpoint, key};
+  return {id, endpoint, key, no_seq ? std::nullopt : std::optional<int64_t>(seq)};
 }
 
 void connect_spi() {
@@ -95,35 +107,67 @@ void finish_spi() {
   pg_call([] { SPI_finish(); });
 }
 
-// Puts these messages of the committing transaction in their keys' commit order, in id
-// order within the transaction. `undecided` of an entry: its key's messages of this
-// batch not yet placed, itself included; they are not heads to follow.
+// Whether the key has a head already, read with a fresh snapshot: any head but the
+// messages being placed now (`placing`), which are heads in it until they are placed.
+bool has_head(const std::string& endpoint, const std::string& key, const std::unordered_set<int64_t>& placing) {
+  static Statement heads(
+      "SELECT h.id FROM outbox.messages h"
+      " WHERE h.endpoint = $1 AND h.ordering_key = $2 AND h.ordering_seq IS NULL",
+      {TEXTOID, TEXTOID});
+  Rows rows = heads.run_latest({text_datum(endpoint), text_datum(key)});
+  for (size_t r = 0; r < rows.size(); ++r)
+    if (placing.count(rows.int64(r, 0)) == 0) return true;
+  return false;
+}
+
+bool is_ordered(const std::string& endpoint) {
+  static Statement ordered("SELECT e.ordered FROM outbox.endpoints e WHERE e.name = $1", {TEXTOID});
+  Rows rows = ordered.run_latest({text_datum(endpoint)});
+  return rows.size() == 1 && rows.boolean(0, 0);
+}
+
+// Puts these messages of the committing transaction in their keys' commit order: all
+// locks first (lowest first), then key by key. The messages of one key go in the order
+// of their numbers if they came with one (a restored dump: its head first), then of
+// their ids; the first that still exists (a savepoint may have taken one back) is the
+// head if the key has none, the others follow it, numbered in that order. The cost is
+// one look at each key's heads and one UPDATE per follower.
 void place(std::vector<Entry> batch) {
   std::vector<int32_t> locks;
   locks.reserve(batch.size());
   for (const Entry& e : batch) locks.push_back(core::ordering_lock(e.endpoint, e.key));
   lock_orderings(std::move(locks));
-  std::sort(batch.begin(), batch.end(), [](const Entry& a, const Entry& b) { return a.id < b.id; });
-  // A new message follows when its endpoint is ordered and its key has a head. A row
-  // inserted with a number (a restored dump) keeps it while its key has a head, and
-  // becomes the head when it has none.
-  static Statement follow(
-      "UPDATE outbox.messages m"
-      "   SET ordering_seq = CASE WHEN m.ordering_seq IS NULL THEN nextval('outbox.commit_order'::regclass) END"
-      " WHERE m.id = $1"
-      "   AND (m.ordering_seq IS NULL) ="
-      "       (EXISTS (SELECT FROM outbox.endpoints e WHERE e.name = m.endpoint AND e.ordered)"
-      "        AND EXISTS (SELECT FROM outbox.messages h"
-      "                     WHERE h.endpoint = m.endpoint AND h.ordering_key = m.ordering_key"
-      "                       AND h.ordering_seq IS NULL AND h.id <> ALL ($2)))",
-      {INT8OID, INT8ARRAYOID});
+  std::sort(batch.begin(), batch.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.endpoint, a.key, a.preset, a.id) < std::tie(b.endpoint, b.key, b.preset, b.id);
+  });
+  static Statement number(
+      "UPDATE outbox.messages m SET ordering_seq = CASE WHEN $2 THEN nextval('outbox.commit_order'::regclass) END"
+      " WHERE m.id = $1 RETURNING 1",
+      {INT8OID, BOOLOID});
+  static Statement exists("SELECT 1 FROM outbox.messages m WHERE m.id = $1", {INT8OID});
   connect_spi();
-  for (size_t i = 0; i < batch.size(); ++i) {
-    std::vector<int64_t> undecided;
-    for (size_t j = i; j < batch.size(); ++j)
-      if (batch[j].endpoint == batch[i].endpoint && batch[j].key == batch[i].key) undecided.push_back(batch[j].id);
-    follow.run_latest({Int64GetDatum(batch[i].id), int8_array(undecided)});
-    ordered_ids.insert(batch[i].id);
+  std::string ordered_endpoint;  // the last endpoint found ordered, and whether it was
+  bool ordered = false;
+  for (size_t first = 0; first < batch.size();) {
+    size_t end = first;
+    while (end < batch.size() && batch[end].endpoint == batch[first].endpoint && batch[end].key == batch[first].key)
+      ++end;
+    if (first == 0 || batch[first].endpoint != ordered_endpoint) {
+      ordered_endpoint = batch[first].endpoint;
+      ordered = is_ordered(ordered_endpoint);
+    }
+    std::unordered_set<int64_t> placing;
+    for (size_t i = first; i < end; ++i) placing.insert(batch[i].id);
+    bool follow = ordered && has_head(batch[first].endpoint, batch[first].key, placing);
+    for (size_t i = first; i < end; ++i) {
+      // A head that came without a number needs no write; anyone else gets one.
+      const Datum id = Int64GetDatum(batch[i].id);
+      const bool there = follow || batch[i].preset ? number.run_latest({id, BoolGetDatum(follow)}).size() > 0
+                                                   : exists.run_latest({id}).size() > 0;
+      ordered_ids.insert(batch[i].id);
+      if (there) follow = ordered;  // the others go behind it
+    }
+    first = end;
   }
   finish_spi();
 }
@@ -132,8 +176,8 @@ void place(std::vector<Entry> batch) {
 
 void register_ordering() { RegisterXactCallback(forget_at_end, nullptr); }
 
-void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key) {
-  recorded.push_back({id, endpoint, key});
+void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> preset) {
+  recorded.push_back({id, endpoint, key, preset});
 }
 
 void lock_orderings(std::vector<int32_t> locks) {
@@ -150,8 +194,8 @@ void lock_orderings(std::vector<int32_t> locks) {
 using pg_outbox::pg::Entry;
 
 // Deferred constraint trigger, AFTER INSERT of a row with an ordering key: at commit,
-// the row (and every message enqueue recorded in this transaction, on the first call)
-// takes its place in its key's order. Rows of plain INSERTs are placed one by one.
+// the row and every keyed message recorded in this transaction (on the first call) take
+// their place in their keys' order.
 PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
   using namespace pg_outbox::pg;
   Entry row = row_of(trigger_data(fcinfo, "outbox._order_at_commit()"));
@@ -165,7 +209,9 @@ PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
 }
 
 // AFTER DELETE or UPDATE OF endpoint, ordering_key, of a head: the key's next message,
-// if any and if no other head remains, becomes the head.
+// if any and if no other head remains, becomes the head. The follower it picks may be
+// leaving itself (an operator's DELETE, not yet committed): the UPDATE then waits for it
+// and finds it gone, and the next follower is looked for again.
 PG_OUTBOX_FUNCTION(pg_outbox_next_in_order) {
   using namespace pg_outbox::pg;
   Entry row = row_of(trigger_data(fcinfo, "outbox._next_in_order()"));
@@ -177,15 +223,41 @@ PG_OUTBOX_FUNCTION(pg_outbox_next_in_order) {
       "   AND m.ordering_seq IS NOT NULL"
       " RETURNING m.id",
       {TEXTOID, TEXTOID});
+  static Statement next_in_line(
+      "SELECT f.ordering_seq IS NOT NULL FROM outbox.messages f WHERE f.endpoint = $1 AND f.ordering_key = $2"
+      " ORDER BY f.ordering_seq NULLS FIRST LIMIT 1",
+      {TEXTOID, TEXTOID});
   connect_spi();
-  const bool promoted = promote.run_latest({text_datum(row.endpoint), text_datum(row.key)}).size() > 0;
+  const std::vector<Datum> key = {text_datum(row.endpoint), text_datum(row.key)};
+  bool promoted = false;
+  for (int tries = 0; tries < 100 && !promoted; ++tries) {
+    promoted = promote.run_latest(key).size() > 0;
+    if (promoted) break;
+    Rows first = next_in_line.run_latest(key);
+    if (first.size() == 0 || !first.boolean(0, 0)) break;  // nobody waits, or a head remains
+  }
   finish_spi();
   if (promoted) wake_worker_at_commit();
   return PointerGetDatum(nullptr);
 }
 
+// BEFORE UPDATE OF endpoint, ordering_key that moves a message: it heads its new key
+// (or none), rather than keep a place in a key it left.
+PG_OUTBOX_FUNCTION(pg_outbox_moved_message) {
+  using namespace pg_outbox::pg;
+  TriggerData* trigger = trigger_data(fcinfo, "outbox._moved_message()");
+  HeapTuple moved = pg_call([&] {
+    TupleDesc desc = RelationGetDescr(trigger->tg_relation);
+    int column = SPI_fnumber(desc, "ordering_seq");
+    Datum value = 0;
+    bool isnull = true;
+    return heap_modify_tuple_by_cols(trigger->tg_newtuple, desc, 1, &column, &value, &isnull);
+  });
+  return PointerGetDatum(moved);
+}
+
 // outbox._ordering_lock(endpoint, ordering_key): the claim returns it with each keyed
-// message of an ordered endpoint, for the locks the worker takes before it settles.
+// message, for the locks the worker takes before it settles.
 PG_OUTBOX_FUNCTION(pg_outbox_ordering_lock) {
   using namespace pg_outbox::pg;
   char* endpoint = nullptr;

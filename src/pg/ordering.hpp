@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,10 +12,12 @@ namespace pg_outbox::pg {
 // Installs the transaction callback that forgets a transaction's ordering work at its end.
 void register_ordering();
 
-// outbox.enqueue inserted message `id` of an ordered endpoint under an ordering key:
-// when the transaction commits it takes its place in the key's commit order, together
-// with the transaction's other such messages (their locks taken in one sorted pass).
-void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key);
+// This transaction inserted message `id` under an ordering key (outbox.enqueue, for an
+// ordered endpoint, or a plain INSERT, with the ordering_seq it came with): when the
+// transaction commits it takes its place in the key's commit order, together with the
+// transaction's other such messages (their locks taken in one sorted pass).
+void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key,
+                     std::optional<int64_t> preset = std::nullopt);
 
 // Takes the advisory locks of these ordering keys (core::ordering_lock) until the end of
 // the transaction, lowest first: everyone takes them in that order, so that two

@@ -37,7 +37,7 @@ std::vector<EndpointRow> OutboxStore::load_endpoints() {
       "SELECT e.name, e.url, e.channel, e.headers::text, s.secret, e.timeout_ms, e.max_attempts,"
       "       e.ordered, e.paused, e.breaker_state, e.breaker_failures,"
       "       (extract(epoch FROM e.breaker_open_until) * 1000)::bigint, e.breaker_cooldown_ms, e.concurrency,"
-      "       e.rate_limit"
+      "       e.rate_limit, e.max_pending IS NOT NULL"
       "  FROM outbox.endpoints e LEFT JOIN outbox.endpoint_secrets s ON s.endpoint = e.name",
       {});
   Rows rows = statement.run({});
@@ -59,6 +59,7 @@ std::vector<EndpointRow> OutboxStore::load_endpoints() {
     e.breaker.cooldown_ms = rows.int64(r, 12);
     e.concurrency = optional_int(rows, r, 13);
     e.rate_limit = optional_int(rows, r, 14);
+    e.has_max_pending = rows.boolean(r, 15);
   }
   return endpoints;
 }
@@ -97,14 +98,14 @@ int64_t OutboxStore::recover_claims() {
 // transaction (FOR UPDATE SKIP LOCKED): a row another transaction holds (an operator's
 // UPDATE, a drop_endpoint) is left for a later claim instead of being sent under its
 // feet. The worker is the only one to claim in its database, and it knows what it has
-// in flight (`excluded`, $4).
+// in flight (`excluded`, $3).
 //  - due: for each endpoint in turn (the worker rotates their order, so no endpoint
 //    starves another), the LATERAL subquery walks that endpoint's part of the claim
 //    index, oldest due first. Messages waiting behind their key's head are not in it
 //    (ordering_seq, pg/ordering.cpp): a blocked key is never visited. The outer LIMIT
 //    stops as soon as enough are found.
-//  - budgeted: the byte budget ($5). Rows are taken, oldest due first, while the
-//    payloads before them stay under it; a payload over max_payload_size ($6) counts
+//  - budgeted: the byte budget ($4). Rows are taken, oldest due first, while the
+//    payloads before them stay under it; a payload over max_payload_size ($5) counts
 //    nothing and is never read (its size comes from the datum's header).
 //  - the rows are fetched by "m.id = ANY (...)", which only the primary key answers.
 static const char* const kClaimSql =
@@ -112,24 +113,22 @@ static const char* const kClaimSql =
     "  SELECT d.id, d.next_attempt_at, d.size FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ("
     "    SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m"
     "     WHERE m.endpoint = e.name AND m.next_attempt_at <= now() AND m.ordering_seq IS NULL"
-    "       AND m.id <> ALL ($4)"
+    "       AND m.id <> ALL ($3)"
     "     ORDER BY m.next_attempt_at"
-    "     LIMIT $3"
+    "     LIMIT $2"
     "     FOR UPDATE SKIP LOCKED) d"
-    "  LIMIT $3),"
+    "  LIMIT $2),"
     " budgeted AS (SELECT b.id FROM ("
     "   SELECT due.id, h.held, sum(h.held) OVER (ORDER BY due.next_attempt_at, due.id) AS total"
-    "     FROM due CROSS JOIN LATERAL (SELECT CASE WHEN due.size <= $6 THEN due.size ELSE 0 END AS held) h) b"
-    "   WHERE b.total - b.held < $5)"
-    " SELECT m.id, m.endpoint, m.event_type, CASE WHEN s.size <= $6 THEN %s END,"
+    "     FROM due CROSS JOIN LATERAL (SELECT CASE WHEN due.size <= $5 THEN due.size ELSE 0 END AS held) h) b"
+    "   WHERE b.total - b.held < $4)"
+    " SELECT m.id, m.endpoint, m.event_type, CASE WHEN s.size <= $5 THEN %s END,"
     "        m.headers::text, m.idempotency_key, m.attempts + 1, s.size,"
-    "        CASE WHEN m.ordering_key IS NOT NULL AND m.endpoint = ANY ($2)"
-    "             THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END"
+    "        CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END"
     "   FROM outbox.messages m CROSS JOIN LATERAL (SELECT outbox._payload_size(m.payload) AS size) s"
     "  WHERE m.id = ANY (ARRAY(SELECT id FROM budgeted))";
 
-std::vector<ClaimedMessage> OutboxStore::claim(const std::vector<std::string>& endpoints,
-                                               const std::vector<std::string>& ordered, int limit,
+std::vector<ClaimedMessage> OutboxStore::claim(const std::vector<std::string>& endpoints, int limit,
                                                const std::vector<int64_t>& excluded, int64_t budget_bytes,
                                                int64_t max_payload_size, bool notify) {
   static std::string http_sql = [] {
@@ -144,11 +143,11 @@ std::vector<ClaimedMessage> OutboxStore::claim(const std::vector<std::string>& e
              "jsonb_build_object('id', m.id, 'event_type', m.event_type, 'payload', m.payload)::text");
     return std::string(buffer);
   }();
-  const std::vector<Oid> types = {kTextArray, kTextArray, kInt4, kInt8Array, INT8OID, INT8OID};
+  const std::vector<Oid> types = {kTextArray, kInt4, kInt8Array, INT8OID, INT8OID};
   static Statement http_statement(http_sql.c_str(), types);
   static Statement notify_statement(notify_sql.c_str(), types);
   Statement& statement = notify ? notify_statement : http_statement;
-  Rows rows = statement.run({text_array(endpoints), text_array(ordered), Int32GetDatum(limit), int8_array(excluded),
+  Rows rows = statement.run({text_array(endpoints), Int32GetDatum(limit), int8_array(excluded),
                              Int64GetDatum(budget_bytes), Int64GetDatum(max_payload_size)});
   std::vector<ClaimedMessage> claimed(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
@@ -192,7 +191,12 @@ std::optional<int64_t> OutboxStore::next_due_in_ms(const std::vector<std::string
 
 void OutboxStore::settle(const Settlements& s, bool keep_history) {
   // Before any head leaves: its key's next message is promoted under the key's lock.
-  if (!s.ordering_locks.empty()) lock_orderings(s.ordering_locks);
+  std::vector<int32_t> locks;
+  for (const auto& sent : s.sent)
+    if (sent.ordering_lock) locks.push_back(*sent.ordering_lock);
+  for (const auto& dead : s.dead)
+    if (dead.ordering_lock) locks.push_back(*dead.ordering_lock);
+  if (!locks.empty()) lock_orderings(std::move(locks));
   if (!s.sent.empty()) {
     std::vector<int64_t> ids;
     std::vector<int32_t> statuses, attempts;
@@ -279,21 +283,39 @@ void OutboxStore::settle(const Settlements& s, bool keep_history) {
     statement.run({int8_array(ids), text_array(reasons), text_array(errors), int4_array(statuses), text_array(bodies),
                    int4_array(attempts)});
   }
+  if (!s.given_back.empty()) {
+    // Out of their claims' rows: outbox.message() says pending, and a worker that starts
+    // again does not count an attempt that was never made.
+    static Statement statement(
+        "UPDATE outbox.claims c SET message_ids = k.ids, attempts = k.attempts"
+        "  FROM (SELECT c2.id, array_agg(u.m ORDER BY u.i) AS ids, array_agg(u.a ORDER BY u.i) AS attempts"
+        "          FROM outbox.claims c2 CROSS JOIN LATERAL"
+        "               unnest(c2.message_ids, c2.attempts) WITH ORDINALITY AS u(m, a, i)"
+        "         WHERE c2.message_ids && $1 AND u.m <> ALL ($1)"
+        "         GROUP BY c2.id) k"
+        " WHERE c.id = k.id",
+        {kInt8Array});
+    statement.run({int8_array(s.given_back)});
+  }
   if (!s.finished_claims.empty()) {
     static Statement statement("DELETE FROM outbox.claims WHERE id = ANY($1)", {kInt8Array});
     statement.run({int8_array(s.finished_claims)});
   }
 }
 
-void OutboxStore::save_breaker(const std::string& endpoint, const core::Breaker& b) {
+bool OutboxStore::save_breaker(const std::string& endpoint, const core::Breaker& b) {
   static Statement statement(
-      "UPDATE outbox.endpoints SET breaker_state = $2, breaker_failures = $3,"
+      "WITH free AS (SELECT e.name FROM outbox.endpoints e WHERE e.name = $1 FOR NO KEY UPDATE SKIP LOCKED)"
+      " UPDATE outbox.endpoints e SET breaker_state = $2, breaker_failures = $3,"
       "       breaker_open_until = CASE WHEN $4 > 0 THEN to_timestamp($4 / 1000.0) END,"
       "       breaker_cooldown_ms = $5"
-      " WHERE name = $1",
+      "  FROM free WHERE e.name = free.name"
+      " RETURNING 1",
       {kText, kText, kInt4, INT8OID, INT8OID});
-  statement.run({text_datum(endpoint), text_datum(core::breaker_state_name(b.state)),
-                 Int32GetDatum(b.consecutive_failures), Int64GetDatum(b.open_until_ms), Int64GetDatum(b.cooldown_ms)});
+  return statement
+             .run({text_datum(endpoint), text_datum(core::breaker_state_name(b.state)),
+                   Int32GetDatum(b.consecutive_failures), Int64GetDatum(b.open_until_ms), Int64GetDatum(b.cooldown_ms)})
+             .size() == 1;
 }
 
 void OutboxStore::notify(const std::string& channel, const std::string& payload) {
@@ -322,14 +344,29 @@ int64_t OutboxStore::purge_dead_letters(int retention_s, int limit) {
       "   SELECT id FROM dlq.dead_letters"
       "    WHERE (requeued_at IS NOT NULL OR discarded_at IS NOT NULL)"
       "      AND COALESCE(requeued_at, discarded_at) < now() - make_interval(secs => $1)"
-      "    ORDER BY COALESCE(requeued_at, discarded_at) LIMIT $2))"
+      "    ORDER BY COALESCE(requeued_at, discarded_at) LIMIT $2 FOR UPDATE SKIP LOCKED))"
       "   RETURNING 1)"
       " SELECT count(*) FROM p",
       {kInt4, kInt4});
   return statement.run({Int32GetDatum(retention_s), Int32GetDatum(limit)}).int64(0, 0);
 }
 
-std::vector<std::pair<int64_t, int>> OutboxStore::find_orphans(const std::vector<int64_t>& excluded, int limit) {
+std::vector<int64_t> OutboxStore::count_queued(const std::vector<std::string>& endpoints) {
+  // Each endpoint's heads (claim index) and the messages waiting behind them (ordering
+  // index), in the statement's own snapshot (see queued_count.cpp).
+  static Statement statement(
+      "SELECT (SELECT count(*) FROM outbox.messages m WHERE m.endpoint = e.name AND m.ordering_seq IS NULL)"
+      "     + (SELECT count(*) FROM outbox.messages m"
+      "         WHERE m.endpoint = e.name AND m.ordering_key IS NOT NULL AND m.ordering_seq IS NOT NULL)"
+      "  FROM unnest($1::text[]) WITH ORDINALITY AS e(name, i) ORDER BY e.i",
+      {kTextArray});
+  Rows rows = statement.run({text_array(endpoints)});
+  std::vector<int64_t> counts(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) counts[r] = rows.int64(r, 0);
+  return counts;
+}
+
+std::vector<OutboxStore::Orphan> OutboxStore::find_orphans(const std::vector<int64_t>& excluded, int limit) {
   // The queue's distinct endpoints, one index probe each (a loose index scan), then
   // the rows of those that are not in outbox.endpoints.
   static Statement statement(
@@ -339,7 +376,7 @@ std::vector<std::pair<int64_t, int>> OutboxStore::find_orphans(const std::vector
       "  SELECT (SELECT m.endpoint FROM outbox.messages m WHERE m.endpoint > n.endpoint AND m.ordering_seq IS NULL"
       "           ORDER BY m.endpoint LIMIT 1)"
       "    FROM names n WHERE n.endpoint IS NOT NULL)"
-      " SELECT o.id, o.attempts FROM names n CROSS JOIN LATERAL ("
+      " SELECT o.id, o.attempts, n.endpoint FROM names n CROSS JOIN LATERAL ("
       "   SELECT m.id, m.attempts FROM outbox.messages m"
       "    WHERE m.endpoint = n.endpoint AND m.ordering_seq IS NULL AND m.id <> ALL ($1)"
       "    ORDER BY m.endpoint, m.next_attempt_at LIMIT $2) o"
@@ -348,8 +385,9 @@ std::vector<std::pair<int64_t, int>> OutboxStore::find_orphans(const std::vector
       "  LIMIT $2",
       {kInt8Array, kInt4});
   Rows rows = statement.run({int8_array(excluded), Int32GetDatum(limit)});
-  std::vector<std::pair<int64_t, int>> orphans(rows.size());
-  for (size_t r = 0; r < rows.size(); ++r) orphans[r] = {rows.int64(r, 0), static_cast<int>(rows.int64(r, 1))};
+  std::vector<Orphan> orphans(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r)
+    orphans[r] = {rows.int64(r, 0), static_cast<int>(rows.int64(r, 1)), rows.text(r, 2)};
   return orphans;
 }
 

@@ -26,6 +26,7 @@ struct EndpointRow {
   std::optional<int> rate_limit;   // most requests started per second; none: no limit
   bool ordered = false;
   bool paused = false;
+  bool has_max_pending = false;
   core::Breaker breaker;
 };
 
@@ -39,19 +40,23 @@ struct ClaimedMessage {
   int attempts = 0;          // including this one
   int64_t payload_size = 0;  // as stored, uncompressed (outbox._payload_size)
   bool too_large = false;    // over pg_outbox.max_payload_size: not read, never sent
-  // A keyed message of an ordered endpoint: the lock its key's order is decided under,
-  // which the settle takes before the message leaves the queue (pg/ordering.hpp).
+  // A keyed message: the lock its key's order is decided under, which the settle takes
+  // before the message leaves the queue (pg/ordering.hpp), in sorted order with the
+  // others: the trigger that promotes the key's next message takes it too.
   std::optional<int32_t> ordering_lock;
 };
 
 // The results of a round of deliveries, written back in one transaction. Every result
 // carries the attempt number it settles: the queue's row records it (a retry), or it
-// travels with the row to the history or the DLQ.
+// travels with the row to the history or the DLQ. And its endpoint: results are written
+// per endpoint when writing them all together fails (Worker::settle_apart).
 struct Settlements {
   struct Sent {
     int64_t id;
     int32_t http_status;
     int attempts;
+    std::string endpoint;
+    std::optional<int32_t> ordering_lock;  // ClaimedMessage::ordering_lock
   };
   struct Retry {
     int64_t id;
@@ -59,6 +64,7 @@ struct Settlements {
     std::string error;
     int32_t http_status;
     int attempts;
+    std::string endpoint;
   };
   struct Dead {
     int64_t id;
@@ -67,13 +73,17 @@ struct Settlements {
     int32_t http_status;
     std::string body;
     int attempts;
+    std::string endpoint;
+    std::optional<int32_t> ordering_lock;
   };
   std::vector<Sent> sent;
   std::vector<Retry> retry;
   std::vector<Dead> dead;
   std::vector<int64_t> finished_claims;  // outbox.claims rows whose every message is settled
-  std::vector<int32_t> ordering_locks;   // of the keys whose head leaves the queue here
-  bool empty() const { return sent.empty() && retry.empty() && dead.empty() && finished_claims.empty(); }
+  std::vector<int64_t> given_back;       // taken back unstarted: no longer in flight, attempt not made
+  bool empty() const {
+    return sent.empty() && retry.empty() && dead.empty() && finished_claims.empty() && given_back.empty();
+  }
 };
 
 class OutboxStore {
@@ -91,12 +101,12 @@ class OutboxStore {
   int64_t recover_claims();
 
   // Due messages of the given endpoints, oldest first, none of `excluded` (in flight),
-  // none waiting behind its key's head. Keyed messages of `ordered` endpoints come with
-  // their ordering lock. Payloads
+  // none waiting behind its key's head. Keyed messages come with their ordering lock.
+  // Payloads
   // are read while their total stays under budget_bytes (the first always is); a
   // payload over max_payload_size is not read at all.
-  std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, const std::vector<std::string>& ordered,
-                                    int limit, const std::vector<int64_t>& excluded, int64_t budget_bytes,
+  std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int limit,
+                                    const std::vector<int64_t>& excluded, int64_t budget_bytes,
                                     int64_t max_payload_size, bool notify);
   // Records a batch handed to HTTP (outbox.claims); returns its id.
   int64_t record_claim(const std::vector<int64_t>& ids, const std::vector<int32_t>& attempts);
@@ -107,7 +117,9 @@ class OutboxStore {
 
   // keep_history: delivered messages go to outbox.history (else they are deleted).
   void settle(const Settlements& settlements, bool keep_history);
-  void save_breaker(const std::string& endpoint, const core::Breaker& breaker);
+  // Skipped (false) while another transaction holds the endpoint's row (an operator's
+  // open alter_endpoint): the breaker's copy waits, deliveries do not.
+  bool save_breaker(const std::string& endpoint, const core::Breaker& breaker);
   void notify(const std::string& channel, const std::string& payload);
 
   // History partitions of width_s seconds exist up to the returned time (unix ms).
@@ -115,10 +127,18 @@ class OutboxStore {
   // Drops what retention has passed; rows of a partition wider than width_s (made for a
   // longer retention) are deleted one by one, so that a shorter retention holds at once.
   int64_t retire_history(int retention_s, int width_s);
+  // Handled dead letters past retention; rows another transaction holds wait for a later round.
   int64_t purge_dead_letters(int retention_s, int limit);
   // Messages whose endpoint no longer exists (a plain INSERT may name any endpoint),
   // found through the distinct endpoints of the queue, not by reading every row.
-  std::vector<std::pair<int64_t, int>> find_orphans(const std::vector<int64_t>& excluded, int limit);
+  // How many messages each endpoint has in the queue (for max_pending's count).
+  std::vector<int64_t> count_queued(const std::vector<std::string>& endpoints);
+  struct Orphan {
+    int64_t id;
+    int attempts;
+    std::string endpoint;
+  };
+  std::vector<Orphan> find_orphans(const std::vector<int64_t>& excluded, int limit);
 };
 
 }  // namespace pg_outbox::pg

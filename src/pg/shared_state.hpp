@@ -27,6 +27,18 @@ struct EndpointCounters {
   uint64 dead;
 };
 
+// The undelivered messages of an endpoint that has a max_pending (pg/queued_count.cpp).
+constexpr int kQueuedEndpoints = 128;
+
+struct QueuedCount {
+  char name[NAMEDATALEN + 8];  // "" : a free entry
+  bool counted;                // the worker has counted the queue since the entry was made
+  bool recounting;             // the worker is counting it again
+  int64 committed;             // committed messages in the queue
+  int64 reserved;              // enqueued by transactions still open
+  int64 since_recount;         // committed changes since the recount began
+};
+
 // Why a worker ended, as it told its slot before exiting; anything else is a crash.
 enum class WorkerExit : int {
   kUnknown = 0,      // no word from the worker: it crashed or was terminated
@@ -62,6 +74,8 @@ struct DatabaseSlot {
   uint64 dead_lettered;
   int counted_endpoints;
   EndpointCounters endpoints[kCountedEndpoints];
+  bool queued_recount_due;  // rows left the queue otherwise than by the worker: count again
+  QueuedCount queued[kQueuedEndpoints];
 };
 
 constexpr int kLauncherRequests = 64;  // databases asking for a worker, between two launcher rounds

@@ -1,5 +1,6 @@
-// outbox.worker_status() and outbox._delivery_counters(): the shared-memory state of
-// this database's worker as SQL rows. Copied under the spinlock, turned into tuples after releasing it.
+// outbox.worker_status(), outbox._delivery_counters() and outbox._queued_counts(): the
+// shared-memory state of this database's worker as SQL rows. Copied under the spinlock,
+// turned into tuples after releasing it.
 #include "pg/boundary.hpp"
 #include "pg/settings.hpp"
 #include "pg/shared_state.hpp"
@@ -116,6 +117,25 @@ PG_OUTBOX_FUNCTION(pg_outbox_delivery_counters) {
         bool nulls[3] = {false, false, false};
         tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
       }
+    }
+  });
+  return (Datum)0;
+}
+
+// max_pending's counts as the worker keeps them (pg/queued_count.cpp), for tests and for
+// an operator who wonders why an endpoint refuses.
+PG_OUTBOX_FUNCTION(pg_outbox_queued_counts) {
+  require_shared_state();
+  pg_outbox::pg::pg_call([&] {
+    InitMaterializedSRF(fcinfo, 0);
+    auto* rsinfo = reinterpret_cast<ReturnSetInfo*>(fcinfo->resultinfo);
+    DatabaseSlot* s = copy_slot();
+    for (const auto& q : s->queued) {
+      if (q.name[0] == '\0') continue;
+      Datum values[4] = {CStringGetTextDatum(q.name), BoolGetDatum(q.counted), Int64GetDatum(q.committed),
+                         Int64GetDatum(q.reserved)};
+      bool nulls[4] = {false, false, false, false};
+      tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
     }
   });
   return (Datum)0;

@@ -95,10 +95,13 @@ void Worker::run() {
     // JIT-compiling: tens of milliseconds of LLVM for a claim of 2 ms.
     SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
     // Bounded waits: a lock held by someone else (an operator's open transaction on an
-    // endpoint or a message) fails the worker's statement after 2 s instead of holding
-    // the worker, and with it every delivery, for as long as the lock lives; the
-    // transaction is rolled back and retried like any other error, its results kept.
-    SetConfigOption("lock_timeout", "2s", PGC_SUSET, PGC_S_OVERRIDE);
+    // endpoint or a message) fails the worker's statement after 500 ms instead of
+    // holding the worker, and with it every delivery, for as long as the lock lives;
+    // the endpoint it belongs to is then parked (worker_parking.cpp), its results kept.
+    SetConfigOption("lock_timeout", "500ms", PGC_SUSET, PGC_S_OVERRIDE);
+    // Every statement sees what committed before it (the claim's SKIP LOCKED, the commit
+    // order's and max_pending's counts rely on it), whatever the database's default.
+    SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
   });
 
   for (;;) {
@@ -173,8 +176,7 @@ void Worker::recover_from_error(int sqlstate, std::string message) {
   // extension still there). Then it is no error. With the extension still there it is
   // an ordinary error (a history partition dropped under a statement, say): the worker
   // keeps its deliveries and results, and retries.
-  if (sqlstate == ERRCODE_UNDEFINED_TABLE || sqlstate == ERRCODE_INVALID_SCHEMA_NAME ||
-      sqlstate == ERRCODE_UNDEFINED_FUNCTION) {
+  if (extension_may_be_gone(sqlstate)) {
     uint32_t oid = extension_oid_;
     try {
       in_transaction("pg_outbox: checking for the extension", [&] { oid = store_.extension_oid(); });
@@ -204,6 +206,8 @@ int Worker::wait_timeout_ms() const {
   if (!ready_ || !settings.enabled) return settings.poll_interval_ms;
   if (more_due_ || !pending_.empty()) return 0;
   int64_t until = std::min(next_claim_ms_, next_housekeeping_ms_);
+  for (const auto& [name, parked] : parked_)
+    if (parked.until_ms > now) until = std::min(until, parked.until_ms);  // (an expired one is retried now)
   return static_cast<int>(std::clamp<int64_t>(until - now, 0, settings.poll_interval_ms));
 }
 
@@ -228,6 +232,7 @@ void Worker::iterate(bool woken) {
     wake_gap_ms_ = claimed > 0 ? kWakeCoalesceMinMs : std::min(2 * wake_gap_ms_, kWakeCoalesceMaxMs);
   }
   if (now >= next_housekeeping_ms_) housekeeping();
+  if (recount_queued_) recount_queued();
   publish_status(deliveries_.empty() ? "idle" : "delivering");
 }
 
@@ -277,6 +282,7 @@ bool Worker::prepare_database() {
   announced_ = true;  // said once the extension is there: a worker that finds none exits quietly
   ready_ = true;
   more_due_ = true;
+  recount_queued_ = true;
   endpoints_.clear();  // breakers are reloaded from the table
   endpoints_version_ = UINT64_MAX;
   return true;
@@ -301,6 +307,8 @@ void Worker::forget_deliveries() {
   held_bytes_ = 0;
   history_covered_ms_ = 0;
   pending_ = Settlements{};
+  parked_.clear();
+  deferred_claims_.clear();
   counted_.clear();
 }
 
@@ -331,6 +339,14 @@ void Worker::refresh_endpoints() {
     fresh.emplace(std::move(name), std::move(endpoint));
   }
   endpoints_ = std::move(fresh);
+  std::vector<std::string> max_pending;
+  for (const auto& [name, endpoint] : endpoints_)
+    if (endpoint.row.has_max_pending) max_pending.push_back(name);
+  std::sort(max_pending.begin(), max_pending.end());
+  if (max_pending != max_pending_endpoints_) {
+    max_pending_endpoints_ = std::move(max_pending);
+    recount_queued_ = true;
+  }
 }
 
 void Worker::publish_status(const char* state) {

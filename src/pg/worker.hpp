@@ -49,7 +49,7 @@ class Worker {
     int64_t claim_id = 0;       // its row in outbox.claims
     int64_t payload_bytes = 0;  // counted in held_bytes_
     int64_t claimed_ms = 0;
-    bool probe = false;  // sent as its endpoint's half-open probe
+    bool probe = false;                    // sent as its endpoint's half-open probe
     std::optional<int32_t> ordering_lock;  // ClaimedMessage::ordering_lock
   };
 
@@ -79,8 +79,26 @@ class Worker {
   void record_outcome(const http::Response& response);
   void on_breaker_transition(Endpoint& endpoint, core::Transition transition);
   void settle_pending();
+  // Bounded waits (worker_parking.cpp).
+  struct Parked {          // an endpoint held up by someone else's lock or its own error
+    int64_t until_ms = 0;  // left out of claims until then; its results tried again then
+    int64_t backoff_ms = 0;
+    Settlements results;  // its results not yet written
+  };
+  void settle_apart(const std::string& error);
+  bool settle_alone(Settlements& results, std::string& error);
+  void park(const std::string& endpoint, Settlements results, const std::string& error);
+  void unpark(const std::string& endpoint);
+  bool is_parked(const std::string& endpoint, int64_t now) const;
+  void set_aside_results_of_parked();
+  void retry_parked();
+  size_t notify_round(const std::vector<std::string>& endpoints);
+  bool holds_parked_results() const;
+  void hold_back_claims();
   void in_settling_transaction(const char* activity, const std::function<void()>& body);
   void publish_counts();
+  void count_removed(const Settlements& written);
+  void recount_queued();
   void housekeeping();
   void count(const std::string& endpoint, core::Verdict verdict);
   void publish_status(const char* state);
@@ -104,6 +122,8 @@ class Worker {
   std::unordered_map<std::string, size_t> outstanding_;  // deliveries_ per endpoint
   std::vector<std::string> endpoints_changed_;           // altered or paused since their requests were queued
   Settlements pending_;                                  // results not yet written back (kept across a failed settle)
+  std::unordered_map<std::string, Parked> parked_;       // endpoints held up, by name
+  std::vector<int64_t> deferred_claims_;                 // finished claims kept while results are parked
   std::unordered_map<int64_t, size_t> claims_;           // outbox.claims id -> its messages not yet settled
   int64_t held_bytes_ = 0;                               // payload bytes of deliveries_
   int64_t history_covered_ms_ = 0;                       // history partitions exist until then
@@ -128,6 +148,9 @@ class Worker {
   int error_streak_ = 0;
   size_t claim_round_ = 0;
   int64_t error_backoff_until_ms_ = 0;
+  int64_t housekeeping_quiet_until_ms_ = 0;         // its failures are logged once a minute
+  bool recount_queued_ = true;                      // max_pending's counts must be made (again)
+  std::vector<std::string> max_pending_endpoints_;  // the endpoints they are kept for
 };
 
 }  // namespace pg_outbox::pg

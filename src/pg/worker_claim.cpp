@@ -80,19 +80,17 @@ size_t Worker::claim_and_deliver() {
   // Claimed HTTP messages go to libcurl only once the claim has committed: a claim
   // that fails rolls back, and nothing it took may have been sent.
   std::vector<ClaimedMessage> to_send;
-  std::vector<std::string> probed;
-  size_t claimed_notify = 0;
+  std::vector<std::string> probed, notify;
   int64_t claim_id = 0;
   in_settling_transaction("pg_outbox: claiming messages", [&] {
     require_same_extension();
     refresh_endpoints();
     int64_t now = now_ms();
-    std::vector<std::string> http, notify, ordered, probes, all_active;
+    std::vector<std::string> http, probes, all_active;
     int64_t next_breaker_ms = INT64_MAX;
     for (auto& [name, endpoint] : endpoints_) {
-      if (endpoint.row.paused) continue;
+      if (endpoint.row.paused || is_parked(name, now)) continue;
       if (endpoint.row.channel.empty() && holds_its_share(name)) continue;  // its results make room
-      if (endpoint.row.ordered) ordered.push_back(name);
       if (!endpoint.row.channel.empty()) {
         notify.push_back(name);
         all_active.push_back(name);
@@ -122,32 +120,24 @@ size_t Worker::claim_and_deliver() {
     int64_t budget = std::max<int64_t>(0, settings.max_inflight_bytes - held_bytes_);
     if (budget == 0) limit = 0;
     std::vector<int64_t> excluded = in_flight_ids();
-    if (!notify.empty()) {
-      auto claimed = store_.claim(notify, ordered, settings.batch_size, excluded, settings.max_inflight_bytes,
-                                  settings.max_payload_size, true);
-      claimed_notify = claimed.size();
-      deliver_notify(claimed);
-      more_due_ = claimed.size() == static_cast<size_t>(settings.batch_size);
-    } else {
-      more_due_ = false;
-    }
+    more_due_ = false;
     if (!http.empty() && limit > 0) {
-      auto claimed = store_.claim(http, ordered, limit, excluded, budget, settings.max_payload_size, false);
-      more_due_ = more_due_ || claimed.size() == static_cast<size_t>(limit);
+      auto claimed = store_.claim(http, limit, excluded, budget, settings.max_payload_size, false);
+      more_due_ = claimed.size() == static_cast<size_t>(limit);
       std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
     }
     for (const std::string& name : probes) {
       // One message goes out as the probe; its result closes or reopens the circuit.
-      auto claimed =
-          store_.claim({name}, ordered, 1, excluded, settings.max_inflight_bytes, settings.max_payload_size, false);
+      auto claimed = store_.claim({name}, 1, excluded, settings.max_inflight_bytes, settings.max_payload_size, false);
       if (claimed.empty()) continue;
       probed.push_back(name);
       std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
     }
     if (!more_due_) {
       // Nothing more is due now: sleep until the next retry or deliver_at comes due,
-      // leaving out what is in flight (this claim's too). A past time means blocked rows
-      // (ordered keys whose head is out); a settle or a commit wakes us for those.
+      // leaving out what is in flight (this claim's too). A past time means rows that
+      // are claimed otherwise (NOTIFY's, just after this) or blocked (an ordered head in
+      // flight); a settle or a commit wakes us for those.
       for (const ClaimedMessage& m : to_send) excluded.push_back(m.id);
       std::optional<int64_t> due_in = all_active.empty() ? std::nullopt : store_.next_due_in_ms(all_active, excluded);
       int64_t poll = now + settings.poll_interval_ms;
@@ -163,7 +153,6 @@ size_t Worker::claim_and_deliver() {
       }
       claim_id = store_.record_claim(ids, attempts);
     }
-    settle_pending();  // NOTIFY results settle in this transaction
   });
   if (claim_id != 0) claims_[claim_id] = to_send.size();
   give_back_requests_of_changed_endpoints();  // before this claim's requests join them
@@ -173,14 +162,21 @@ size_t Worker::claim_and_deliver() {
     endpoint.breaker_dirty = true;
   }
   start_http(to_send, claim_id);
+  const size_t claimed_notify = notify.empty() ? 0 : notify_round(notify);
   return claimed_notify + to_send.size();
 }
 
-// The messages handed to libcurl: the next claim must not take them again.
+// The messages handed to libcurl, and those whose results wait with a parked endpoint:
+// the next claim must not take them again.
 std::vector<int64_t> Worker::in_flight_ids() const {
   std::vector<int64_t> ids;
   ids.reserve(deliveries_.size());
   for (const auto& [tag, delivery] : deliveries_) ids.push_back(static_cast<int64_t>(tag));
+  for (const auto& [endpoint, parked] : parked_) {
+    for (const auto& s : parked.results.sent) ids.push_back(s.id);
+    for (const auto& r : parked.results.retry) ids.push_back(r.id);
+    for (const auto& d : parked.results.dead) ids.push_back(d.id);
+  }
   return ids;
 }
 
@@ -197,8 +193,7 @@ void Worker::claim_member_settled(int64_t claim_id) {
 // A claimed message that goes to the DLQ without a request: this attempt was never
 // made, so the attempts recorded stay those before it.
 void Worker::dead_letter_unsent(const ClaimedMessage& m, core::DeadReason reason, std::string error) {
-  pending_.dead.push_back({m.id, reason, std::move(error), 0, {}, m.attempts - 1});
-  if (m.ordering_lock) pending_.ordering_locks.push_back(*m.ordering_lock);
+  pending_.dead.push_back({m.id, reason, std::move(error), 0, {}, m.attempts - 1, m.endpoint, m.ordering_lock});
   count(m.endpoint, core::Verdict::Dead);
 }
 
@@ -272,9 +267,8 @@ void Worker::start_http(const std::vector<ClaimedMessage>& claimed, int64_t clai
                         concurrency_of(endpoint), endpoint.row.rate_limit.value_or(0)});
     // Stamped again by the delivery thread if it starts in a later second.
     requests.back().stamp = http::Request::Stamp{now / 1000, std::move(headers.webhook_id), std::move(headers.secret)};
-    track_delivery(static_cast<uint64_t>(m.id),
-                   {m.endpoint, m.attempts, max_attempts_of(endpoint), claim_id, m.payload_size, now, probe,
-                    m.ordering_lock});
+    track_delivery(static_cast<uint64_t>(m.id), {m.endpoint, m.attempts, max_attempts_of(endpoint), claim_id,
+                                                 m.payload_size, now, probe, m.ordering_lock});
     held_bytes_ += m.payload_size;
   }
   delivery_.submit(std::move(requests));  // one hand-over, one wake of the thread
@@ -296,8 +290,7 @@ void Worker::deliver_notify(const std::vector<ClaimedMessage>& claimed) {
       continue;
     }
     store_.notify(endpoint.row.channel, m->payload);
-    pending_.sent.push_back({m->id, 0, m->attempts});
-    if (m->ordering_lock) pending_.ordering_locks.push_back(*m->ordering_lock);
+    pending_.sent.push_back({m->id, 0, m->attempts, m->endpoint, m->ordering_lock});
     count(m->endpoint, core::Verdict::Sent);
   }
 }

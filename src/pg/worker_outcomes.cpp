@@ -40,8 +40,14 @@ void Worker::record_outcome(const http::Response& response) {
     // Nothing was sent: the destination is not allowed, and retrying cannot change that
     // (the operator changes the policy or the URL, then requeues). No breaker result:
     // the receiver was never asked.
-    pending_.dead.push_back({id, core::DeadReason::EgressDenied, response.error, 0, {}, delivery.attempts});
-    if (delivery.ordering_lock) pending_.ordering_locks.push_back(*delivery.ordering_lock);
+    pending_.dead.push_back({id,
+                             core::DeadReason::EgressDenied,
+                             response.error,
+                             0,
+                             {},
+                             delivery.attempts,
+                             delivery.endpoint,
+                             delivery.ordering_lock});
     count(delivery.endpoint, core::Verdict::Dead);
     return;
   }
@@ -68,18 +74,17 @@ void Worker::record_outcome(const http::Response& response) {
   std::string error = response.transport_error ? response.error : "HTTP " + std::to_string(response.status);
   switch (settlement.verdict) {
     case core::Verdict::Sent:
-      pending_.sent.push_back({id, status, delivery.attempts});
+      pending_.sent.push_back({id, status, delivery.attempts, delivery.endpoint, delivery.ordering_lock});
       break;
     case core::Verdict::Retry:
-      pending_.retry.push_back({id, settlement.retry_delay_ms, error, status, delivery.attempts});
+      pending_.retry.push_back({id, settlement.retry_delay_ms, error, status, delivery.attempts, delivery.endpoint});
       break;
     case core::Verdict::Dead:
       pending_.dead.push_back({id, settlement.reason, error, status,
-                               core::sanitize_utf8(response.body_head, kResponseBodyLimit), delivery.attempts});
+                               core::sanitize_utf8(response.body_head, kResponseBodyLimit), delivery.attempts,
+                               delivery.endpoint, delivery.ordering_lock});
       break;
   }
-  if (settlement.verdict != core::Verdict::Retry && delivery.ordering_lock)
-    pending_.ordering_locks.push_back(*delivery.ordering_lock);
   count(delivery.endpoint, settlement.verdict);
 }
 
@@ -116,6 +121,7 @@ void Worker::give_back(const std::vector<uint64_t>& tags) {
     if (d == deliveries_.end()) continue;
     Delivery delivery = untrack_delivery(d);
     held_bytes_ -= delivery.payload_bytes;
+    pending_.given_back.push_back(static_cast<int64_t>(tag));
     claim_member_settled(delivery.claim_id);
     if (delivery.probe) probe_lost(delivery.endpoint);
   }

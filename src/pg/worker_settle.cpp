@@ -3,6 +3,8 @@
 #include "pg/worker.hpp"
 
 #include "core/history_layout.hpp"
+#include "pg/boundary.hpp"
+#include "pg/queued_count.hpp"
 #include "pg/shared_state.hpp"
 #include "pg/worker_internal.hpp"
 
@@ -14,35 +16,70 @@ namespace pg_outbox::pg {
 using namespace worker_detail;
 
 void Worker::settle_pending() {
+  set_aside_results_of_parked();
+  retry_parked();
   bool dirty_breakers =
       std::any_of(endpoints_.begin(), endpoints_.end(), [](const auto& e) { return e.second.breaker_dirty; });
   if (pending_.empty() && !dirty_breakers) return;
+  for (const auto& r : pending_.retry) next_claim_ms_ = std::min(next_claim_ms_, now_ms() + r.delay_ms);
+  bool unblocks = !pending_.sent.empty() || !pending_.dead.empty() || !pending_.finished_claims.empty();
   auto settle = [&] {
     require_same_extension();
     // Delivered messages go to the history partition of their sent_at, or to its
     // default partition when housekeeping could not create that one in time.
     store_.settle(pending_, settings.sent_retention_s > 0);
-    for (auto& [name, endpoint] : endpoints_) {
-      if (!endpoint.breaker_dirty) continue;
-      store_.save_breaker(name, endpoint.row.breaker);
-      breakers_written_.push_back(name);
-    }
+    for (auto& [name, endpoint] : endpoints_)
+      if (endpoint.breaker_dirty && store_.save_breaker(name, endpoint.row.breaker)) breakers_written_.push_back(name);
   };
-  if (IsTransactionState()) {
-    settle();  // the caller's in_settling_transaction publishes once it has committed
-  } else {
+  try {
     try {
+      hold_back_claims();
       in_transaction("pg_outbox: settling deliveries", settle);
-    } catch (...) {
-      breakers_written_.clear();  // still dirty: written again by the next settle
-      throw;
+    } catch (const PgError& e) {
+      const int sqlstate = e.data()->sqlerrcode;
+      const std::string error = e.what();
+      abort_transaction();
+      breakers_written_.clear();
+      if (extension_may_be_gone(sqlstate)) throw;
+      // Each endpoint's results alone (a failing one is parked with them), then what
+      // belongs to no endpoint: finished claims and the breakers.
+      settle_apart(error);
+      hold_back_claims();
+      in_transaction("pg_outbox: settling deliveries", settle);
     }
-    committed();
+  } catch (...) {
+    breakers_written_.clear();  // still dirty: written again by the next settle
+    throw;
   }
-  for (const auto& r : pending_.retry) next_claim_ms_ = std::min(next_claim_ms_, now_ms() + r.delay_ms);
-  bool unblocks = !pending_.sent.empty() || !pending_.dead.empty() || !pending_.finished_claims.empty();
+  // The counts of results parked with their endpoint are published too: they are
+  // written once the endpoint is free, or their messages are delivered again.
+  committed();
+  count_removed(pending_);  // (what settle_apart wrote, it counted; parked results are not here)
   pending_ = Settlements{};
   if (unblocks) more_due_ = true;  // an ordered key's next message, or room for more
+}
+
+// max_pending's counts (queued_count.cpp): what the worker's committed writes took out
+// of the queue, per endpoint.
+void Worker::count_removed(const Settlements& written) {
+  std::unordered_map<std::string, int64_t> removed;
+  for (const auto& s : written.sent) removed[s.endpoint]++;
+  for (const auto& d : written.dead) removed[d.endpoint]++;
+  for (const auto& [endpoint, n] : removed) queued_removed(slot_, endpoint, n);
+}
+
+// Counts the queue of every endpoint with a max_pending: when the worker starts, when an
+// endpoint gets a max_pending, and when another session removed rows. Until then
+// enqueue counts rows itself.
+void Worker::recount_queued() {
+  in_transaction("pg_outbox: counting the queue for max_pending", [&] {
+    require_same_extension();
+    refresh_endpoints();
+    begin_recount(slot_, max_pending_endpoints_);
+    std::vector<int64_t> counts = store_.count_queued(max_pending_endpoints_);
+    for (size_t i = 0; i < counts.size(); ++i) finish_recount(slot_, max_pending_endpoints_[i], counts[i]);
+  });
+  recount_queued_ = false;
 }
 
 // A transaction that may settle results (the claim, with NOTIFY's, and housekeeping).
@@ -125,20 +162,43 @@ void Worker::housekeeping() {
   next_housekeeping_ms_ = now + kHousekeepingEveryMs;
   bool orphans_due = now >= next_orphan_check_ms_;
   if (orphans_due) next_orphan_check_ms_ = now + kOrphanCheckEveryMs;
+  if (queued_recount_due(slot_)) recount_queued_ = true;
   give_back_stale_requests();
-  in_settling_transaction("pg_outbox: housekeeping", [&] {
-    require_same_extension();
-    if (settings.sent_retention_s > 0) {
-      prepare_history_if_due();  // sets history_width_s_ for this retention
-      store_.retire_history(settings.sent_retention_s, history_width_s_);
-    }
-    if (settings.dlq_retention_s >= 0) store_.purge_dead_letters(settings.dlq_retention_s, kPurgeBatch);
-    if (orphans_due) {
-      for (auto [id, attempts] : store_.find_orphans(in_flight_ids(), kOrphanBatch))
-        pending_.dead.push_back({id, core::DeadReason::InvalidMessage, "endpoint does not exist", 0, {}, attempts});
-      settle_pending();
-    }
-  });
+  // Housekeeping can wait, deliveries must not: a failure (a lock an operator holds on
+  // the history or the DLQ past the lock timeout) is logged, at most once a minute, and
+  // tried again at the next round.
+  try {
+    in_settling_transaction("pg_outbox: housekeeping", [&] {
+      require_same_extension();
+      if (settings.sent_retention_s > 0) {
+        prepare_history_if_due();  // sets history_width_s_ for this retention
+        store_.retire_history(settings.sent_retention_s, history_width_s_);
+      }
+      if (settings.dlq_retention_s >= 0) store_.purge_dead_letters(settings.dlq_retention_s, kPurgeBatch);
+      // Dead-lettered by the next settle, with the other results.
+      if (orphans_due)
+        for (auto& orphan : store_.find_orphans(in_flight_ids(), kOrphanBatch))
+          pending_.dead.push_back({orphan.id,
+                                   core::DeadReason::InvalidMessage,
+                                   "endpoint does not exist",
+                                   0,
+                                   {},
+                                   orphan.attempts,
+                                   std::move(orphan.endpoint),
+                                   std::nullopt});
+    });
+  } catch (const PgError& e) {
+    const int sqlstate = e.data()->sqlerrcode;
+    const std::string error = e.what();
+    abort_transaction();
+    if (extension_may_be_gone(sqlstate)) throw;
+    if (now < housekeeping_quiet_until_ms_) return;
+    housekeeping_quiet_until_ms_ = now + 60000;
+    pg_call([&] {
+      ereport(LOG, (errcode(sqlstate), errmsg("pg_outbox worker: housekeeping failed: %s", error.c_str()),
+                    errdetail("Deliveries go on; housekeeping is tried again every second.")));
+    });
+  }
 }
 
 }  // namespace pg_outbox::pg

@@ -8,7 +8,7 @@
 # arrives while the failure lasts.  Once the failure stops, every message is
 # notified exactly once and marked sent.
 #
-# How the worker delivers NOTIFY messages (src/pg/worker.cpp claim_and_deliver,
+# How the worker delivers NOTIFY messages (src/pg/worker_parking.cpp notify_round,
 # deliver_notify; src/pg/outbox_store.cpp claim, settle): one transaction reads the
 # due rows (no claims row for NOTIFY), queues pg_notify for each, and settles them
 # (DELETE from the queue, INSERT into outbox.history, one statement) before it
@@ -99,16 +99,16 @@ is(scalar(@ids), $N, "$N messages enqueued while the settle fails");
 
 sub settle_errors
 {
-	my @m = log_since($log_offset) =~ /pg_outbox worker: injected settle failure \(notify atomicity\)/g;
+	my @m = log_since($log_offset) =~ /endpoint "feed" is (?:still )?held up: injected settle failure \(notify atomicity\)/g;
 	return scalar @m;
 }
 
 # The observation window of the negative assertion: until the worker has logged three
-# failed settles (its error backoff is 200, 400, 800 ms, so about a second), polling
+# failed settles (the endpoint is parked and tried again after 1 s, then 2 s), polling
 # the listener all along.  A pg_notify committed in a transaction of its own before
 # the failing one would have reached the listener by the third failure.
 ok( wait_until(sub { poll_notifications(); settle_errors() >= 3 }, 60, 'three failed settles'),
-	'the worker logged at least 3 failed settles ("pg_outbox worker: injected settle failure")');
+	'the worker logged at least 3 failed settles (endpoint "feed" is held up: injected settle failure)');
 my $errors_seen = settle_errors();
 note "failed settles logged while the flag was on: $errors_seen";
 poll_notifications();

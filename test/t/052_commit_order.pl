@@ -16,6 +16,9 @@
 #     plain INSERT follows like an enqueue; max_pending and drop_endpoint count the
 #     messages waiting behind a head; alter_endpoint(ordered => ...) orders or releases
 #     what is queued.
+#  7. Several rows of one key in one transaction (one INSERT statement, requeue_all)
+#     keep their order.
+#  8. 20,000 messages behind a blocked head cost the claim nothing (claim index reads).
 use strict;
 use warnings;
 
@@ -250,6 +253,89 @@ $node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s6')});
 wait_sent('s6', 4);
 my %of_k = map { $_ => 1 } @six[ 2 .. 4 ];
 is_deeply([ grep { $of_k{$_} } delivered_ids('/hooks/s6') ], [ @six[ 2 .. 4 ] ], '6. and delivers them in that order');
+
+# --- 7. Several rows of one key in one transaction, by plain INSERT or requeue --------
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s7', url => '%s', ordered => true)},
+	$recv->url('/hooks/s7')));
+$node->safe_psql('postgres', q{SELECT outbox.pause_endpoint('s7')});
+my @rows = split /\n/, $node->safe_psql('postgres',
+	q{INSERT INTO outbox.messages (endpoint, payload, ordering_key)
+	  SELECT 's7', jsonb_build_object('row', i), 'k' FROM generate_series(1, 3) i RETURNING id});
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(id::text, ',' ORDER BY ordering_seq NULLS FIRST) FROM outbox.messages WHERE endpoint = 's7'}),
+	join(',', @rows), '7. the rows of one INSERT statement go in their order (the first is the head)');
+$node->safe_psql('postgres', q{DELETE FROM outbox.messages WHERE endpoint = 's7'});
+$recv->add_rule(path => '/hooks/s7', status => 400);
+$node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s7')});
+$node->safe_psql('postgres', enqueue_sql('s7', "d$_", 'k')) for 1 .. 3;
+wait_sql($node, q{SELECT count(*) = 3 FROM dlq.dead_letters WHERE endpoint = 's7'}, 30);
+$recv->clear_rules;
+$node->safe_psql('postgres', q{SELECT outbox.pause_endpoint('s7')});
+$node->safe_psql('postgres', q{SELECT dlq.requeue_all('s7')});
+my @requeued = split /\n/, $node->safe_psql('postgres', q{SELECT requeued_as FROM dlq.dead_letters WHERE endpoint = 's7' ORDER BY id});
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(id::text, ',' ORDER BY ordering_seq NULLS FIRST) FROM outbox.messages WHERE endpoint = 's7'}),
+	join(',', @requeued), '7. dead letters requeued together go in the order they died');
+
+# One transaction with 5,000 keys: their locks (one of 1,024 per key) fit PostgreSQL's
+# lock table (about 64 x 50 entries here), one lock per key would not.
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s9', url => '%s', ordered => true);
+	SELECT outbox.pause_endpoint('s9')}, $recv->url('/hooks/s9')));
+my ($rc9, $o9, $e9) = $node->psql('postgres', q{INSERT INTO outbox.messages (endpoint, payload, ordering_key)
+	SELECT 's9', '{}', 'key-' || i FROM generate_series(1, 5000) i});
+is($rc9, 0, '7. a transaction of 5,000 keys commits') or diag($e9);
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE endpoint = 's9' AND ordering_seq IS NULL}),
+	5000, '7. ... each of its messages heads its own key');
+
+# A savepoint takes back the first message of a key: the next one heads it.
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s10', url => '%s', ordered => true);
+	SELECT outbox.pause_endpoint('s10')}, $recv->url('/hooks/s10')));
+my @sp = split /\n/, $node->safe_psql('postgres', join ';', 'BEGIN', 'SAVEPOINT a', enqueue_sql('s10', 'x', 'sp'),
+	'ROLLBACK TO SAVEPOINT a', enqueue_sql('s10', 'y', 'sp'), enqueue_sql('s10', 'z', 'sp'), 'COMMIT');
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(id || ':' || (ordering_seq IS NULL), ',' ORDER BY id) FROM outbox.messages WHERE ordering_key = 'sp'}),
+	"$sp[1]:true,$sp[2]:false", '7. a savepoint took back the first message of a key: the next one heads it');
+# A transaction that deletes a head and enqueues to its key: one head, the promoted one.
+my $promoted = $sp[2];
+$node->safe_psql('postgres', join ';', 'BEGIN', "DELETE FROM outbox.messages WHERE id = $sp[1]",
+	enqueue_sql('s10', 'w', 'sp'), 'COMMIT');
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(id::text, ',') FROM outbox.messages WHERE ordering_key = 'sp' AND ordering_seq IS NULL}),
+	$promoted, '7. deleting a head and enqueuing to its key in one transaction leaves one head, the promoted one');
+# A follower moved to another key heads it.
+my $mover = $node->safe_psql('postgres', q{SELECT id FROM outbox.messages WHERE ordering_key = 'sp' AND ordering_seq IS NOT NULL});
+$node->safe_psql('postgres', "UPDATE outbox.messages SET ordering_key = 'elsewhere' WHERE id = $mover");
+is($node->safe_psql('postgres', "SELECT ordering_seq IS NULL FROM outbox.messages WHERE id = $mover"),
+	't', '7. a message moved to another key heads it');
+
+# --- 8. A blocked key costs the claim nothing ------------------------------------------
+# 20,000 messages wait behind a head whose request hangs; 200 messages of other keys
+# flow meanwhile. The claim index is read for those, never for the 20,000.
+$recv->add_rule(path => '/hooks/s8', action => 'hang', times => 1);    # the head's request: no answer
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s8', url => '%s', ordered => true)},
+	$recv->url('/hooks/s8')));
+$node->safe_psql('postgres', q{SELECT outbox.enqueue('s8', '{"n": "blocked-head"}', ordering_key => 'hot')});
+$recv->wait_requests('/hooks/s8', 1, 30);
+$node->safe_psql('postgres', q{SELECT outbox.enqueue('s8', jsonb_build_object('n', i), ordering_key => 'hot')
+	FROM generate_series(1, 20000) i});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE endpoint = 's8' AND ordering_seq IS NOT NULL}),
+	20000, '8. 20,000 messages wait behind the blocked head');
+sleep 1.2;    # the worker's index statistics reach the shared counters at most once a second
+my $read_before = $node->safe_psql('postgres',
+	q{SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'messages_claim_idx'});
+for my $i (1 .. 20)
+{
+	$node->safe_psql('postgres', join '',
+		map { "SELECT outbox.enqueue('s8', '{}', ordering_key => 'other-$i-$_');" } 1 .. 10);
+}
+wait_sent('s8', 200);
+sleep 1.2;
+my $read = $node->safe_psql('postgres',
+	q{SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'messages_claim_idx'}) - $read_before;
+note "claim index entries read while 200 messages flowed beside the blocked key: $read";
+# Were the 20,000 in the claim index, every claim would read them all: the claims
+# that sent these 200 messages together read fewer than one such claim would.
+cmp_ok($read, '<', 20000, "8. the claims read $read index entries for 200 messages, not the 20,000 behind the head");
 
 $recv->stop;
 $node->stop;

@@ -71,7 +71,12 @@ sleep(2.5);    # five intervals of the rate limit: queued requests would have st
 my $after = scalar reqs('/hooks/pausing');
 cmp_ok($after - $at_pause, '<=', 1, 'after pause_endpoint nothing more starts (one already starting at most)');
 is(sql(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'pausing'}), 10 - $after,
-	'the rest wait in the queue, pending');
+	'the rest wait in the queue');
+is( sql(q{SELECT string_agg(DISTINCT s.status, ',') FROM outbox.messages m, outbox.message(m.id) s
+		   WHERE m.endpoint = 'pausing'}),
+	'pending', '... pending (outbox.message): taken back, they are in no claim any more');
+is(sql(q{SELECT count(*) FROM outbox.claims c, outbox.messages m WHERE m.endpoint = 'pausing' AND m.id = ANY (c.message_ids)}),
+	0, '... and no outbox.claims row lists them (a restart counts no attempt for them)');
 sql(q{SELECT outbox.resume_endpoint('pausing')});
 ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'pausing'", 30),
 	'after resume_endpoint the rest arrive');
