@@ -63,6 +63,9 @@ CREATE OR REPLACE FUNCTION outbox._order_at_commit() RETURNS trigger
 CREATE OR REPLACE FUNCTION outbox._moved_message() RETURNS trigger
     AS 'MODULE_PATHNAME', 'pg_outbox_moved_message'
     LANGUAGE C;
+CREATE OR REPLACE FUNCTION outbox._trigger_promotes() RETURNS boolean
+    AS 'MODULE_PATHNAME', 'pg_outbox_trigger_promotes'
+    LANGUAGE C STABLE;
 CREATE OR REPLACE FUNCTION outbox._next_in_order() RETURNS trigger
     AS 'MODULE_PATHNAME', 'pg_outbox_next_in_order'
     LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;

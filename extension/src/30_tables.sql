@@ -126,7 +126,8 @@ CREATE TRIGGER messages_wake
     FOR EACH STATEMENT EXECUTE FUNCTION outbox._wake_at_commit();
 -- Per-key commit order (SPEC §3 "Ordering", src/pg/ordering.cpp): at commit, a new
 -- message of an ordered endpoint follows its key's head if there is one; when a head
--- leaves the queue or changes key, the next message of the key becomes the head.  The
+-- leaves the queue or changes key, the next message of the key becomes the head (the
+-- worker's settle does that for the heads it moves, in the same statement).  The
 -- keyed rows of a plain INSERT are noted at once, so that the commit places all of a
 -- transaction's rows together (outbox.enqueue notes its own); so are its rows' counts
 -- for max_pending, kept in shared memory, which rows removed by anyone but the worker
@@ -147,7 +148,7 @@ CREATE TRIGGER messages_moved
     EXECUTE FUNCTION outbox._moved_message();
 CREATE TRIGGER messages_next_in_order
     AFTER DELETE OR UPDATE OF endpoint, ordering_key ON outbox.messages
-    FOR EACH ROW WHEN (OLD.ordering_key IS NOT NULL AND OLD.ordering_seq IS NULL)
+    FOR EACH ROW WHEN (OLD.ordering_key IS NOT NULL AND outbox._trigger_promotes())
     EXECUTE FUNCTION outbox._next_in_order();
 
 -- Messages that will not be delivered as they stand, with what is needed to understand

@@ -55,7 +55,7 @@ CREATE TRIGGER messages_moved
     EXECUTE FUNCTION outbox._moved_message();
 CREATE TRIGGER messages_next_in_order
     AFTER DELETE OR UPDATE OF endpoint, ordering_key ON outbox.messages
-    FOR EACH ROW WHEN (OLD.ordering_key IS NOT NULL AND OLD.ordering_seq IS NULL)
+    FOR EACH ROW WHEN (OLD.ordering_key IS NOT NULL AND outbox._trigger_promotes())
     EXECUTE FUNCTION outbox._next_in_order();
 SELECT outbox._order_queued(e.name, true) FROM outbox.endpoints e WHERE e.ordered;
 SELECT pg_catalog.pg_extension_config_dump('outbox.commit_order', '');

@@ -53,6 +53,7 @@ struct Entry {
 
 std::vector<Entry> recorded;              // inserted in this transaction, not yet in order
 std::unordered_set<int64_t> ordered_ids;  // this transaction's messages already in order
+bool in_worker = false;                   // set_ordering_worker
 
 void forget_at_end(XactEvent event, void*) {
   switch (event) {
@@ -176,6 +177,8 @@ void place(std::vector<Entry> batch) {
 
 void register_ordering() { RegisterXactCallback(forget_at_end, nullptr); }
 
+void set_ordering_worker() { in_worker = true; }
+
 void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> preset) {
   recorded.push_back({id, endpoint, key, preset});
 }
@@ -208,9 +211,10 @@ PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
   return PointerGetDatum(nullptr);
 }
 
-// AFTER DELETE or UPDATE OF endpoint, ordering_key, of a head: the key's next message,
-// if any and if no other head remains, becomes the head. The follower it picks may be
-// leaving itself (an operator's DELETE, not yet committed): the UPDATE then waits for it
+// AFTER DELETE or UPDATE OF endpoint, ordering_key, of a keyed message, by anyone but
+// the worker (whose settle promotes in the statement that moves the heads): if its key
+// is left without a head, the next message becomes the head. The follower it picks may
+// be leaving itself (another DELETE, not yet committed): the UPDATE then waits for it
 // and finds it gone, and the next follower is looked for again.
 PG_OUTBOX_FUNCTION(pg_outbox_next_in_order) {
   using namespace pg_outbox::pg;
@@ -254,6 +258,12 @@ PG_OUTBOX_FUNCTION(pg_outbox_moved_message) {
     return heap_modify_tuple_by_cols(trigger->tg_newtuple, desc, 1, &column, &value, &isnull);
   });
   return PointerGetDatum(moved);
+}
+
+// The WHEN of that trigger: false in the worker.
+PG_OUTBOX_FUNCTION(pg_outbox_trigger_promotes) {
+  (void)fcinfo;
+  return BoolGetDatum(!pg_outbox::pg::in_worker);
 }
 
 // outbox._ordering_lock(endpoint, ordering_key): the claim returns it with each keyed

@@ -19,6 +19,10 @@ void register_ordering();
 void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key,
                      std::optional<int64_t> preset = std::nullopt);
 
+// This process is the worker: its settles promote the next message of each key in the
+// statement that moves the head (OutboxStore::settle), not through the row trigger.
+void set_ordering_worker();
+
 // Takes the advisory locks of these ordering keys (core::ordering_lock) until the end of
 // the transaction, lowest first: everyone takes them in that order, so that two
 // transactions with several keys in common never wait for each other in a circle.

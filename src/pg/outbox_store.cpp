@@ -189,8 +189,23 @@ std::optional<int64_t> OutboxStore::next_due_in_ms(const std::vector<std::string
   return rows.int64(0, 0);
 }
 
+// Part of each statement that moves messages out of the queue (CTE "moved", their ids
+// $1): for each key whose head leaves, the next message becomes the head, unless the key
+// still has one (pg/ordering.cpp does it row by row for everyone else). The statement's
+// snapshot still shows the moved rows; they are left out by id. The keys' locks are
+// held (settle takes them first), so no producer decides for these keys meanwhile.
+#define PROMOTE_NEXT_IN_ORDER                                                           \
+  " promoted AS (UPDATE outbox.messages p SET ordering_seq = NULL"                      \
+  "   FROM (SELECT (SELECT f.id FROM outbox.messages f"                                 \
+  "                  WHERE f.endpoint = k.endpoint AND f.ordering_key = k.ordering_key" \
+  "                    AND f.id <> ALL ($1)"                                            \
+  "                  ORDER BY f.ordering_seq NULLS FIRST LIMIT 1) AS id"                \
+  "           FROM (SELECT DISTINCT endpoint, ordering_key FROM moved"                  \
+  "                  WHERE ordering_key IS NOT NULL AND ordering_seq IS NULL) k) n"     \
+  "  WHERE p.id = n.id AND p.ordering_seq IS NOT NULL)"
+
 void OutboxStore::settle(const Settlements& s, bool keep_history) {
-  // Before any head leaves: its key's next message is promoted under the key's lock.
+  // Before any head leaves: the keys' locks, under which its next message is promoted.
   std::vector<int32_t> locks;
   for (const auto& sent : s.sent)
     if (sent.ordering_lock) locks.push_back(*sent.ordering_lock);
@@ -216,7 +231,7 @@ void OutboxStore::settle(const Settlements& s, bool keep_history) {
           "                 idempotency_key, attempts, last_http_status, created_at, sent_at)"
           "          SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key,"
           "                 sent_attempts, NULLIF(sent_status, 0), created_at, now() FROM moved"
-          "          RETURNING tableoid, endpoint)"
+          "          RETURNING tableoid, endpoint)," PROMOTE_NEXT_IN_ORDER
           " INSERT INTO outbox.history_counts AS hc (partition, endpoint, sent)"
           " SELECT k.tableoid::regclass, k.endpoint, count(*) FROM kept k"
           "  WHERE k.tableoid <> 'outbox.history_default'::regclass GROUP BY 1, 2"
@@ -224,7 +239,11 @@ void OutboxStore::settle(const Settlements& s, bool keep_history) {
           {kInt8Array, kInt4Array, kInt4Array});
       statement.run({int8_array(ids), int4_array(statuses), int4_array(attempts)});
     } else {
-      static Statement statement("DELETE FROM outbox.messages WHERE id = ANY($1)", {kInt8Array});
+      static Statement statement(
+          "WITH moved AS (DELETE FROM outbox.messages m WHERE m.id = ANY ($1)"
+          "               RETURNING m.endpoint, m.ordering_key, m.ordering_seq)," PROMOTE_NEXT_IN_ORDER
+          " SELECT count(*) FROM moved",
+          {kInt8Array});
       statement.run({int8_array(ids)});
     }
   }
@@ -271,7 +290,7 @@ void OutboxStore::settle(const Settlements& s, bool keep_history) {
         " moved AS (DELETE FROM outbox.messages m USING d"
         "           WHERE m.id = ANY ($1) AND m.id = d.id"
         "           RETURNING m.*, d.reason, d.error, d.http_status AS dead_status, d.body,"
-        "                     d.attempts AS dead_attempts)"
+        "                     d.attempts AS dead_attempts)," PROMOTE_NEXT_IN_ORDER
         " INSERT INTO dlq.dead_letters (message_id, endpoint, event_type, payload, headers, ordering_key,"
         "        idempotency_key, reason_code, error_message, http_status, response_body, attempts,"
         "        first_failed_at, last_failed_at, message_created_at)"

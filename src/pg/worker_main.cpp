@@ -3,6 +3,7 @@
 // index and generation), the database connection, then the C++ loop, entered through
 // the boundary.
 #include "pg/boundary.hpp"
+#include "pg/ordering.hpp"
 #include "pg/queued_count.hpp"
 #include "pg/shared_state.hpp"
 #include "pg/worker.hpp"
@@ -85,6 +86,7 @@ void pg_outbox_worker_main(Datum argument) {
   bool absent = false;
   try {
     pg_outbox::pg::set_queued_count_worker();  // its own deletes are counted, not recounted
+    pg_outbox::pg::set_ordering_worker();      // its settles promote keys' next messages themselves
     pg_outbox::pg::Worker worker(*slot);
     worker.run();
   } catch (const pg_outbox::pg::ExtensionAbsent&) {
