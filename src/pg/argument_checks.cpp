@@ -1,6 +1,7 @@
 // SQL-callable argument checks (outbox._check_*), used by the install script's
-// functions, and the two that outbox.enqueue makes itself. The rules live in core/validation; this file only maps a refusal to
-// its SQLSTATE. A message never repeats a secret.
+// functions, and the two that outbox.enqueue makes itself. The rules live in
+// core/validation; this file only maps a refusal to its SQLSTATE. A message never
+// repeats a secret.
 #include "core/string_object.hpp"
 #include "core/validation.hpp"
 #include "pg/argument_checks.hpp"

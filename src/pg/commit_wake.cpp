@@ -5,6 +5,7 @@
 #include "pg/boundary.hpp"
 #include "pg/commit_wake.hpp"
 #include "pg/shared_state.hpp"
+#include "pg/trigger_data.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -49,9 +50,7 @@ void request_launcher_at_commit() { launcher_at_commit = true; }
 }  // namespace pg_outbox::pg
 
 PG_OUTBOX_FUNCTION(pg_outbox_wake_at_commit) {
-  if (!CALLED_AS_TRIGGER(fcinfo))
-    throw pg_outbox::pg::SqlError(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
-                                  "outbox._wake_at_commit() must be called as a trigger");
+  (void)pg_outbox::pg::trigger_data(fcinfo, "outbox._wake_at_commit()");
   pg_outbox::pg::wake_worker_at_commit();
   return PointerGetDatum(nullptr);
 }

@@ -9,22 +9,24 @@
 //   ends, so the next transaction to decide for the key waits, then sees this one
 //   committed and draws a larger number: the numbers of a key are its commit order.
 //   Ids are not: they are drawn at INSERT, and the later INSERT may commit first.
-// - When a head leaves the queue (sent, dead-lettered, deleted, its key changed), an
-//   AFTER trigger (outbox._next_in_order), under the same lock, makes the follower with
-//   the lowest number the head, unless the key still has one.
+// - When a head leaves the queue, under the same lock, the follower with the lowest
+//   number becomes the head, unless the key still has one: in the worker's settle, by
+//   the statement that moves the heads (OutboxStore::settle); for anyone else's DELETE
+//   or change of key, by an AFTER trigger (outbox._next_in_order).
 // The worker's claim thus never sees a follower: a blocked key costs it nothing, however
-// many messages wait behind the head. The worker takes the locks of the heads it
-// settles before it moves them, in the same sorted order as a committing producer.
+// many messages wait behind the head. The worker takes the locks of the keyed messages
+// it settles before it moves them, in the same sorted order as a committing producer.
 // A transaction's own keyed messages are known before its commit: outbox.enqueue notes
 // them, and a statement trigger (outbox._note_inserts, queue_triggers.cpp) notes the
-// rows of plain INSERT statements. The first commit-time call places them all, in id order, after taking all
-// their locks: rows of the same transaction never take each other for a head.
+// rows of plain INSERT statements. The first commit-time call places them all, after
+// taking all their locks: rows of the same transaction never take each other for a head.
 #include "pg/ordering.hpp"
 
 #include "core/ordering_lock.hpp"
 #include "pg/boundary.hpp"
 #include "pg/commit_wake.hpp"
 #include "pg/spi.hpp"
+#include "pg/trigger_data.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
@@ -68,12 +70,6 @@ void forget_at_end(XactEvent event, void*) {
     default:
       break;
   }
-}
-
-TriggerData* trigger_data(FunctionCallInfo fcinfo, const char* function) {
-  if (!CALLED_AS_TRIGGER(fcinfo))
-    throw SqlError(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED, std::string(function) + " must be called as a trigger");
-  return reinterpret_cast<TriggerData*>(fcinfo->context);
 }
 
 // The id, endpoint, ordering key and number of the trigger's row (the old row of a

@@ -8,6 +8,7 @@
 #include "pg/boundary.hpp"
 #include "pg/ordering.hpp"
 #include "pg/queued_count.hpp"
+#include "pg/trigger_data.hpp"
 
 extern "C" {
 #include "commands/trigger.h"
@@ -15,12 +16,6 @@ extern "C" {
 }
 
 namespace {
-
-void require_trigger(FunctionCallInfo fcinfo, const char* function) {
-  if (!CALLED_AS_TRIGGER(fcinfo))
-    throw pg_outbox::pg::SqlError(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
-                                  std::string(function) + " must be called as a trigger");
-}
 
 // Runs a query over the transition table "inserted"; `row` gets each row's text cells.
 template <typename Row>
@@ -46,8 +41,7 @@ void each_inserted(TriggerData* trigger, const char* query, int columns, Row&& r
 }  // namespace
 
 PG_OUTBOX_FUNCTION(pg_outbox_note_inserts) {
-  require_trigger(fcinfo, "outbox._note_inserts()");
-  TriggerData* trigger = reinterpret_cast<TriggerData*>(fcinfo->context);
+  TriggerData* trigger = pg_outbox::pg::trigger_data(fcinfo, "outbox._note_inserts()");
   each_inserted(trigger, "SELECT id, endpoint, ordering_key, ordering_seq FROM inserted WHERE ordering_key IS NOT NULL",
                 4, [](const std::vector<std::string>& c) {
                   pg_outbox::pg::order_at_commit(
@@ -60,7 +54,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_note_inserts) {
 }
 
 PG_OUTBOX_FUNCTION(pg_outbox_queue_changed) {
-  require_trigger(fcinfo, "outbox._queue_changed()");
+  (void)pg_outbox::pg::trigger_data(fcinfo, "outbox._queue_changed()");
   pg_outbox::pg::queue_changed();
   return PointerGetDatum(nullptr);
 }

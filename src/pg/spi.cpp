@@ -33,9 +33,9 @@ Rows Statement::execute(const std::vector<Datum>& arguments, bool latest_snapsho
   }
   uint64 processed = pg_call([&] {
     Datum* values = const_cast<Datum*>(arguments.data());
-    int rc = latest_snapshot ? SPI_execute_snapshot(plan_, values, nullptr, GetLatestSnapshot(), InvalidSnapshot,
-                                                    false, true, 0)
-                             : SPI_execute_plan(plan_, values, nullptr, false, 0);
+    int rc = latest_snapshot
+                 ? SPI_execute_snapshot(plan_, values, nullptr, GetLatestSnapshot(), InvalidSnapshot, false, true, 0)
+                 : SPI_execute_plan(plan_, values, nullptr, false, 0);
     if (rc < 0) elog(ERROR, "pg_outbox: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
     return SPI_tuptable != nullptr ? SPI_processed : uint64{0};
   });

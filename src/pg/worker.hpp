@@ -97,7 +97,7 @@ class Worker {
   void hold_back_claims();
   void in_settling_transaction(const char* activity, const std::function<void()>& body);
   void publish_counts();
-  void count_removed(const Settlements& written);
+  void written(const Settlements& results);
   void recount_queued();
   void housekeeping();
   void count(const std::string& endpoint, core::Verdict verdict);

@@ -95,7 +95,7 @@ void Worker::settle_apart(const std::string& error) {
     for (auto& [endpoint, results] : groups) {
       std::string alone_error;
       if (settle_alone(results, alone_error)) {
-        count_removed(results);
+        written(results);
         results = Settlements{};
       } else {
         park(endpoint, std::move(results), alone_error);
@@ -172,19 +172,16 @@ void Worker::retry_parked() {
   for (const std::string& endpoint : due) {
     Settlements results = std::move(parked_[endpoint].results);
     parked_[endpoint].results = Settlements{};
-    bool unblocks = !results.sent.empty() || !results.dead.empty();
     std::string error;
-    bool written = false;
+    bool ok = false;
     try {
-      written = settle_alone(results, error);
+      ok = settle_alone(results, error);
     } catch (...) {
       append_results(parked_[endpoint].results, results);
       throw;
     }
-    if (written) {
-      count_removed(results);
-      for (const auto& r : results.retry) next_claim_ms_ = std::min(next_claim_ms_, now_ms() + r.delay_ms);
-      if (unblocks) more_due_ = true;
+    if (ok) {
+      written(results);
       unpark(endpoint);
     } else {
       park(endpoint, std::move(results), error);
@@ -224,7 +221,7 @@ size_t Worker::notify_round(const std::vector<std::string>& endpoints) {
     for (const std::string& endpoint : endpoints) total += notify_round({endpoint});
     return total;
   }
-  count_removed(pending_);  // NOTIFY's own results, written in its transaction
+  written(pending_);  // NOTIFY's own results, written in its transaction
   pending_ = std::move(others);
   for (const std::string& endpoint : endpoints) unpark(endpoint);
   if (claimed == static_cast<size_t>(settings.batch_size)) more_due_ = true;

@@ -21,8 +21,6 @@ void Worker::settle_pending() {
   bool dirty_breakers =
       std::any_of(endpoints_.begin(), endpoints_.end(), [](const auto& e) { return e.second.breaker_dirty; });
   if (pending_.empty() && !dirty_breakers) return;
-  for (const auto& r : pending_.retry) next_claim_ms_ = std::min(next_claim_ms_, now_ms() + r.delay_ms);
-  bool unblocks = !pending_.sent.empty() || !pending_.dead.empty() || !pending_.finished_claims.empty();
   auto settle = [&] {
     require_same_extension();
     // Delivered messages go to the history partition of their sent_at, or to its
@@ -54,18 +52,20 @@ void Worker::settle_pending() {
   // The counts of results parked with their endpoint are published too: they are
   // written once the endpoint is free, or their messages are delivered again.
   committed();
-  count_removed(pending_);  // (what settle_apart wrote, it counted; parked results are not here)
+  written(pending_);  // (settle_apart took care of what it wrote; parked results are not here)
   pending_ = Settlements{};
-  if (unblocks) more_due_ = true;  // an ordered key's next message, or room for more
 }
 
-// max_pending's counts (queued_count.cpp): what the worker's committed writes took out
-// of the queue, per endpoint.
-void Worker::count_removed(const Settlements& written) {
+// After a transaction that wrote these results has committed: max_pending's counts
+// (queued_count.cpp) lose what left the queue; the next claim comes when a retry is
+// due, or at once when something left (an ordered key's next message, or room).
+void Worker::written(const Settlements& results) {
   std::unordered_map<std::string, int64_t> removed;
-  for (const auto& s : written.sent) removed[s.endpoint]++;
-  for (const auto& d : written.dead) removed[d.endpoint]++;
+  for (const auto& s : results.sent) removed[s.endpoint]++;
+  for (const auto& d : results.dead) removed[d.endpoint]++;
   for (const auto& [endpoint, n] : removed) queued_removed(slot_, endpoint, n);
+  for (const auto& r : results.retry) next_claim_ms_ = std::min(next_claim_ms_, now_ms() + r.delay_ms);
+  if (!removed.empty() || !results.finished_claims.empty()) more_due_ = true;
 }
 
 // Counts the queue of every endpoint with a max_pending: when the worker starts, when an
