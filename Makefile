@@ -15,7 +15,7 @@ INSTALL_SOURCES = $(sort $(wildcard extension/src/*.sql))
 # not the schemas and tables, which the update script changes itself.
 REPLAYED_SOURCES = $(filter-out extension/src/00_% extension/src/10_% extension/src/3%,$(INSTALL_SOURCES))
 
-SRCS = $(wildcard src/core/*.cpp) $(wildcard src/http/*.cpp) $(wildcard src/pg/*.cpp) $(wildcard src/pg/launcher/*.cpp)
+SRCS = $(wildcard src/core/*.cpp) $(wildcard src/http/*.cpp) $(wildcard src/pg/*/*.cpp)
 OBJS = $(SRCS:.cpp=.o)
 
 # `make installcheck`: the pg_regress suite (sql/ against expected/, one file per topic,
@@ -70,7 +70,7 @@ installcheck-server:
 
 .PHONY: format unit bench bench-memory bench-steady soak
 format:
-	clang-format -i $(wildcard src/*/*.cpp src/*/*.hpp test/unit/*.cpp)
+	clang-format -i $(wildcard src/*/*.cpp src/*/*.hpp src/*/*/*.cpp src/*/*/*.hpp test/unit/*.cpp)
 
 unit:
 	SKIP_SETUP=1 bash test/run_unit.sh

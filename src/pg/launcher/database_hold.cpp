@@ -17,9 +17,9 @@
 //
 // Plain C calls only: this runs inside PostgreSQL's statement processing, where an
 // ERROR may longjmp through it.
-#include "pg/commit_wake.hpp"
+#include "pg/runtime/commit_wake.hpp"
 #include "pg/launcher/database_hold.hpp"
-#include "pg/shared_state.hpp"
+#include "pg/runtime/shared_state.hpp"
 
 extern "C" {
 #include "access/xact.h"

@@ -12,8 +12,8 @@
 // Plain data only: the launcher's table lives in TopMemoryContext, and every function
 // here calls PostgreSQL directly with no C++ object alive across the call (an ERROR in
 // a background worker without an error handler ends the process).
-#include "pg/settings.hpp"
-#include "pg/shared_state.hpp"
+#include "pg/runtime/settings.hpp"
+#include "pg/runtime/shared_state.hpp"
 
 extern "C" {
 #include "access/heapam.h"

@@ -1,0 +1,276 @@
+// Per-key commit order on ordered endpoints (SPEC §3 "Ordering").
+//
+// A message of an ordered endpoint with an ordering key is, once committed, either its
+// key's head (ordering_seq NULL: in the claim index, sent when due) or a follower
+// (ordering_seq drawn from outbox.commit_order: outside the claim index, never claimed).
+// - At commit, a deferred constraint trigger (outbox._order_at_commit) decides, under the
+//   key's advisory lock and with a fresh snapshot: if the key has a head in the queue,
+//   the new message follows, numbered by nextval. The lock is held until the commit
+//   ends, so the next transaction to decide for the key waits, then sees this one
+//   committed and draws a larger number: the numbers of a key are its commit order.
+//   Ids are not: they are drawn at INSERT, and the later INSERT may commit first.
+// - When a head leaves the queue, under the same lock, the follower with the lowest
+//   number becomes the head, unless the key still has one: in the worker's settle, by
+//   the statement that moves the heads (OutboxStore::settle); for anyone else's DELETE
+//   or change of key, by an AFTER trigger (outbox._next_in_order).
+// The worker's claim thus never sees a follower: a blocked key costs it nothing, however
+// many messages wait behind the head. The worker takes the locks of the keyed messages
+// it settles before it moves them, in the same sorted order as a committing producer.
+// A transaction's own keyed messages are known before its commit: outbox.enqueue notes
+// them, and a statement trigger (outbox._note_inserts, queue_triggers.cpp) notes the
+// rows of plain INSERT statements. The first commit-time call places them all, after
+// taking all their locks: rows of the same transaction never take each other for a head.
+#include "pg/ordering/ordering.hpp"
+
+#include "core/ordering_lock.hpp"
+#include "pg/boundary/boundary.hpp"
+#include "pg/runtime/commit_wake.hpp"
+#include "pg/boundary/spi.hpp"
+#include "pg/boundary/trigger_data.hpp"
+
+extern "C" {
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "utils/builtins.h"
+}
+
+#include <algorithm>
+#include <optional>
+#include <tuple>
+#include <stdexcept>
+#include <unordered_set>
+
+namespace pg_outbox::pg {
+
+namespace {
+
+struct Entry {
+  int64_t id;
+  std::string endpoint;
+  std::string key;
+  std::optional<int64_t> preset;  // an ordering_seq the row was inserted with (a restored dump)
+};
+
+std::vector<Entry> recorded;              // inserted in this transaction, not yet in order
+std::unordered_set<int64_t> ordered_ids;  // this transaction's messages already in order
+bool in_worker = false;                   // set_ordering_worker
+
+void forget_at_end(XactEvent event, void*) {
+  switch (event) {
+    case XACT_EVENT_COMMIT:
+    case XACT_EVENT_ABORT:
+    case XACT_EVENT_PREPARE:
+    case XACT_EVENT_PARALLEL_COMMIT:
+    case XACT_EVENT_PARALLEL_ABORT:
+      recorded.clear();
+      ordered_ids.clear();
+      break;
+    default:
+      break;
+  }
+}
+
+// The id, endpoint, ordering key and number of the trigger's row (the old row of a
+// DELETE or UPDATE), read by column name.
+Entry row_of(TriggerData* trigger) {
+  int64 id = 0;
+  int64 seq = 0;
+  bool no_seq = true;
+  char* endpoint = nullptr;
+  char* key = nullptr;
+  pg_call([&] {
+    TupleDesc desc = RelationGetDescr(trigger->tg_relation);
+    HeapTuple tuple = trigger->tg_trigtuple;
+    bool isnull = false;
+    id = DatumGetInt64(SPI_getbinval(tuple, desc, SPI_fnumber(desc, "id"), &isnull));
+    endpoint = SPI_getvalue(tuple, desc, SPI_fnumber(desc, "endpoint"));
+    key = SPI_getvalue(tuple, desc, SPI_fnumber(desc, "ordering_key"));
+    Datum value = SPI_getbinval(tuple, desc, SPI_fnumber(desc, "ordering_seq"), &no_seq);
+    if (!no_seq) seq = DatumGetInt64(value);
+  });
+  if (endpoint == nullptr || key == nullptr) throw std::logic_error("ordering trigger on a row without a key");
+  return {id, endpoint, key, no_seq ? std::nullopt : std::optional<int64_t>(seq)};
+}
+
+void connect_spi() {
+  pg_call([] {
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_outbox: SPI_connect failed");
+  });
+}
+
+void finish_spi() {
+  pg_call([] { SPI_finish(); });
+}
+
+// Whether the key has a head already, read with a fresh snapshot: any head but the
+// messages being placed now (`placing`), which are heads in it until they are placed.
+bool has_head(const std::string& endpoint, const std::string& key, const std::unordered_set<int64_t>& placing) {
+  static Statement heads(
+      "SELECT h.id FROM outbox.messages h"
+      " WHERE h.endpoint = $1 AND h.ordering_key = $2 AND h.ordering_seq IS NULL",
+      {TEXTOID, TEXTOID});
+  Rows rows = heads.run_latest({text_datum(endpoint), text_datum(key)});
+  for (size_t r = 0; r < rows.size(); ++r)
+    if (placing.count(rows.int64(r, 0)) == 0) return true;
+  return false;
+}
+
+bool is_ordered(const std::string& endpoint) {
+  static Statement ordered("SELECT e.ordered FROM outbox.endpoints e WHERE e.name = $1", {TEXTOID});
+  Rows rows = ordered.run_latest({text_datum(endpoint)});
+  return rows.size() == 1 && rows.boolean(0, 0);
+}
+
+// Puts these messages of the committing transaction in their keys' commit order: all
+// locks first (lowest first), then key by key. The messages of one key go in the order
+// of their numbers if they came with one (a restored dump: its head first), then of
+// their ids; the first that still exists (a savepoint may have taken one back) is the
+// head if the key has none, the others follow it, numbered in that order. The cost is
+// one look at each key's heads and one UPDATE per follower.
+void place(std::vector<Entry> batch) {
+  std::vector<int32_t> locks;
+  locks.reserve(batch.size());
+  for (const Entry& e : batch) locks.push_back(core::ordering_lock(e.endpoint, e.key));
+  lock_orderings(std::move(locks));
+  std::sort(batch.begin(), batch.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.endpoint, a.key, a.preset, a.id) < std::tie(b.endpoint, b.key, b.preset, b.id);
+  });
+  static Statement number(
+      "UPDATE outbox.messages m SET ordering_seq = CASE WHEN $2 THEN nextval('outbox.commit_order'::regclass) END"
+      " WHERE m.id = $1 RETURNING 1",
+      {INT8OID, BOOLOID});
+  static Statement exists("SELECT 1 FROM outbox.messages m WHERE m.id = $1", {INT8OID});
+  connect_spi();
+  std::string ordered_endpoint;  // the last endpoint found ordered, and whether it was
+  bool ordered = false;
+  for (size_t first = 0; first < batch.size();) {
+    size_t end = first;
+    while (end < batch.size() && batch[end].endpoint == batch[first].endpoint && batch[end].key == batch[first].key)
+      ++end;
+    if (first == 0 || batch[first].endpoint != ordered_endpoint) {
+      ordered_endpoint = batch[first].endpoint;
+      ordered = is_ordered(ordered_endpoint);
+    }
+    std::unordered_set<int64_t> placing;
+    for (size_t i = first; i < end; ++i) placing.insert(batch[i].id);
+    bool follow = ordered && has_head(batch[first].endpoint, batch[first].key, placing);
+    for (size_t i = first; i < end; ++i) {
+      // A head that came without a number needs no write; anyone else gets one.
+      const Datum id = Int64GetDatum(batch[i].id);
+      const bool there = follow || batch[i].preset ? number.run_latest({id, BoolGetDatum(follow)}).size() > 0
+                                                   : exists.run_latest({id}).size() > 0;
+      ordered_ids.insert(batch[i].id);
+      if (there) follow = ordered;  // the others go behind it
+    }
+    first = end;
+  }
+  finish_spi();
+}
+
+}  // namespace
+
+void register_ordering() { RegisterXactCallback(forget_at_end, nullptr); }
+
+void set_ordering_worker() { in_worker = true; }
+
+void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> preset) {
+  recorded.push_back({id, endpoint, key, preset});
+}
+
+void lock_orderings(std::vector<int32_t> locks) {
+  std::sort(locks.begin(), locks.end());
+  locks.erase(std::unique(locks.begin(), locks.end()), locks.end());
+  for (int32_t lock : locks)
+    pg_call([&] {
+      DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(core::kOrderingLockSpace), Int32GetDatum(lock));
+    });
+}
+
+}  // namespace pg_outbox::pg
+
+using pg_outbox::pg::Entry;
+
+// Deferred constraint trigger, AFTER INSERT of a row with an ordering key: at commit,
+// the row and every keyed message recorded in this transaction (on the first call) take
+// their place in their keys' order.
+PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
+  using namespace pg_outbox::pg;
+  Entry row = row_of(trigger_data(fcinfo, "outbox._order_at_commit()"));
+  if (ordered_ids.count(row.id) != 0) return PointerGetDatum(nullptr);
+  std::vector<Entry> batch;
+  batch.swap(recorded);
+  if (std::none_of(batch.begin(), batch.end(), [&](const Entry& e) { return e.id == row.id; }))
+    batch.push_back(std::move(row));
+  place(std::move(batch));
+  return PointerGetDatum(nullptr);
+}
+
+// AFTER DELETE or UPDATE OF endpoint, ordering_key, of a keyed message, by anyone but
+// the worker (whose settle promotes in the statement that moves the heads): if its key
+// is left without a head, the next message becomes the head. The follower it picks may
+// be leaving itself (another DELETE, not yet committed): the UPDATE then waits for it
+// and finds it gone, and the next follower is looked for again.
+PG_OUTBOX_FUNCTION(pg_outbox_next_in_order) {
+  using namespace pg_outbox::pg;
+  Entry row = row_of(trigger_data(fcinfo, "outbox._next_in_order()"));
+  lock_orderings({pg_outbox::core::ordering_lock(row.endpoint, row.key)});
+  static Statement promote(
+      "UPDATE outbox.messages m SET ordering_seq = NULL"
+      " WHERE m.id = (SELECT f.id FROM outbox.messages f WHERE f.endpoint = $1 AND f.ordering_key = $2"
+      "                ORDER BY f.ordering_seq NULLS FIRST LIMIT 1)"
+      "   AND m.ordering_seq IS NOT NULL"
+      " RETURNING m.id",
+      {TEXTOID, TEXTOID});
+  static Statement next_in_line(
+      "SELECT f.ordering_seq IS NOT NULL FROM outbox.messages f WHERE f.endpoint = $1 AND f.ordering_key = $2"
+      " ORDER BY f.ordering_seq NULLS FIRST LIMIT 1",
+      {TEXTOID, TEXTOID});
+  connect_spi();
+  const std::vector<Datum> key = {text_datum(row.endpoint), text_datum(row.key)};
+  bool promoted = false;
+  for (int tries = 0; tries < 100 && !promoted; ++tries) {
+    promoted = promote.run_latest(key).size() > 0;
+    if (promoted) break;
+    Rows first = next_in_line.run_latest(key);
+    if (first.size() == 0 || !first.boolean(0, 0)) break;  // nobody waits, or a head remains
+  }
+  finish_spi();
+  if (promoted) wake_worker_at_commit();
+  return PointerGetDatum(nullptr);
+}
+
+// BEFORE UPDATE OF endpoint, ordering_key that moves a message: it heads its new key
+// (or none), rather than keep a place in a key it left.
+PG_OUTBOX_FUNCTION(pg_outbox_moved_message) {
+  using namespace pg_outbox::pg;
+  TriggerData* trigger = trigger_data(fcinfo, "outbox._moved_message()");
+  HeapTuple moved = pg_call([&] {
+    TupleDesc desc = RelationGetDescr(trigger->tg_relation);
+    int column = SPI_fnumber(desc, "ordering_seq");
+    Datum value = 0;
+    bool isnull = true;
+    return heap_modify_tuple_by_cols(trigger->tg_newtuple, desc, 1, &column, &value, &isnull);
+  });
+  return PointerGetDatum(moved);
+}
+
+// The WHEN of that trigger: false in the worker.
+PG_OUTBOX_FUNCTION(pg_outbox_trigger_promotes) {
+  (void)fcinfo;
+  return BoolGetDatum(!pg_outbox::pg::in_worker);
+}
+
+// outbox._ordering_lock(endpoint, ordering_key): the claim returns it with each keyed
+// message, for the locks the worker takes before it settles.
+PG_OUTBOX_FUNCTION(pg_outbox_ordering_lock) {
+  using namespace pg_outbox::pg;
+  char* endpoint = nullptr;
+  char* key = nullptr;
+  pg_call([&] {
+    endpoint = text_to_cstring(PG_GETARG_TEXT_PP(0));
+    key = text_to_cstring(PG_GETARG_TEXT_PP(1));
+  });
+  return Int32GetDatum(pg_outbox::core::ordering_lock(endpoint, key));
+}

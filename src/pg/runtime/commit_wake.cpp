@@ -1,0 +1,65 @@
+// Wake the worker when a transaction that wrote messages commits, never on rollback:
+// outbox.enqueue, the AFTER INSERT statement trigger on outbox.messages (plain INSERTs)
+// and the endpoint functions only note the wish; the transaction callback acts on it at commit, when the rows
+// are already visible to the worker's next snapshot.
+#include "pg/boundary/boundary.hpp"
+#include "pg/runtime/commit_wake.hpp"
+#include "pg/runtime/shared_state.hpp"
+#include "pg/boundary/trigger_data.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "commands/trigger.h"
+#include "miscadmin.h"
+}
+
+namespace pg_outbox::pg {
+
+namespace {
+
+bool wake_at_commit = false;       // this backend's current transaction wants the worker woken
+bool endpoints_at_commit = false;  // ... and changed an endpoint (create/alter/pause/resume/drop)
+bool launcher_at_commit = false;   // ... and changed the extension itself
+
+void on_transaction_event(XactEvent event, void*) {
+  switch (event) {
+    case XACT_EVENT_COMMIT:
+      if (endpoints_at_commit) endpoints_changed();
+      if (wake_at_commit) wake_worker();
+      if (launcher_at_commit) request_launcher(MyDatabaseId);
+      wake_at_commit = endpoints_at_commit = launcher_at_commit = false;
+      break;
+    case XACT_EVENT_ABORT:
+    case XACT_EVENT_PREPARE:  // COMMIT PREPARED runs elsewhere; the next poll finds the rows
+    case XACT_EVENT_PARALLEL_ABORT:
+      wake_at_commit = endpoints_at_commit = launcher_at_commit = false;
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void register_commit_wake() { RegisterXactCallback(on_transaction_event, nullptr); }
+
+void wake_worker_at_commit() { wake_at_commit = true; }
+
+void request_launcher_at_commit() { launcher_at_commit = true; }
+
+}  // namespace pg_outbox::pg
+
+PG_OUTBOX_FUNCTION(pg_outbox_wake_at_commit) {
+  (void)pg_outbox::pg::trigger_data(fcinfo, "outbox._wake_at_commit()");
+  pg_outbox::pg::wake_worker_at_commit();
+  return PointerGetDatum(nullptr);
+}
+
+// Called by the endpoint functions: at commit the worker re-reads outbox.endpoints
+// and claims what the change made deliverable (a resume, a new URL).
+PG_OUTBOX_FUNCTION(pg_outbox_request_wake) {
+  (void)fcinfo;
+  pg_outbox::pg::wake_at_commit = true;
+  pg_outbox::pg::endpoints_at_commit = true;
+  PG_RETURN_VOID();
+}

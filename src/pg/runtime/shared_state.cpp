@@ -1,0 +1,132 @@
+#include "pg/runtime/shared_state.hpp"
+
+#include "pg/runtime/settings.hpp"
+
+extern "C" {
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/timestamp.h"
+}
+
+namespace pg_outbox::pg {
+
+SharedState* shared_state = nullptr;
+
+namespace {
+
+shmem_request_hook_type previous_request_hook = nullptr;
+shmem_startup_hook_type previous_startup_hook = nullptr;
+
+Size shared_state_size() {
+  return add_size(offsetof(SharedState, slots), mul_size(sizeof(DatabaseSlot), settings.max_workers));
+}
+
+void on_shmem_request() {
+  if (previous_request_hook) previous_request_hook();
+  RequestAddinShmemSpace(MAXALIGN(shared_state_size()));
+}
+
+void on_shmem_startup() {
+  if (previous_startup_hook) previous_startup_hook();
+  LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+  bool found = false;
+  auto* state = static_cast<SharedState*>(ShmemInitStruct("pg_outbox", shared_state_size(), &found));
+  if (!found) {
+    memset(state, 0, shared_state_size());
+    SpinLockInit(&state->launcher.mutex);
+    state->slot_count = settings.max_workers;
+    for (int i = 0; i < state->slot_count; ++i) {
+      DatabaseSlot& slot = state->slots[i];
+      pg_atomic_init_u32(&slot.wake_requested, 0);
+      pg_atomic_init_u64(&slot.endpoints_version, 0);
+      SpinLockInit(&slot.mutex);
+      slot.database_oid = InvalidOid;
+    }
+  }
+  shared_state = state;
+  LWLockRelease(AddinShmemInitLock);
+}
+
+// The slot this backend found last time: under steady traffic every commit of a
+// session wakes the same worker, so the scan is skipped while the slot still matches.
+int cached_slot = -1;
+
+}  // namespace
+
+void request_shared_state() {
+  previous_request_hook = shmem_request_hook;
+  shmem_request_hook = on_shmem_request;
+  previous_startup_hook = shmem_startup_hook;
+  shmem_startup_hook = on_shmem_startup;
+}
+
+DatabaseSlot* slot_of_database(Oid database) {
+  if (shared_state == nullptr || database == InvalidOid) return nullptr;
+  if (cached_slot >= 0 && shared_state->slots[cached_slot].database_oid == database)
+    return &shared_state->slots[cached_slot];
+  for (int i = 0; i < shared_state->slot_count; ++i) {
+    if (shared_state->slots[i].database_oid == database) {
+      cached_slot = i;
+      return &shared_state->slots[i];
+    }
+  }
+  return nullptr;
+}
+
+void request_launcher(Oid database) {
+  if (shared_state == nullptr) return;
+  LauncherState& launcher = shared_state->launcher;
+  SpinLockAcquire(&launcher.mutex);
+  bool known = false;
+  for (int i = 0; i < launcher.requested_count; ++i) known = known || launcher.requested[i] == database;
+  if (!known) {
+    if (launcher.requested_count < kLauncherRequests)
+      launcher.requested[launcher.requested_count++] = database;
+    else
+      launcher.rescan_requested = true;  // the launcher then probes every database it does not serve
+  }
+  Latch* latch = launcher.launcher_latch;
+  SpinLockRelease(&launcher.mutex);
+  if (latch != nullptr) SetLatch(latch);
+}
+
+void wake_worker() {
+  DatabaseSlot* slot = slot_of_database(MyDatabaseId);
+  if (slot == nullptr) {
+    // No worker serves this database (restricted away, or not served for want of a
+    // slot): a producer committing thousands of times a second asks the launcher at most
+    // once a second. CREATE EXTENSION asks on its own (request_launcher_at_commit).
+    static TimestampTz last_asked = 0;
+    const TimestampTz now = GetCurrentTimestamp();
+    if (now - last_asked >= USECS_PER_SEC) {
+      last_asked = now;
+      request_launcher(MyDatabaseId);
+    }
+    return;
+  }
+  // Only the first wake since the worker last looked sets the latch.
+  if (pg_atomic_exchange_u32(&slot->wake_requested, 1) == 0) {
+    Latch* latch = slot->worker_latch;
+    if (latch != nullptr) SetLatch(latch);
+  }
+  // The launcher may have freed the slot meanwhile (its worker found no extension, just
+  // before this transaction's CREATE EXTENSION committed). It frees the slot first and
+  // reads wake_requested after; the exchange above is a full barrier: either it sees
+  // the wake, or this read sees the slot gone, and the launcher hears of the database.
+  if (slot->database_oid != MyDatabaseId) request_launcher(MyDatabaseId);
+}
+
+void endpoints_changed() {
+  DatabaseSlot* slot = slot_of_database(MyDatabaseId);
+  if (slot != nullptr) pg_atomic_fetch_add_u64(&slot->endpoints_version, 1);
+}
+
+bool database_held(const LauncherState& launcher, Oid database, TimestampTz now) {
+  for (const DropHold& hold : launcher.holds)
+    if (hold.database_oid == database && hold.until > now) return true;
+  return false;
+}
+
+}  // namespace pg_outbox::pg

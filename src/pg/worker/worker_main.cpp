@@ -1,0 +1,108 @@
+// A delivery worker's entry point and its PostgreSQL-facing shape, after worker_spi:
+// signal handlers, its slot in shared memory (the launcher assigned it and passes its
+// index and generation), the database connection, then the C++ loop, entered through
+// the boundary.
+#include "pg/boundary/boundary.hpp"
+#include "pg/ordering/ordering.hpp"
+#include "pg/producer/queued_count.hpp"
+#include "pg/runtime/shared_state.hpp"
+#include "pg/worker/worker.hpp"
+
+extern "C" {
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "tcop/tcopprot.h"
+#include "utils/timestamp.h"
+
+PGDLLEXPORT void pg_outbox_worker_main(Datum argument);
+}
+
+#include <cstdio>
+#include <exception>
+
+namespace {
+
+using pg_outbox::pg::DatabaseSlot;
+using pg_outbox::pg::shared_state;
+
+// Takes the slot if it is still the one the launcher meant and no DROP DATABASE holds
+// the database off. A hold placed after the check still finds this worker: the slot
+// says `starting` until the pid is in it (one step under the slot's mutex), and the
+// holder waits while a worker is starting and terminates it once it has a pid.
+DatabaseSlot* attach_slot(int index, const pg_outbox::pg::WorkerIdentity& id) {
+  if (shared_state == nullptr || index < 0 || index >= shared_state->slot_count) return nullptr;
+  DatabaseSlot* slot = &shared_state->slots[index];
+  TimestampTz now = GetCurrentTimestamp();
+  bool ours = false;
+  SpinLockAcquire(&shared_state->launcher.mutex);
+  bool held = pg_outbox::pg::database_held(shared_state->launcher, id.database, now);
+  SpinLockRelease(&shared_state->launcher.mutex);
+  SpinLockAcquire(&slot->mutex);
+  if (slot->database_oid == id.database && slot->generation == id.generation) {
+    slot->starting = false;
+    if (!held) {
+      ours = true;
+      slot->worker_pid = MyProcPid;
+      slot->exit = pg_outbox::pg::WorkerExit::kUnknown;
+      slot->started_at = now;
+      slot->config_loaded_at = PgReloadTime;  // the load this process inherited
+    }
+  }
+  SpinLockRelease(&slot->mutex);
+  return ours ? slot : nullptr;
+}
+
+// Every exit (SIGTERM, FATAL, the end of main) leaves the slot without a worker, so
+// that wakes go nowhere harmful and DROP DATABASE sees the worker gone.
+void detach_slot(int, Datum arg) {
+  DatabaseSlot* slot = &shared_state->slots[DatumGetInt32(arg)];
+  SpinLockAcquire(&slot->mutex);
+  if (slot->worker_pid == MyProcPid) {
+    slot->worker_pid = 0;
+    slot->worker_latch = nullptr;
+  }
+  SpinLockRelease(&slot->mutex);
+}
+
+}  // namespace
+
+void pg_outbox_worker_main(Datum argument) {
+  pqsignal(SIGHUP, SignalHandlerForConfigReload);
+  pqsignal(SIGTERM, die);
+  BackgroundWorkerUnblockSignals();
+
+  const int index = DatumGetInt32(argument);
+  pg_outbox::pg::WorkerIdentity id;
+  memcpy(&id, MyBgworkerEntry->bgw_extra, sizeof id);
+  DatabaseSlot* slot = attach_slot(index, id);
+  if (slot == nullptr) return;  // reassigned, or a DROP DATABASE wants the database: nothing to do
+  before_shmem_exit(detach_slot, Int32GetDatum(index));
+  // A database dropped since the launcher looked is a FATAL here, with its oid; the
+  // launcher reads pg_database again before it would start another.
+  BackgroundWorkerInitializeConnectionByOid(id.database, InvalidOid, 0);
+
+  char failure[512] = {0};
+  bool absent = false;
+  try {
+    pg_outbox::pg::set_queued_count_worker();  // its own deletes are counted, not recounted
+    pg_outbox::pg::set_ordering_worker();      // its settles promote keys' next messages themselves
+    pg_outbox::pg::Worker worker(*slot);
+    worker.run();
+  } catch (const pg_outbox::pg::ExtensionAbsent&) {
+    absent = true;
+  } catch (const std::exception& e) {
+    snprintf(failure, sizeof failure, "%s", e.what());
+  } catch (...) {
+    snprintf(failure, sizeof failure, "unknown C++ exception");
+  }
+  if (absent) {
+    SpinLockAcquire(&slot->mutex);
+    slot->exit = pg_outbox::pg::WorkerExit::kNoExtension;
+    SpinLockRelease(&slot->mutex);
+    return;  // exit code 0; the launcher sees why in the slot
+  }
+  // The loop only ends by exception when the worker cannot go on at all (libcurl
+  // cannot start): exit with an error so the launcher starts another.
+  ereport(FATAL, (errmsg("pg_outbox worker stopped: %s", failure)));
+}
