@@ -69,12 +69,15 @@ BackoffPolicy::BackoffPolicy(int64_t base_ms, int64_t max_ms) : base_ms_(base_ms
   max_ms_ = std::max(max_ms, base_ms);
 }
 
-int64_t BackoffPolicy::delay_ms(int attempts_made, double unit_random) const {
+int64_t BackoffPolicy::ceiling_ms(int attempts) const {
   // Double until the cap; stopping there is what keeps huge attempt counts safe.
   int64_t ceiling = base_ms_;
-  for (int n = 1; n < attempts_made && ceiling < max_ms_; ++n) ceiling = ceiling > max_ms_ / 2 ? max_ms_ : ceiling * 2;
-  ceiling = std::min(ceiling, max_ms_);
+  for (int n = 1; n < attempts && ceiling < max_ms_; ++n) ceiling = ceiling > max_ms_ / 2 ? max_ms_ : ceiling * 2;
+  return std::min(ceiling, max_ms_);
+}
 
+int64_t BackoffPolicy::delay_ms(int attempts_made, double unit_random) const {
+  const int64_t ceiling = ceiling_ms(attempts_made);
   if (!(unit_random >= 0.0)) unit_random = 0.0;  // also catches NaN
   if (unit_random >= 1.0) unit_random = std::nextafter(1.0, 0.0);
   const int64_t lower = ceiling - ceiling / 2;  // ceiling/2 rounded up, never 0
@@ -83,6 +86,14 @@ int64_t BackoffPolicy::delay_ms(int attempts_made, double unit_random) const {
   // can round up past spread.
   return lower + std::min(spread, static_cast<int64_t>(unit_random * static_cast<double>(spread)));
 }
+
+BackoffPolicy park_backoff() { return BackoffPolicy(kParkFirstMs, kParkMaxMs); }
+
+int64_t park_delay_ms(int consecutive_parkings) { return park_backoff().ceiling_ms(consecutive_parkings); }
+
+BackoffPolicy error_pause_backoff() { return BackoffPolicy(kErrorPauseFirstMs, kErrorPauseMaxMs); }
+
+int64_t error_pause_ms(int error_streak) { return error_pause_backoff().ceiling_ms(error_streak); }
 
 Settlement settle_attempt(Outcome outcome, int attempts_made, int max_attempts, const BackoffPolicy& backoff,
                           std::optional<int64_t> retry_after_ms, double unit_random) {

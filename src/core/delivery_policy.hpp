@@ -68,6 +68,12 @@ class BackoffPolicy {
   // Throws std::invalid_argument unless base_ms >= 1 and max_ms >= 1.
   BackoffPolicy(int64_t base_ms, int64_t max_ms);
 
+  // The un-jittered value, min(max_ms, base_ms * 2^(n-1)) for the n-th attempt (or
+  // the n-th consecutive pause): the upper bound of delay_ms, and the whole delay where
+  // no jitter is wanted (parking, the worker's pause after an error). attempts < 1 is
+  // treated as 1.
+  int64_t ceiling_ms(int attempts) const;
+
   // attempts_made < 1 is treated as 1; unit_random outside [0, 1) (or NaN) is
   // clamped into it.
   int64_t delay_ms(int attempts_made, double unit_random) const;
@@ -79,6 +85,34 @@ class BackoffPolicy {
   int64_t base_ms_;
   int64_t max_ms_;
 };
+
+// The worker's two un-jittered pauses are this same doubling, without the jitter: there
+// is one waiting thing (the worker itself, or one endpoint's write), nothing to spread.
+//
+// Parking: an endpoint whose results cannot be written alone (a lock held by someone
+// else outlasts the short lock timeout), or whose NOTIFY round fails alone, is left out
+// of the claims and tried again after 1 s, then 2, 4, 8, and 10 s for as long as it
+// stays held up. A long-held lock costs the other endpoints one short failed write per
+// 10 s; a released one is noticed soon.
+constexpr int64_t kParkFirstMs = 1000;
+constexpr int64_t kParkMaxMs = 10000;
+BackoffPolicy park_backoff();
+// How long the n-th consecutive parking of one endpoint lasts (n counts from 1 and
+// starts again once the endpoint goes on: its results written, or its NOTIFY round
+// committed): 1000, 2000, 4000, 8000, 10000, 10000... ms (< 1 is treated as 1).
+int64_t park_delay_ms(int consecutive_parkings);
+
+// The error pause: after an error of the worker's loop (the database refused a
+// statement, disk full...) it rolls back and waits before the next round, 200 ms after
+// the first error, doubling with each further error in a row up to 6.4 s: a passing
+// hiccup costs little, a lasting failure is not retried in a tight loop that floods
+// the log. streak counts the errors in a row including this one (>= 1; < 1 is treated
+// as 1): 200, 400, 800, 1600, 3200, 6400, 6400... ms. A streak need not be capped by the
+// caller (the doubling stops at the maximum), though capping it at 6 changes nothing.
+constexpr int64_t kErrorPauseFirstMs = 200;
+constexpr int64_t kErrorPauseMaxMs = 6400;
+BackoffPolicy error_pause_backoff();
+int64_t error_pause_ms(int error_streak);
 
 struct Settlement {
   Verdict verdict;

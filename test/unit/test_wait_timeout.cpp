@@ -1,0 +1,73 @@
+#include "core/clock.hpp"
+#include "core/wait_timeout.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace pg_outbox::core;
+
+namespace {
+
+constexpr int64_t kNow = 1700000000000;
+
+LoopState idle() {
+  LoopState s;
+  s.ready = true;
+  s.enabled = true;
+  s.poll_interval_ms = 1000;
+  s.next_claim_ms = kNow + 5000;
+  s.next_housekeeping_ms = kNow + 5000;
+  return s;
+}
+
+}  // namespace
+
+TEST(WaitTimeout, AnErrorPauseIsWaitedOutWhateverElse) {
+  LoopState s = idle();
+  s.error_pause_until_ms = kNow + 6400;
+  s.more_due = true;
+  s.results_pending = true;
+  EXPECT_EQ(wait_timeout_ms(s, kNow), 6400);  // beyond the poll interval
+  EXPECT_EQ(wait_timeout_ms(s, kNow + 6399), 1);
+  s.more_due = false;
+  s.results_pending = false;
+  EXPECT_EQ(wait_timeout_ms(s, kNow + 6400), 0);  // over, and the claim due at +5000 waits no more
+}
+
+TEST(WaitTimeout, NotReadyOrDisabledPolls) {
+  LoopState s = idle();
+  s.more_due = true;
+  s.ready = false;
+  EXPECT_EQ(wait_timeout_ms(s, kNow), 1000);
+  s.ready = true;
+  s.enabled = false;
+  EXPECT_EQ(wait_timeout_ms(s, kNow), 1000);
+}
+
+TEST(WaitTimeout, MoreDueOrResultsToWriteDoNotWait) {
+  LoopState s = idle();
+  s.more_due = true;
+  EXPECT_EQ(wait_timeout_ms(s, kNow), 0);
+  s.more_due = false;
+  s.results_pending = true;
+  EXPECT_EQ(wait_timeout_ms(s, kNow), 0);
+}
+
+TEST(WaitTimeout, UntilTheEarliestDeadlineWithinThePollInterval) {
+  ManualClock clock(kNow);
+  LoopState s = idle();
+  EXPECT_EQ(wait_timeout_ms(s, clock.now_ms()), 1000);
+  s.next_claim_ms = kNow + 300;
+  EXPECT_EQ(wait_timeout_ms(s, clock.now_ms()), 300);
+  s.next_housekeeping_ms = kNow + 200;
+  EXPECT_EQ(wait_timeout_ms(s, clock.now_ms()), 200);
+  clock.advance(250);  // housekeeping overdue: at once, never negative
+  EXPECT_EQ(wait_timeout_ms(s, clock.now_ms()), 0);
+}
+
+TEST(WaitTimeout, ParkedEndpointsStillAheadShortenTheWait) {
+  LoopState s = idle();
+  s.parked_until_ms = {kNow + 700, kNow + 400, kNow - 10};  // the last one is tried now, not waited for
+  EXPECT_EQ(wait_timeout_ms(s, kNow), 400);
+  s.parked_until_ms = {kNow - 10, kNow};
+  EXPECT_EQ(wait_timeout_ms(s, kNow), 1000);
+}
