@@ -9,17 +9,14 @@
 
 #include "core/request_headers.hpp"
 
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cerrno>
-#include <cstring>
 #include <utility>
+
+#include "core/cpp_only.hpp"
 
 namespace pg_outbox::http {
 namespace {
@@ -29,12 +26,6 @@ namespace {
 constexpr int kIdleWaitMs = 1000;
 // Longest one libcurl slice runs without a response or a wake.
 constexpr int kRunSliceMs = 100;
-
-int make_eventfd() {
-  const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(std::string("eventfd failed: ") + std::strerror(errno));
-  return fd;
-}
 
 // A request that waited into a later second is stamped for now (see Request::stamp).
 void restamp_if_stale(Request& request) {
@@ -51,27 +42,12 @@ int64_t steady_now_us() {
       .count();
 }
 
-void signal_fd(int fd) {
-  const uint64_t one = 1;
-  // EAGAIN: the counter is full, the fd is readable anyway.
-  while (write(fd, &one, sizeof one) < 0 && errno == EINTR) {
-  }
-}
-
-void drain_fd(int fd) {
-  uint64_t count = 0;
-  while (read(fd, &count, sizeof count) < 0 && errno == EINTR) {
-  }
-}
-
 }  // namespace
 
 DeliveryThread::DeliveryThread(int max_concurrency) : client_(max_concurrency) {
-  max_concurrency_ = std::max(1, max_concurrency);
-  wake_fd_ = make_eventfd();
+  settings_.max_concurrency = std::max(1, max_concurrency);
   try {
-    results_fd_ = make_eventfd();
-    client_.set_wake_fd(wake_fd_);
+    client_.set_wake_fd(wake_.fd());
     // Every signal blocked while the thread is created: it inherits the mask. The
     // creator's mask is put back at once.
     sigset_t all;
@@ -87,8 +63,6 @@ DeliveryThread::DeliveryThread(int max_concurrency) : client_(max_concurrency) {
     pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   } catch (...) {
     client_.set_wake_fd(-1);
-    close(wake_fd_);
-    if (results_fd_ >= 0) close(results_fd_);
     throw;
   }
 }
@@ -96,8 +70,6 @@ DeliveryThread::DeliveryThread(int max_concurrency) : client_(max_concurrency) {
 DeliveryThread::~DeliveryThread() {
   stop();
   client_.set_wake_fd(-1);
-  close(wake_fd_);
-  close(results_fd_);
 }
 
 void DeliveryThread::stop() {
@@ -105,23 +77,23 @@ void DeliveryThread::stop() {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
   }
-  signal_fd(wake_fd_);
+  wake_.signal();
   if (thread_.joinable()) thread_.join();
 }
 
 void DeliveryThread::set_max_concurrency(int max_concurrency) {
   std::lock_guard<std::mutex> lock(mutex_);
-  max_concurrency_ = std::max(1, max_concurrency);
-  settings_changed_ = true;
+  settings_.max_concurrency = std::max(1, max_concurrency);
+  settings_.changed = true;
 }
 
 void DeliveryThread::set_egress_policy(core::EgressPolicy policy) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    egress_ = std::move(policy);
-    settings_changed_ = true;
+    settings_.egress = std::move(policy);
+    settings_.changed = true;
   }
-  signal_fd(wake_fd_);
+  wake_.signal();
 }
 
 void DeliveryThread::submit(std::vector<Request> requests) {
@@ -130,7 +102,7 @@ void DeliveryThread::submit(std::vector<Request> requests) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (Request& request : requests) queue_.push(std::move(request));
   }
-  signal_fd(wake_fd_);
+  wake_.signal();
 }
 
 void DeliveryThread::resume() {
@@ -141,7 +113,7 @@ void DeliveryThread::resume() {
     unpaused = !taken_failures_.empty();
     taken_failures_.clear();
   }
-  if (unpaused) signal_fd(wake_fd_);
+  if (unpaused) wake_.signal();
 }
 
 std::vector<uint64_t> DeliveryThread::cancel_queued(const std::function<bool(uint64_t tag)>& select) {
@@ -150,11 +122,11 @@ std::vector<uint64_t> DeliveryThread::cancel_queued(const std::function<bool(uin
 }
 
 std::vector<Response> DeliveryThread::take_responses(size_t max) {
-  drain_fd(results_fd_);  // before looking, so that a later announcement is kept
+  results_.drain();  // before looking, so that a later announcement is kept
   std::vector<Response> taken;
   std::lock_guard<std::mutex> lock(mutex_);
   if (!failure_.empty()) {
-    signal_fd(results_fd_);  // stays readable: the failure is not consumed
+    results_.signal();  // stays readable: the failure is not consumed
     throw Failed("the delivery thread stopped: " + failure_);
   }
   if (done_.size() <= max) {
@@ -162,7 +134,7 @@ std::vector<Response> DeliveryThread::take_responses(size_t max) {
   } else {
     taken.assign(std::make_move_iterator(done_.begin()), std::make_move_iterator(done_.begin() + max));
     done_.erase(done_.begin(), done_.begin() + max);
-    signal_fd(results_fd_);  // the rest is still waiting
+    results_.signal();  // the rest is still waiting
   }
   for (const Response& response : taken)
     if (!pauses_nothing(response)) taken_failures_.push_back(response.group);
@@ -178,13 +150,13 @@ void DeliveryThread::abandon_all() {
     abandon_ = true;
     // No announcement of what was just dropped may stay readable: the worker would be
     // woken for nothing, again and again. A failure stays announced.
-    if (failure_.empty()) drain_fd(results_fd_);
+    if (failure_.empty()) results_.drain();
   }
-  signal_fd(wake_fd_);
+  wake_.signal();
 }
 
 bool DeliveryThread::exchange(std::vector<Response>& finished, int& wait_ms) {
-  drain_fd(wake_fd_);
+  wake_.drain();
   bool abandon = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -202,7 +174,7 @@ bool DeliveryThread::exchange(std::vector<Response>& finished, int& wait_ms) {
     // abandon_all again meanwhile: what finished belongs to before it, and nothing
     // new may join the client until it has been abandoned (next round, at once).
     finished.clear();
-    signal_fd(wake_fd_);
+    wake_.signal();
     return !stop_;
   }
   if (!finished.empty()) {
@@ -212,17 +184,17 @@ bool DeliveryThread::exchange(std::vector<Response>& finished, int& wait_ms) {
       done_.swap(finished);
     else
       for (Response& response : finished) done_.push_back(std::move(response));
-    if (announce) signal_fd(results_fd_);
+    if (announce) results_.signal();
   }
   finished.clear();
   if (stop_) return false;
-  if (settings_changed_) {
-    settings_changed_ = false;
-    client_.set_max_concurrency(max_concurrency_);
-    client_.set_egress_policy(egress_);
+  if (settings_.changed) {
+    settings_.changed = false;
+    client_.set_max_concurrency(settings_.max_concurrency);
+    client_.set_egress_policy(settings_.egress);
   }
   // Only what can start now leaves the queue, so what is left in it can be cancelled.
-  const auto slots = static_cast<size_t>(max_concurrency_);
+  const auto slots = static_cast<size_t>(settings_.max_concurrency);
   const int64_t now_us = steady_now_us();
   while (queue_.waiting() > 0 && client_.in_flight() + client_.queued() < slots) {
     std::optional<Request> request = queue_.next(now_us);
@@ -237,18 +209,13 @@ bool DeliveryThread::exchange(std::vector<Response>& finished, int& wait_ms) {
   return true;
 }
 
-void DeliveryThread::wait_for_wake(int timeout_ms) const {
-  pollfd fd{wake_fd_, POLLIN, 0};
-  (void)poll(&fd, 1, timeout_ms);  // EINTR cannot happen (signals are blocked); harmless anyway
-}
-
 void DeliveryThread::loop() noexcept {
   std::vector<Response> finished;
   try {
     int wait_ms = kIdleWaitMs;
     while (exchange(finished, wait_ms)) {
       if (client_.in_flight() + client_.queued() == 0)
-        wait_for_wake(wait_ms);
+        wake_.wait(wait_ms);  // signals are blocked here: only a wake or the timeout ends it
       else
         finished = client_.run(std::min(kRunSliceMs, wait_ms));
     }
@@ -260,7 +227,7 @@ void DeliveryThread::loop() noexcept {
       failure_.clear();
     }
     if (failure_.empty()) failure_ = "out of memory";
-    signal_fd(results_fd_);
+    results_.signal();
   }
   // Close the connections on the thread that used them.
   client_.abandon_all();

@@ -27,6 +27,7 @@
 #pragma once
 
 #include "core/egress_policy.hpp"
+#include "http/event_fd.hpp"
 #include "http/group_queue.hpp"
 #include "http/http_client.hpp"
 
@@ -62,7 +63,7 @@ class DeliveryThread {
 
   // Readable while responses (or a failure) wait to be taken: register it in the waiting
   // loop next to the latch. Only take_responses reads it.
-  int results_fd() const { return results_fd_; }
+  int results_fd() const { return results_.fd(); }
 
   // Applied by the thread before it starts its next request.
   void set_max_concurrency(int max_concurrency);
@@ -99,12 +100,18 @@ class DeliveryThread {
   // Returns false once stopped; wait_ms: how long the thread may wait before the next
   // exchange (shorter when a rate-limited endpoint may start its next request sooner).
   bool exchange(std::vector<Response>& finished, int& wait_ms);
-  void wait_for_wake(int timeout_ms) const;
+
+  // The settings the worker set, applied by the thread before it starts its next request.
+  struct Settings {
+    int max_concurrency = 1;
+    core::EgressPolicy egress;
+    bool changed = false;  // not yet applied
+  };
 
   // Owned by the thread between start and join (configured by the creator before).
   Client client_;
-  int wake_fd_ = -1;     // eventfd: the worker wakes the thread (requests, settings, stop)
-  int results_fd_ = -1;  // eventfd: the thread wakes the worker (responses, failure)
+  EventFd wake_;     // the worker wakes the thread (requests, settings, stop)
+  EventFd results_;  // the thread wakes the worker (responses, failure)
 
   std::mutex mutex_;  // guards everything below
   GroupQueue queue_;  // requests not yet started; in-flight counts, windows and pauses per group
@@ -112,9 +119,7 @@ class DeliveryThread {
   std::vector<std::string> taken_failures_;  // groups of failures taken since the last resume()
   bool stop_ = false;
   bool abandon_ = false;
-  bool settings_changed_ = false;
-  int max_concurrency_ = 1;
-  core::EgressPolicy egress_;
+  Settings settings_;
   std::string failure_;  // why the thread ended early, empty while it runs
 
   std::thread thread_;  // last: started once everything above exists

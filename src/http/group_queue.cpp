@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 
+#include "core/cpp_only.hpp"
+
 namespace pg_outbox::http {
 
 bool pauses_nothing(const Response& response) {
