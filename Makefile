@@ -6,7 +6,9 @@ MODULE_big = pg_outbox
 # The install script of the current version and its update from the previous one are
 # built from ordered sources (extension/src, extension/upgrade); the scripts of earlier
 # releases are frozen as they shipped.
-OUTBOX_VERSION = 0.3.0
+# The one version: pg_outbox.control's default_version (the C++ code gets it as
+# PG_OUTBOX_VERSION; test/check_tree.sh checks that META.json says the same).
+OUTBOX_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" pg_outbox.control)
 DATA       = extension/pg_outbox--0.1.0.sql extension/pg_outbox--0.2.0.sql \
              extension/pg_outbox--0.1.0--0.2.0.sql
 DATA_built = extension/pg_outbox--$(OUTBOX_VERSION).sql extension/pg_outbox--0.2.0--$(OUTBOX_VERSION).sql
@@ -36,7 +38,7 @@ endif
 
 # PostgreSQL headers as system headers: their C idioms (register, unused parameters)
 # warn under C++17, and we want warnings about our code only.
-PG_CPPFLAGS = -Isrc -isystem $(shell $(PG_CONFIG) --includedir-server)
+PG_CPPFLAGS = -Isrc -isystem $(shell $(PG_CONFIG) --includedir-server) -DPG_OUTBOX_VERSION='"$(OUTBOX_VERSION)"'
 # -MMD -MP: each object records the headers it includes (src/*/*.d), so that changing
 # a header rebuilds every object that uses it; PGXS tracks no C++ dependencies itself.
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wshadow -Wno-missing-field-initializers -MMD -MP

@@ -54,7 +54,7 @@ CREATE OR REPLACE FUNCTION outbox._wake_at_commit() RETURNS trigger
     AS 'MODULE_PATHNAME', 'pg_outbox_wake_at_commit'
     LANGUAGE C;
 
--- Per-key commit order on ordered endpoints (src/pg/ordering.cpp).  The triggers of
+-- Per-key commit order on ordered endpoints (src/pg/ordering/ordering.cpp).  The triggers of
 -- outbox.messages that call them run as the extension's owner: a producer has no right
 -- on the table or the sequence.
 CREATE OR REPLACE FUNCTION outbox._order_at_commit() RETURNS trigger
@@ -74,7 +74,7 @@ CREATE OR REPLACE FUNCTION outbox._ordering_lock(endpoint text, ordering_key tex
     AS 'MODULE_PATHNAME', 'pg_outbox_ordering_lock'
     LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
--- What plain SQL did to the queue (src/pg/queue_triggers.cpp): the rows an INSERT
+-- What plain SQL did to the queue (src/pg/producer/queue_triggers.cpp): the rows an INSERT
 -- statement added (their keys' order, their endpoints' max_pending counts), and rows
 -- that left otherwise than by the worker (its counts are made again).
 CREATE OR REPLACE FUNCTION outbox._note_inserts() RETURNS trigger
@@ -104,7 +104,7 @@ CREATE OR REPLACE FUNCTION outbox.worker_status(
 COMMENT ON FUNCTION outbox.worker_status() IS
     'the background worker: pid, database, state, start and last loop time, messages in flight, counters since start, when it last read its configuration';
 
--- max_pending's counts kept in shared memory (src/pg/queued_count.cpp): per endpoint
+-- max_pending's counts kept in shared memory (src/pg/producer/queued_count.cpp): per endpoint
 -- with a max_pending, whether the worker has counted it, its committed undelivered
 -- messages, and those of transactions still open.  enqueue refuses at committed +
 -- reserved = max_pending.

@@ -87,7 +87,7 @@ CREATE TABLE outbox.messages (
     created_at       timestamptz NOT NULL DEFAULT now(),
     -- Ordered endpoints: NULL for the head of its ordering key (and for every message
     -- that has no key or whose endpoint is not ordered); for a message waiting behind
-    -- the head, its place in the key's commit order (src/pg/ordering.cpp).
+    -- the head, its place in the key's commit order (src/pg/ordering/).
     ordering_seq     bigint CHECK (ordering_seq IS NULL OR ordering_key IS NOT NULL)
 ) WITH (autovacuum_vacuum_scale_factor = 0.02,
         autovacuum_vacuum_insert_scale_factor = 0.05,
@@ -124,14 +124,14 @@ CREATE SEQUENCE outbox.commit_order;
 CREATE TRIGGER messages_wake
     AFTER INSERT ON outbox.messages
     FOR EACH STATEMENT EXECUTE FUNCTION outbox._wake_at_commit();
--- Per-key commit order (SPEC §3 "Ordering", src/pg/ordering.cpp): at commit, a new
+-- Per-key commit order (docs/delivery.md, Ordering; src/pg/ordering/ordering.cpp): at commit, a new
 -- message of an ordered endpoint follows its key's head if there is one; when a head
 -- leaves the queue or changes key, the next message of the key becomes the head (the
 -- worker's settle does that for the heads it moves, in the same statement).  The
 -- keyed rows of a plain INSERT are noted at once, so that the commit places all of a
 -- transaction's rows together (outbox.enqueue notes its own); so are its rows' counts
 -- for max_pending, kept in shared memory, which rows removed by anyone but the worker
--- make the worker count again (src/pg/queued_count.cpp).  A message moved to another
+-- make the worker count again (src/pg/producer/queued_count.cpp).  A message moved to another
 -- endpoint or key heads its new key (or none) rather than keep a place in the old one.
 CREATE TRIGGER messages_note_inserts
     AFTER INSERT ON outbox.messages REFERENCING NEW TABLE AS inserted

@@ -78,7 +78,7 @@ SELECT pg_catalog.pg_extension_config_dump('outbox.history_default', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.history_counts', '');
 
 
--- Where webhook-ids come from (SPEC §3): "msg_<id>" repeats across databases, clusters
+-- Where webhook-ids come from (docs/delivery.md, Webhook id): "msg_<id>" repeats across databases, clusters
 -- and re-created extensions, and a receiver that deduplicates on webhook-id would drop
 -- a different message.  One random instance id per database and installation (a
 -- template copy or a restored database gets its own, outbox._instance()); a message

@@ -235,7 +235,7 @@ BEGIN
          WHERE m.endpoint = _order_queued.endpoint AND m.ordering_key IS NOT NULL AND m.ordering_seq IS NOT NULL;
         RETURN;
     END IF;
-    -- The keys' locks first, lowest first, as everyone takes them (src/pg/ordering.cpp;
+    -- The keys' locks first, lowest first, as everyone takes them (src/pg/ordering/ordering.cpp;
     -- 1868724335 is core::kOrderingLockSpace): no head leaves meanwhile without its next
     -- message seeing this.  The UPDATE below then reads what committed before.
     FOR v_lock IN SELECT DISTINCT outbox._ordering_lock(m.endpoint, m.ordering_key)

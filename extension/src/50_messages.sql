@@ -6,7 +6,7 @@
 -- role that really calls it (SET ROLE and callers inside other SECURITY DEFINER
 -- functions included), reads the endpoint and the send right as the extension's owner,
 -- checks its arguments and inserts the row through the executor, without a statement
--- (src/pg/enqueue.cpp).  A producer needs EXECUTE on this function, a send right on the
+-- (src/pg/producer/enqueue.cpp).  A producer needs EXECUTE on this function, a send right on the
 -- endpoint (outbox.grant_send) and no table privilege.
 CREATE OR REPLACE FUNCTION outbox.enqueue(endpoint text,
                                payload jsonb,

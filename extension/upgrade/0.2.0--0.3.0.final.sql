@@ -38,7 +38,7 @@ BEGIN
 END
 $grants$;
 
--- Per-key commit order (src/pg/ordering.cpp): the triggers, now that their functions
+-- Per-key commit order (src/pg/ordering/ordering.cpp): the triggers, now that their functions
 -- exist, and the queued messages of ordered endpoints put in the order 0.2.0 kept (ids).
 CREATE TRIGGER messages_note_inserts
     AFTER INSERT ON outbox.messages REFERENCING NEW TABLE AS inserted

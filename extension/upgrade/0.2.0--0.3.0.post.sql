@@ -34,5 +34,5 @@ CREATE INDEX messages_claim_idx ON outbox.messages (endpoint, next_attempt_at) W
 CREATE INDEX messages_ordering_idx ON outbox.messages (endpoint, ordering_key, ordering_seq NULLS FIRST)
     WHERE ordering_key IS NOT NULL;
 
--- outbox.enqueue does its work in C now (src/pg/enqueue.cpp).
+-- outbox.enqueue does its work in C now (src/pg/producer/enqueue.cpp).
 DROP FUNCTION outbox._enqueue(text, jsonb, text, jsonb, text, text, timestamptz, regrole, boolean);

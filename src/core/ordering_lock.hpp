@@ -1,4 +1,4 @@
-// The lock that puts one ordering key's commits in order (SPEC §3 "Ordering"). Every
+// The lock that puts one ordering key's commits in order (docs/delivery.md, Ordering). Every
 // party that decides who comes next in a key (a producer's commit, the worker's settle,
 // an operator's DELETE) takes the same transaction-level advisory lock, one of
 // kOrderingLocks named by a hash of the endpoint and the key. Keys that share a lock

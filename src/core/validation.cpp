@@ -151,6 +151,11 @@ bool is_unicode_control(long cp) { return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F
 
 }  // namespace
 
+std::string payload_too_large(int64_t size, int64_t limit) {
+  return "payload of " + std::to_string(size) + " bytes exceeds pg_outbox.max_payload_size (" + std::to_string(limit) +
+         " bytes)";
+}
+
 std::optional<std::string> check_endpoint_name(std::string_view name) {
   if (name.empty()) return "endpoint name must not be empty";
   if (name.size() > 63) return "endpoint name must be at most 63 characters long";

@@ -8,11 +8,16 @@
 // server log. The caller knows which argument it passed and can name it.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
 namespace pg_outbox::core {
+
+// Why a payload of `size` bytes is refused (enqueue) or dead-lettered unsent (the
+// worker) under the max_payload_size setting of `limit` bytes.
+std::string payload_too_large(int64_t size, int64_t limit);
 
 // Endpoint names: ^[a-z0-9][a-z0-9_.-]{0,62}$ (fits in a PostgreSQL name).
 std::optional<std::string> check_endpoint_name(std::string_view name);

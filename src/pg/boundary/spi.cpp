@@ -1,7 +1,5 @@
 #include "pg/boundary/spi.hpp"
 
-#include "pg/boundary/boundary.hpp"
-
 extern "C" {
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -12,16 +10,96 @@ extern "C" {
 #include "utils/snapmgr.h"
 }
 
-#include <cstdlib>
+#include <stdexcept>
 
 namespace pg_outbox::pg {
 
 int64_t Rows::int64(size_t row, size_t column) const {
-  const auto& cell = at(row, column);
-  return cell ? std::strtoll(cell->c_str(), nullptr, 10) : 0;
+  const Cell& c = cell(row, column);
+  if (!c.number && !c.null) throw std::logic_error("pg_outbox: column " + std::to_string(column) + " is not a number");
+  return c.value;
 }
 
-Rows Statement::execute(const std::vector<Datum>& arguments, bool latest_snapshot) {
+std::optional<int64_t> Rows::optional_int64(size_t row, size_t column) const {
+  if (is_null(row, column)) return std::nullopt;
+  return int64(row, column);
+}
+
+const std::string& Rows::text(size_t row, size_t column) const {
+  const Cell& c = cell(row, column);
+  if (c.number) throw std::logic_error("pg_outbox: column " + std::to_string(column) + " is a number");
+  return c.text;
+}
+
+std::string Rows::take_text(size_t row, size_t column) {
+  (void)text(row, column);
+  return std::move(cells_[row * columns_ + column].text);
+}
+
+namespace {
+
+bool is_number_type(Oid type) {
+  return type == INT8OID || type == INT4OID || type == INT2OID || type == OIDOID || type == BOOLOID;
+}
+
+int64_t number_of(Datum value, Oid type) {
+  switch (type) {
+    case INT8OID:
+      return DatumGetInt64(value);
+    case INT4OID:
+      return DatumGetInt32(value);
+    case INT2OID:
+      return DatumGetInt16(value);
+    case OIDOID:
+      return DatumGetObjectId(value);
+    default:
+      return DatumGetBool(value) ? 1 : 0;
+  }
+}
+
+// Copies SPI's result out of its memory (which the next statement frees): numbers as
+// numbers, the rest through their output functions. One pass under pg_call reads every
+// cell into plain storage (no allocation that could throw there); the texts become
+// strings after it.
+Rows copy_result(uint64 processed) {
+  if (processed == 0 || SPI_tuptable == nullptr) return {};
+  const size_t columns = static_cast<size_t>(SPI_tuptable->tupdesc->natts);
+  std::vector<Rows::Cell> cells(processed * columns);
+  std::vector<char*> texts(processed * columns, nullptr);
+  std::vector<Oid> types(columns);
+  pg_call([&] {
+    SPITupleTable* table = SPI_tuptable;
+    for (size_t c = 0; c < columns; ++c) types[c] = SPI_gettypeid(table->tupdesc, static_cast<int>(c) + 1);
+    for (uint64 r = 0; r < processed; ++r) {
+      for (size_t c = 0; c < columns; ++c) {
+        Rows::Cell& cell = cells[r * columns + c];
+        const int attribute = static_cast<int>(c) + 1;
+        cell.number = is_number_type(types[c]);
+        if (cell.number) {
+          bool isnull = true;
+          Datum value = SPI_getbinval(table->vals[r], table->tupdesc, attribute, &isnull);
+          cell.null = isnull;
+          if (!isnull) cell.value = number_of(value, types[c]);
+        } else {
+          texts[r * columns + c] = SPI_getvalue(table->vals[r], table->tupdesc, attribute);
+          cell.null = texts[r * columns + c] == nullptr;
+        }
+      }
+    }
+  });
+  for (size_t i = 0; i < texts.size(); ++i)
+    if (texts[i] != nullptr) cells[i].text = texts[i];
+  pg_call([&] {
+    for (char* text : texts)
+      if (text != nullptr) pfree(text);
+    SPI_freetuptable(SPI_tuptable);
+  });
+  return Rows(columns, std::move(cells));
+}
+
+}  // namespace
+
+Rows Statement::run(const std::vector<Datum>& arguments, Visibility visibility, const std::string& nulls, long max_rows) {
   if (plan_ == nullptr) {
     plan_ = pg_call([&] {
       SPIPlanPtr plan =
@@ -33,29 +111,24 @@ Rows Statement::execute(const std::vector<Datum>& arguments, bool latest_snapsho
   }
   uint64 processed = pg_call([&] {
     Datum* values = const_cast<Datum*>(arguments.data());
-    int rc = latest_snapshot
-                 ? SPI_execute_snapshot(plan_, values, nullptr, GetLatestSnapshot(), InvalidSnapshot, false, true, 0)
-                 : SPI_execute_plan(plan_, values, nullptr, false, 0);
+    const char* null_flags = nulls.empty() ? nullptr : nulls.c_str();
+    int rc = visibility == Visibility::kLatest
+                 ? SPI_execute_snapshot(plan_, values, null_flags, GetLatestSnapshot(), InvalidSnapshot, false, true,
+                                        max_rows)
+                 : SPI_execute_plan(plan_, values, null_flags, visibility == Visibility::kReadOnly, max_rows);
     if (rc < 0) elog(ERROR, "pg_outbox: SPI_execute_plan failed: %s", SPI_result_code_string(rc));
     return SPI_tuptable != nullptr ? SPI_processed : uint64{0};
   });
-  if (processed == 0) return {};
-  size_t columns = static_cast<size_t>(SPI_tuptable->tupdesc->natts);
-  std::vector<char*> raw(processed * columns, nullptr);
-  pg_call([&] {
-    for (uint64 r = 0; r < processed; ++r)
-      for (size_t c = 0; c < columns; ++c)
-        raw[r * columns + c] = SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, static_cast<int>(c) + 1);
+  return copy_result(processed);
+}
+
+Rows run_once(const char* sql) {
+  uint64 processed = pg_call([&] {
+    int rc = SPI_execute(sql, true, 0);
+    if (rc < 0) elog(ERROR, "pg_outbox: SPI_execute failed: %s", SPI_result_code_string(rc));
+    return SPI_tuptable != nullptr ? SPI_processed : uint64{0};
   });
-  std::vector<std::optional<std::string>> cells;
-  cells.reserve(raw.size());
-  for (char* value : raw) cells.emplace_back(value ? std::optional<std::string>(value) : std::nullopt);
-  pg_call([&] {
-    for (char* value : raw)
-      if (value) pfree(value);
-    SPI_freetuptable(SPI_tuptable);
-  });
-  return Rows(columns, std::move(cells));
+  return copy_result(processed);
 }
 
 namespace {
@@ -119,6 +192,42 @@ void abort_transaction() {
     AbortOutOfAnyTransaction();
     pgstat_report_activity(STATE_IDLE, nullptr);
   });
+}
+
+void with_spi(const std::function<void()>& body, TriggerData* trigger) {
+  pg_call([&] {
+    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_outbox: SPI_connect failed");
+    if (trigger != nullptr && SPI_register_trigger_data(trigger) != SPI_OK_TD_REGISTER)
+      elog(ERROR, "pg_outbox: SPI_register_trigger_data failed");
+  });
+  body();
+  pg_call([] { SPI_finish(); });
+}
+
+void as_owner(Oid owner, const std::function<void()>& body) {
+  Oid saved_user = InvalidOid;
+  int saved_context = 0;
+  int nest_level = 0;
+  pg_call([&] {
+    GetUserIdAndSecContext(&saved_user, &saved_context);
+    SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
+    nest_level = NewGUCNestLevel();
+    (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true,
+                            0, false);
+  });
+  auto restore = [&] {
+    pg_call([&] {
+      AtEOXact_GUC(true, nest_level);
+      SetUserIdAndSecContext(saved_user, saved_context);
+    });
+  };
+  try {
+    body();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
 }
 
 }  // namespace pg_outbox::pg

@@ -1,13 +1,18 @@
-// Running SQL from the worker's C++ code: prepared statements kept for the life of
-// the process, array parameters built from C++ vectors, rows copied out as text,
-// and the transaction shape of worker_spi. Every PostgreSQL call goes through
-// pg_call, so an ERROR arrives as a PgError and C++ destructors still run.
+// The one way this library runs SQL: statements prepared on first use and kept for the
+// life of the process, array parameters built from C++ vectors, results copied out with
+// their types (integers and booleans as numbers, everything else as text), run inside
+// the worker's transactions (in_transaction) or inside a SQL function or trigger of a
+// backend (with_spi). Every PostgreSQL call goes through pg_call, so an ERROR arrives as
+// a PgError and C++ destructors still run. Callers must not be inside pg_call.
 #pragma once
 
+#include "pg/boundary/boundary.hpp"
 #include "pg/boundary/postgres.hpp"
 
 extern "C" {
+#include "commands/trigger.h"
 #include "executor/spi.h"
+#include "utils/guc.h"
 }
 
 #include <cstdint>
@@ -18,40 +23,58 @@ extern "C" {
 
 namespace pg_outbox::pg {
 
-// Query results as text cells (nullopt for SQL NULL), in the column order of the query.
+// A query's result, in the column order of the query. Integer (int2, int4, int8, oid)
+// and boolean columns are read as numbers, others as their text; asking a column for
+// the other kind is a programming error (std::logic_error).
 class Rows {
  public:
+  struct Cell {
+    bool null = true;
+    bool number = false;  // an integer or boolean column
+    int64_t value = 0;
+    std::string text;
+  };
   Rows() = default;
-  Rows(size_t columns, std::vector<std::optional<std::string>> cells) : columns_(columns), cells_(std::move(cells)) {}
+  Rows(size_t columns, std::vector<Cell> cells) : columns_(columns), cells_(std::move(cells)) {}
   size_t size() const { return columns_ ? cells_.size() / columns_ : 0; }
-  const std::optional<std::string>& at(size_t row, size_t column) const { return cells_[row * columns_ + column]; }
-  std::string text(size_t row, size_t column) const { return at(row, column).value_or(""); }
+  bool is_null(size_t row, size_t column) const { return cell(row, column).null; }
   int64_t int64(size_t row, size_t column) const;  // 0 for NULL
-  bool boolean(size_t row, size_t column) const { return text(row, column) == "t"; }
+  std::optional<int64_t> optional_int64(size_t row, size_t column) const;
+  bool boolean(size_t row, size_t column) const { return int64(row, column) != 0; }  // false for NULL
+  const std::string& text(size_t row, size_t column) const;  // "" for NULL
+  std::string take_text(size_t row, size_t column);          // moves a (large) text out
 
  private:
+  const Cell& cell(size_t row, size_t column) const { return cells_[row * columns_ + column]; }
   size_t columns_ = 0;
-  std::vector<std::optional<std::string>> cells_;
+  std::vector<Cell> cells_;
 };
 
 // A statement prepared on first use and kept (SPI_keepplan) across transactions. The
-// plan cache re-plans it when the tables change (DROP/CREATE EXTENSION).
+// plan cache re-plans it when the tables change (DROP/CREATE EXTENSION). Runs with SPI
+// connected: inside in_transaction or with_spi.
 class Statement {
  public:
+  enum class Visibility {
+    kStatement,  // what a new statement of the transaction sees (its own rows included)
+    kLatest,     // what is committed now, even in REPEATABLE READ (as a foreign key check reads)
+    kReadOnly,   // the calling statement's snapshot, read-only (a lookup inside a function)
+  };
   Statement(const char* sql, std::vector<Oid> argument_types) : sql_(sql), argument_types_(std::move(argument_types)) {}
-  // Runs inside an open transaction with SPI connected; returns the rows (if any).
-  Rows run(const std::vector<Datum>& arguments) { return execute(arguments, false); }
-  // The same, but reading what is committed now (a fresh snapshot, as a foreign key
-  // check does) even in a REPEATABLE READ or SERIALIZABLE transaction.
-  Rows run_latest(const std::vector<Datum>& arguments) { return execute(arguments, true); }
+  // nulls: one char per argument, 'n' for NULL (or empty: none is NULL); max_rows 0: all.
+  Rows run(const std::vector<Datum>& arguments, Visibility visibility = Visibility::kStatement, const std::string& nulls = {},
+           long max_rows = 0);
+  Rows run_latest(const std::vector<Datum>& arguments) { return run(arguments, Visibility::kLatest); }
 
  private:
-  Rows execute(const std::vector<Datum>& arguments, bool latest_snapshot);
-
   const char* sql_;
   std::vector<Oid> argument_types_;
   SPIPlanPtr plan_ = nullptr;
 };
+
+// A query run once, read-only, not prepared: over a trigger's transition tables, which
+// exist for one call only.
+Rows run_once(const char* sql);
 
 // Parameter values, allocated in the current (SPI) memory context.
 Datum int8_array(const std::vector<int64_t>& values);
@@ -59,9 +82,20 @@ Datum int4_array(const std::vector<int32_t>& values);
 Datum text_array(const std::vector<std::string>& values);
 Datum text_datum(const std::string& value);
 
-// One unit of work: start transaction, SPI, snapshot; run body; commit. If body
-// throws, the caller must abort the transaction (abort_transaction below).
+// One unit of the worker's work: start transaction, SPI, snapshot; run body; commit. If
+// body throws, the caller must abort the transaction (abort_transaction below).
 void in_transaction(const char* activity, const std::function<void()>& body);
 void abort_transaction();
+
+// SPI connected for body, inside a SQL function or trigger of a backend; with a trigger,
+// its transition tables are visible to run_once. An error leaves SPI to the
+// transaction's abort, as PostgreSQL does.
+void with_spi(const std::function<void()>& body, TriggerData* trigger = nullptr);
+
+// Runs body as the extension's owner, as a SECURITY DEFINER function with search_path =
+// pg_catalog, pg_temp would: a trigger or function an operator added to the outbox
+// tables then never resolves a name through the caller's search_path with the owner's
+// rights. The caller's identity and settings come back afterwards, also when body throws.
+void as_owner(Oid owner, const std::function<void()>& body);
 
 }  // namespace pg_outbox::pg

@@ -20,6 +20,7 @@
 #include "pg/runtime/commit_wake.hpp"
 #include "pg/launcher/database_hold.hpp"
 #include "pg/runtime/shared_state.hpp"
+#include "pg/runtime/transaction_events.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -102,7 +103,7 @@ bool names_pg_outbox(Node* stmt) {
 void add_hold(Oid database) {
   LauncherState& launcher = shared_state->launcher;
   TimestampTz now = GetCurrentTimestamp();
-  SpinLockAcquire(&launcher.mutex);
+  LWLockAcquire(launcher.lock, LW_EXCLUSIVE);
   int free_hold = -1;
   for (int i = 0; i < kDropHolds; ++i)
     if (free_hold < 0 && launcher.holds[i].until <= now) free_hold = i;
@@ -111,7 +112,7 @@ void add_hold(Oid database) {
     launcher.holds[free_hold].backend_pid = MyProcPid;
     launcher.holds[free_hold].until = TimestampTzPlusMilliseconds(now, kHoldBoundMs);
   }
-  SpinLockRelease(&launcher.mutex);
+  LWLockRelease(launcher.lock);
   // With every hold taken (sixteen such statements at once), the worker is still
   // terminated below; the launcher may start it again, and the statement then meets
   // PostgreSQL's own "being accessed by other users".
@@ -126,10 +127,10 @@ void stop_worker_of(Oid database) {
     for (int i = 0; i < shared_state->slot_count; ++i) {
       DatabaseSlot& slot = shared_state->slots[i];
       if (slot.database_oid != database) continue;
-      SpinLockAcquire(&slot.mutex);
+      LWLockAcquire(slot.lock, LW_SHARED);
       int pid = slot.worker_pid;
       bool starting = slot.starting;
-      SpinLockRelease(&slot.mutex);
+      LWLockRelease(slot.lock);
       present = present || pid != 0 || starting;
       if (pid != 0 && pid != signalled) {
         (void)kill(pid, SIGTERM);
@@ -167,31 +168,30 @@ void on_utility(PlannedStmt* pstmt, const char* query, bool read_only_tree, Proc
     standard_ProcessUtility(pstmt, query, read_only_tree, context, params, env, dest, qc);
 }
 
+}  // namespace
+
 // At the end of the transaction, committed or not: lift this backend's holds and let
 // the launcher look at pg_database again (the database may be gone, renamed or free).
-void on_transaction_end(XactEvent event, void*) {
+void database_hold_at_transaction_end(XactEvent event) {
   if (!holding || (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT && event != XACT_EVENT_PREPARE)) return;
   holding = false;
   Oid lifted[kDropHolds];
   int count = 0;
   LauncherState& launcher = shared_state->launcher;
-  SpinLockAcquire(&launcher.mutex);
+  LWLockAcquire(launcher.lock, LW_EXCLUSIVE);
   for (DropHold& hold : launcher.holds) {
     if (hold.backend_pid != MyProcPid || hold.until == 0) continue;
     lifted[count++] = hold.database_oid;
     hold = DropHold{};
   }
   launcher.rescan_requested = true;
-  SpinLockRelease(&launcher.mutex);
+  LWLockRelease(launcher.lock);
   for (int i = 0; i < count; ++i) request_launcher(lifted[i]);
 }
-
-}  // namespace
 
 void register_database_hold() {
   previous_utility_hook = ProcessUtility_hook;
   ProcessUtility_hook = on_utility;
-  RegisterXactCallback(on_transaction_end, nullptr);
 }
 
 }  // namespace pg_outbox::pg

@@ -103,7 +103,7 @@ bool restricted_away(const char* name) {
 
 void set_note(Oid database, const char* reason) {
   LauncherState& launcher = shared_state->launcher;
-  SpinLockAcquire(&launcher.mutex);
+  LWLockAcquire(launcher.lock, LW_EXCLUSIVE);
   int free_note = -1;
   for (int i = 0; i < kNotServedNotes; ++i) {
     NotServedNote& note = launcher.not_served[i];
@@ -112,7 +112,7 @@ void set_note(Oid database, const char* reason) {
         note.database_oid = InvalidOid;
       else
         strlcpy(note.reason, reason, sizeof note.reason);
-      SpinLockRelease(&launcher.mutex);
+      LWLockRelease(launcher.lock);
       return;
     }
     if (free_note < 0 && note.database_oid == InvalidOid) free_note = i;
@@ -121,7 +121,7 @@ void set_note(Oid database, const char* reason) {
     launcher.not_served[free_note].database_oid = database;
     strlcpy(launcher.not_served[free_note].reason, reason, sizeof launcher.not_served[free_note].reason);
   }
-  SpinLockRelease(&launcher.mutex);
+  LWLockRelease(launcher.lock);
 }
 
 // Reads pg_database (a shared catalog: readable without a database) and updates the
@@ -211,9 +211,9 @@ void release_slot(KnownDatabase* db) {
 // registers a worker for it.
 void start_worker(KnownDatabase* db) {
   TimestampTz now = GetCurrentTimestamp();
-  SpinLockAcquire(&shared_state->launcher.mutex);
+  LWLockAcquire(shared_state->launcher.lock, LW_SHARED);
   bool held = database_held(shared_state->launcher, db->oid, now);
-  SpinLockRelease(&shared_state->launcher.mutex);
+  LWLockRelease(shared_state->launcher.lock);
   if (held) {
     db->retry_at = TimestampTzPlusMilliseconds(now, kRescanMs);  // the hold's end asks again sooner
     return;
@@ -238,10 +238,10 @@ void start_worker(KnownDatabase* db) {
   }
   DatabaseSlot& slot = shared_state->slots[index];
   WorkerIdentity id{db->oid, 0};
-  SpinLockAcquire(&slot.mutex);
+  LWLockAcquire(slot.lock, LW_EXCLUSIVE);
   if (db->slot != index) {  // a fresh assignment: counters and status start from zero
     uint32 generation = slot.generation;
-    size_t offset = offsetof(DatabaseSlot, generation);  // everything after the mutex
+    size_t offset = offsetof(DatabaseSlot, generation);  // everything after the lock
     memset(reinterpret_cast<char*>(&slot) + offset, 0, sizeof slot - offset);
     slot.generation = generation;
     strlcpy(slot.state, "starting", sizeof slot.state);
@@ -250,7 +250,7 @@ void start_worker(KnownDatabase* db) {
   slot.starting = true;
   slot.exit = WorkerExit::kUnknown;
   strlcpy(slot.database, NameStr(db->name), sizeof slot.database);
-  SpinLockRelease(&slot.mutex);
+  LWLockRelease(slot.lock);
   if (db->slot != index) {
     pg_atomic_write_u32(&slot.wake_requested, 1);  // claim at once
     pg_write_barrier();
@@ -273,9 +273,9 @@ void start_worker(KnownDatabase* db) {
   worker.bgw_notify_pid = MyProcPid;  // the postmaster tells us when it starts and stops
   BackgroundWorkerHandle* handle = nullptr;
   if (!RegisterDynamicBackgroundWorker(&worker, &handle)) {
-    SpinLockAcquire(&slot.mutex);
+    LWLockAcquire(slot.lock, LW_EXCLUSIVE);
     slot.starting = false;
-    SpinLockRelease(&slot.mutex);
+    LWLockRelease(slot.lock);
     release_slot(db);
     char why[160];
     snprintf(why, sizeof why, "no background worker slot is free (max_worker_processes = %d)", max_worker_processes);
@@ -293,13 +293,13 @@ void on_worker_stopped(KnownDatabase* db) {
   pfree(db->handle);
   db->handle = nullptr;
   DatabaseSlot& slot = shared_state->slots[db->slot];
-  SpinLockAcquire(&slot.mutex);
+  LWLockAcquire(slot.lock, LW_EXCLUSIVE);
   WorkerExit exit = slot.exit;
   slot.starting = false;
   slot.worker_pid = 0;
   slot.worker_latch = nullptr;
   strlcpy(slot.state, "not running", sizeof slot.state);
-  SpinLockRelease(&slot.mutex);
+  LWLockRelease(slot.lock);
   if (exit == WorkerExit::kNoExtension) {
     release_slot(db);
     // A commit that found the slot before it was released (the CREATE EXTENSION this
@@ -328,13 +328,13 @@ void check_workers() {
 void take_requests() {
   Oid requested[kLauncherRequests];
   LauncherState& launcher = shared_state->launcher;
-  SpinLockAcquire(&launcher.mutex);
+  LWLockAcquire(launcher.lock, LW_EXCLUSIVE);
   int count = launcher.requested_count;
   memcpy(requested, launcher.requested, sizeof(Oid) * count);
   launcher.requested_count = 0;
   bool rescan = launcher.rescan_requested;
   launcher.rescan_requested = false;
-  SpinLockRelease(&launcher.mutex);
+  LWLockRelease(launcher.lock);
   bool unknown = false;
   for (int i = 0; i < count; ++i) {
     KnownDatabase* db = find_known(requested[i]);
@@ -387,19 +387,19 @@ long wait_ms() {
 void adopt_nothing() {
   for (int i = 0; i < shared_state->slot_count; ++i) {
     DatabaseSlot& slot = shared_state->slots[i];
-    SpinLockAcquire(&slot.mutex);
+    LWLockAcquire(slot.lock, LW_EXCLUSIVE);
     ++slot.generation;  // a starting worker of the predecessor no longer matches
     slot.starting = false;
-    SpinLockRelease(&slot.mutex);
+    LWLockRelease(slot.lock);
   }
   bool left = false;
   for (int attempt = 0; attempt < 100; ++attempt) {  // 100 x 50 ms: SIGTERM ends a worker in well under 5 s
     left = false;
     for (int i = 0; i < shared_state->slot_count; ++i) {
       DatabaseSlot& slot = shared_state->slots[i];
-      SpinLockAcquire(&slot.mutex);
+      LWLockAcquire(slot.lock, LW_EXCLUSIVE);
       int pid = slot.worker_pid;
-      SpinLockRelease(&slot.mutex);
+      LWLockRelease(slot.lock);
       if (pid == 0) continue;
       left = true;
       (void)kill(pid, SIGTERM);
@@ -411,9 +411,9 @@ void adopt_nothing() {
   }
   for (int i = 0; i < shared_state->slot_count; ++i) {
     DatabaseSlot& slot = shared_state->slots[i];
-    SpinLockAcquire(&slot.mutex);
+    LWLockAcquire(slot.lock, LW_EXCLUSIVE);
     const bool free = slot.worker_pid == 0;
-    SpinLockRelease(&slot.mutex);
+    LWLockRelease(slot.lock);
     if (free) {
       slot.worker_latch = nullptr;
       slot.database_oid = InvalidOid;
@@ -426,10 +426,10 @@ void adopt_nothing() {
 }
 
 void detach_launcher(int, Datum) {
-  SpinLockAcquire(&shared_state->launcher.mutex);
+  LWLockAcquire(shared_state->launcher.lock, LW_EXCLUSIVE);
   shared_state->launcher.launcher_latch = nullptr;
   shared_state->launcher.launcher_pid = 0;
-  SpinLockRelease(&shared_state->launcher.mutex);
+  LWLockRelease(shared_state->launcher.lock);
 }
 
 }  // namespace
@@ -443,10 +443,10 @@ void pg_outbox_launcher_main(Datum) {
   BackgroundWorkerUnblockSignals();
   BackgroundWorkerInitializeConnection(nullptr, nullptr, 0);  // shared catalogs only
 
-  SpinLockAcquire(&shared_state->launcher.mutex);
+  LWLockAcquire(shared_state->launcher.lock, LW_EXCLUSIVE);
   shared_state->launcher.launcher_pid = MyProcPid;
   shared_state->launcher.launcher_latch = MyLatch;
-  SpinLockRelease(&shared_state->launcher.mutex);
+  LWLockRelease(shared_state->launcher.lock);
   before_shmem_exit(detach_launcher, 0);
   adopt_nothing();
   ereport(LOG, (errmsg("pg_outbox launcher started (at most %d delivery workers)", shared_state->slot_count)));

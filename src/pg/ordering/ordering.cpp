@@ -1,4 +1,4 @@
-// Per-key commit order on ordered endpoints (SPEC §3 "Ordering").
+// Per-key commit order on ordered endpoints (the contract: docs/delivery.md, Ordering).
 //
 // A message of an ordered endpoint with an ordering key is, once committed, either its
 // key's head (ordering_seq NULL: in the claim index, sent when due) or a follower
@@ -10,14 +10,15 @@
 //   committed and draws a larger number: the numbers of a key are its commit order.
 //   Ids are not: they are drawn at INSERT, and the later INSERT may commit first.
 // - When a head leaves the queue, under the same lock, the follower with the lowest
-//   number becomes the head, unless the key still has one: in the worker's settle, by
-//   the statement that moves the heads (OutboxStore::settle); for anyone else's DELETE
-//   or change of key, by an AFTER trigger (outbox._next_in_order).
+//   number becomes the head, unless the key still has one (promote_next_in_order, the
+//   rule written once): in the worker's settle, right after the statements that move
+//   the heads (store/settlements.cpp); for anyone else's DELETE or change of key, by an
+//   AFTER trigger (outbox._next_in_order).
 // The worker's claim thus never sees a follower: a blocked key costs it nothing, however
 // many messages wait behind the head. The worker takes the locks of the keyed messages
 // it settles before it moves them, in the same sorted order as a committing producer.
 // A transaction's own keyed messages are known before its commit: outbox.enqueue notes
-// them, and a statement trigger (outbox._note_inserts, queue_triggers.cpp) notes the
+// them, and a statement trigger (outbox._note_inserts, producer/queue_triggers.cpp) notes the
 // rows of plain INSERT statements. The first commit-time call places them all, after
 // taking all their locks: rows of the same transaction never take each other for a head.
 #include "pg/ordering/ordering.hpp"
@@ -25,8 +26,9 @@
 #include "core/ordering_lock.hpp"
 #include "pg/boundary/boundary.hpp"
 #include "pg/runtime/commit_wake.hpp"
-#include "pg/boundary/spi.hpp"
 #include "pg/boundary/trigger_data.hpp"
+#include "pg/runtime/process_role.hpp"
+#include "pg/runtime/transaction_events.hpp"
 
 extern "C" {
 #include "access/htup_details.h"
@@ -55,9 +57,11 @@ struct Entry {
 
 std::vector<Entry> recorded;              // inserted in this transaction, not yet in order
 std::unordered_set<int64_t> ordered_ids;  // this transaction's messages already in order
-bool in_worker = false;                   // set_ordering_worker
 
-void forget_at_end(XactEvent event, void*) {
+}  // namespace
+
+// A transaction's notes end with it, committed or not.
+void ordering_at_transaction_end(XactEvent event) {
   switch (event) {
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_ABORT:
@@ -71,6 +75,8 @@ void forget_at_end(XactEvent event, void*) {
       break;
   }
 }
+
+namespace {
 
 // The id, endpoint, ordering key and number of the trigger's row (the old row of a
 // DELETE or UPDATE), read by column name.
@@ -92,16 +98,6 @@ Entry row_of(TriggerData* trigger) {
   });
   if (endpoint == nullptr || key == nullptr) throw std::logic_error("ordering trigger on a row without a key");
   return {id, endpoint, key, no_seq ? std::nullopt : std::optional<int64_t>(seq)};
-}
-
-void connect_spi() {
-  pg_call([] {
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_outbox: SPI_connect failed");
-  });
-}
-
-void finish_spi() {
-  pg_call([] { SPI_finish(); });
 }
 
 // Whether the key has a head already, read with a fresh snapshot: any head but the
@@ -129,6 +125,8 @@ bool is_ordered(const std::string& endpoint) {
 // their ids; the first that still exists (a savepoint may have taken one back) is the
 // head if the key has none, the others follow it, numbered in that order. The cost is
 // one look at each key's heads and one UPDATE per follower.
+void place_sorted(const std::vector<Entry>& batch);
+
 void place(std::vector<Entry> batch) {
   std::vector<int32_t> locks;
   locks.reserve(batch.size());
@@ -137,12 +135,17 @@ void place(std::vector<Entry> batch) {
   std::sort(batch.begin(), batch.end(), [](const Entry& a, const Entry& b) {
     return std::tie(a.endpoint, a.key, a.preset, a.id) < std::tie(b.endpoint, b.key, b.preset, b.id);
   });
-  static Statement number(
-      "UPDATE outbox.messages m SET ordering_seq = CASE WHEN $2 THEN nextval('outbox.commit_order'::regclass) END"
-      " WHERE m.id = $1 RETURNING 1",
-      {INT8OID, BOOLOID});
+  with_spi([&] { place_sorted(batch); });
+}
+
+// place() for a batch sorted by key, with SPI connected.
+void place_sorted(const std::vector<Entry>& batch) {
+  static Statement number(R"sql(
+    UPDATE outbox.messages m SET ordering_seq = CASE WHEN $2 THEN nextval('outbox.commit_order'::regclass) END
+     WHERE m.id = $1 RETURNING 1
+  )sql",
+                          {INT8OID, BOOLOID});
   static Statement exists("SELECT 1 FROM outbox.messages m WHERE m.id = $1", {INT8OID});
-  connect_spi();
   std::string ordered_endpoint;  // the last endpoint found ordered, and whether it was
   bool ordered = false;
   for (size_t first = 0; first < batch.size();) {
@@ -166,17 +169,30 @@ void place(std::vector<Entry> batch) {
     }
     first = end;
   }
-  finish_spi();
 }
 
 }  // namespace
 
-void register_ordering() { RegisterXactCallback(forget_at_end, nullptr); }
-
-void set_ordering_worker() { in_worker = true; }
-
 void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> preset) {
   recorded.push_back({id, endpoint, key, preset});
+}
+
+// The rule of a key's succession, for the worker's settle and for the trigger alike: the
+// follower with the lowest number becomes the head, unless the key still has a head
+// (NULLS FIRST puts a remaining head first, and the UPDATE then changes nothing).
+int64_t promote_next_in_order(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys,
+                              Statement::Visibility visibility) {
+  static Statement promote(R"sql(
+    UPDATE outbox.messages m SET ordering_seq = NULL
+      FROM (SELECT (SELECT f.id FROM outbox.messages f
+                     WHERE f.endpoint = k.endpoint AND f.ordering_key = k.ordering_key
+                     ORDER BY f.ordering_seq NULLS FIRST LIMIT 1) AS id
+              FROM unnest($1::text[], $2::text[]) AS k(endpoint, ordering_key)) n
+     WHERE m.id = n.id AND m.ordering_seq IS NOT NULL
+    RETURNING m.id
+  )sql",
+                           {TEXTARRAYOID, TEXTARRAYOID});
+  return static_cast<int64_t>(promote.run({text_array(endpoints), text_array(keys)}, visibility).size());
 }
 
 void lock_orderings(std::vector<int32_t> locks) {
@@ -208,7 +224,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
 }
 
 // AFTER DELETE or UPDATE OF endpoint, ordering_key, of a keyed message, by anyone but
-// the worker (whose settle promotes in the statement that moves the heads): if its key
+// the worker (whose settle promotes right after the statements that move the heads): if its key
 // is left without a head, the next message becomes the head. The follower it picks may
 // be leaving itself (another DELETE, not yet committed): the UPDATE then waits for it
 // and finds it gone, and the next follower is looked for again.
@@ -216,27 +232,21 @@ PG_OUTBOX_FUNCTION(pg_outbox_next_in_order) {
   using namespace pg_outbox::pg;
   Entry row = row_of(trigger_data(fcinfo, "outbox._next_in_order()"));
   lock_orderings({pg_outbox::core::ordering_lock(row.endpoint, row.key)});
-  static Statement promote(
-      "UPDATE outbox.messages m SET ordering_seq = NULL"
-      " WHERE m.id = (SELECT f.id FROM outbox.messages f WHERE f.endpoint = $1 AND f.ordering_key = $2"
-      "                ORDER BY f.ordering_seq NULLS FIRST LIMIT 1)"
-      "   AND m.ordering_seq IS NOT NULL"
-      " RETURNING m.id",
-      {TEXTOID, TEXTOID});
-  static Statement next_in_line(
-      "SELECT f.ordering_seq IS NOT NULL FROM outbox.messages f WHERE f.endpoint = $1 AND f.ordering_key = $2"
-      " ORDER BY f.ordering_seq NULLS FIRST LIMIT 1",
-      {TEXTOID, TEXTOID});
-  connect_spi();
-  const std::vector<Datum> key = {text_datum(row.endpoint), text_datum(row.key)};
+  static Statement next_in_line(R"sql(
+    SELECT f.ordering_seq IS NOT NULL FROM outbox.messages f WHERE f.endpoint = $1 AND f.ordering_key = $2
+     ORDER BY f.ordering_seq NULLS FIRST LIMIT 1
+  )sql",
+                                {TEXTOID, TEXTOID});
   bool promoted = false;
-  for (int tries = 0; tries < 100 && !promoted; ++tries) {
-    promoted = promote.run_latest(key).size() > 0;
-    if (promoted) break;
-    Rows first = next_in_line.run_latest(key);
-    if (first.size() == 0 || !first.boolean(0, 0)) break;  // nobody waits, or a head remains
-  }
-  finish_spi();
+  with_spi([&] {
+    const std::vector<std::string> endpoints = {row.endpoint}, keys = {row.key};
+    for (int tries = 0; tries < 100 && !promoted; ++tries) {
+      promoted = promote_next_in_order(endpoints, keys, Statement::Visibility::kLatest) > 0;
+      if (promoted) break;
+      Rows first = next_in_line.run_latest({text_datum(row.endpoint), text_datum(row.key)});
+      if (first.size() == 0 || !first.boolean(0, 0)) break;  // nobody waits, or a head remains
+    }
+  });
   if (promoted) wake_worker_at_commit();
   return PointerGetDatum(nullptr);
 }
@@ -259,7 +269,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_moved_message) {
 // The WHEN of that trigger: false in the worker.
 PG_OUTBOX_FUNCTION(pg_outbox_trigger_promotes) {
   (void)fcinfo;
-  return BoolGetDatum(!pg_outbox::pg::in_worker);
+  return BoolGetDatum(!pg_outbox::pg::is_delivery_worker());
 }
 
 // outbox._ordering_lock(endpoint, ordering_key): the claim returns it with each keyed

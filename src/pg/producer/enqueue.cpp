@@ -11,6 +11,8 @@
 // for plain INSERTs, whose wake messages_wake registers; enqueue has checked the same
 // rules before it inserts (table_as_installed). Only the rare paths use SQL: max_pending
 // before the worker has counted the endpoint, and the idempotent INSERT ... ON CONFLICT.
+#include "core/validation.hpp"
+#include "pg/boundary/spi.hpp"
 #include "pg/producer/argument_checks.hpp"
 #include "pg/boundary/boundary.hpp"
 #include "pg/runtime/commit_wake.hpp"
@@ -46,7 +48,12 @@ extern "C" {
 
 namespace {
 
+using pg_outbox::pg::as_owner;
+using pg_outbox::pg::count_queued_rows;
 using pg_outbox::pg::pg_call;
+using pg_outbox::pg::Rows;
+using pg_outbox::pg::Statement;
+using pg_outbox::pg::with_spi;
 using pg_outbox::pg::release_queued;
 using pg_outbox::pg::reserve_queued;
 using pg_outbox::pg::Room;
@@ -66,25 +73,14 @@ Oid function_owner(Oid function) {
 // The size of a stored value uncompressed, from its header alone (never detoasted).
 int64 stored_size(Datum value) { return static_cast<int64>(toast_raw_datum_size(value)) - VARHDRSZ; }
 
-// The same, with SPI connected.
-template <typename Fn>
-void spi_as_owner(Oid owner, Fn&& fn) {
-  as_owner(owner, [&] {
-    if (SPI_connect() != SPI_OK_CONNECT) elog(ERROR, "pg_outbox: SPI_connect failed");
-    fn();
-    SPI_finish();
-  });
-}
-
-// A statement prepared once per backend and kept. Every name in it is schema-qualified,
-// operators included, so the caller's search_path cannot change what it means.
-SPIPlanPtr prepared(SPIPlanPtr& plan, const char* sql, int nargs, Oid* types) {
-  if (plan != nullptr) return plan;
-  SPIPlanPtr fresh = SPI_prepare(sql, nargs, types);
-  if (fresh == nullptr) elog(ERROR, "pg_outbox: preparing \"%s\" failed: %s", sql, SPI_result_code_string(SPI_result));
-  if (SPI_keepplan(fresh) != 0) elog(ERROR, "pg_outbox: keeping a plan failed");
-  plan = fresh;
-  return plan;
+// A statement of enqueue's, run as the extension's owner (boundary/spi.hpp, as_owner).
+// Every name in these statements is schema-qualified, operators included, so the
+// caller's search_path cannot change what they mean.
+Rows run_as_owner(Oid owner, Statement& statement, const std::vector<Datum>& arguments,
+                  Statement::Visibility visibility = Statement::Visibility::kStatement, const std::string& nulls = {}) {
+  Rows rows;
+  as_owner(owner, [&] { with_spi([&] { rows = statement.run(arguments, visibility, nulls, 1); }); });
+  return rows;
 }
 
 struct EndpointFacts {
@@ -131,28 +127,21 @@ void read_endpoint(Datum endpoint, EndpointFacts& facts) {
 // The endpoint's row and the caller's send right: privileged (a superuser or the
 // extension's owner), a grant to one of the caller's roles, or a grant to PUBLIC.
 // pg_has_role is false, not an error, for a role dropped since it was granted.
-void endpoint_facts(Datum endpoint, Oid caller, Oid owner, bool privileged, EndpointFacts& facts) {
-  static SPIPlanPtr right = nullptr;
-  read_endpoint(endpoint, facts);
-  if (!facts.exists) return;
-  if (privileged) {
-    facts.may_send = true;
-    return;
-  }
-  spi_as_owner(owner, [&] {
-    bool isnull = false;
-    Oid right_types[2] = {TEXTOID, OIDOID};
-    Datum right_args[2] = {endpoint, ObjectIdGetDatum(caller)};
-    SPIPlanPtr plan = prepared(right,
-                               "SELECT EXISTS (SELECT FROM outbox.endpoint_senders s"
-                               " WHERE s.endpoint OPERATOR(pg_catalog.=) $1"
-                               " AND (s.role::pg_catalog.oid OPERATOR(pg_catalog.=) 0::pg_catalog.oid"
-                               " OR pg_catalog.pg_has_role($2, s.role::pg_catalog.oid, 'USAGE')))",
-                               2, right_types);
-    if (SPI_execute_plan(plan, right_args, nullptr, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-      elog(ERROR, "pg_outbox: send right lookup failed");
-    facts.may_send = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-  });
+EndpointFacts endpoint_facts(Datum endpoint, Oid caller, Oid owner, bool privileged) {
+  static Statement right(R"sql(
+    SELECT EXISTS (SELECT FROM outbox.endpoint_senders s
+                    WHERE s.endpoint OPERATOR(pg_catalog.=) $1
+                      AND (s.role::pg_catalog.oid OPERATOR(pg_catalog.=) 0::pg_catalog.oid
+                           OR pg_catalog.pg_has_role($2, s.role::pg_catalog.oid, 'USAGE')))
+  )sql",
+                         {TEXTOID, OIDOID});
+  EndpointFacts facts;
+  pg_call([&] { read_endpoint(endpoint, facts); });
+  if (!facts.exists) return facts;
+  facts.may_send =
+      privileged ||
+      run_as_owner(owner, right, {endpoint, ObjectIdGetDatum(caller)}, Statement::Visibility::kReadOnly).boolean(0, 0);
+  return facts;
 }
 
 // event_type travels in a request header and is indexed in the DLQ; ordering_key is
@@ -185,83 +174,47 @@ void check_key_text(Datum value, const char* name, bool no_control_characters) {
 }
 
 // Backpressure: are max_pending undelivered messages (the queue holds nothing else)
-// already waiting? Counts no more than that.
-bool at_max_pending(Datum endpoint, int64 max_pending, Oid owner) {
-  static SPIPlanPtr count = nullptr;
-  bool full = false;
-  spi_as_owner(owner, [&] {
-    Oid types[2] = {TEXTOID, INT8OID};
-    Datum args[2] = {endpoint, Int64GetDatum(max_pending)};
-    // The heads (the claim index) and the messages waiting behind them (the ordering
-    // index): each index holds one part.
-    SPIPlanPtr plan = prepared(count,
-                               "SELECT pg_catalog.count(*) FROM ("
-                               " (SELECT 1 FROM outbox.messages m WHERE m.endpoint OPERATOR(pg_catalog.=) $1"
-                               "   AND m.ordering_seq IS NULL LIMIT $2)"
-                               " UNION ALL"
-                               " (SELECT 1 FROM outbox.messages m WHERE m.endpoint OPERATOR(pg_catalog.=) $1"
-                               "   AND m.ordering_key IS NOT NULL AND m.ordering_seq IS NOT NULL LIMIT $2)"
-                               " LIMIT $2) s",
-                               2, types);
-    // Not read-only: SPI then makes this statement's own rows visible and, in READ
-    // COMMITTED, takes a fresh snapshot (as each statement of a PL/pgSQL function does).
-    if (SPI_execute_plan(plan, args, nullptr, false, 1) != SPI_OK_SELECT || SPI_processed != 1)
-      elog(ERROR, "pg_outbox: max_pending count failed");
-    bool isnull = false;
-    full = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)) >= max_pending;
-  });
-  return full;
+// already waiting? Counts no more than that (producer/queued_count.hpp).
+bool at_max_pending(const std::string& endpoint, int64 max_pending, Oid owner) {
+  int64_t queued = 0;
+  as_owner(owner, [&] { with_spi([&] { queued = count_queued_rows({endpoint}, max_pending).at(0); }); });
+  return queued >= max_pending;
 }
 
 // The id of the message of this endpoint and idempotency key still in the queue, or 0.
+// A fresh snapshot sees the row of the key that a concurrent transaction committed after
+// this statement began (what ON CONFLICT saw).
 int64 queued_with_key(Datum endpoint, Datum key, Oid owner) {
-  static SPIPlanPtr find = nullptr;
-  int64 id = 0;
-  spi_as_owner(owner, [&] {
-    Oid types[2] = {TEXTOID, TEXTOID};
-    Datum args[2] = {endpoint, key};
-    SPIPlanPtr plan = prepared(find,
-                               "SELECT m.id FROM outbox.messages m WHERE m.endpoint OPERATOR(pg_catalog.=) $1"
-                               " AND m.idempotency_key OPERATOR(pg_catalog.=) $2",
-                               2, types);
-    // Not read-only: a fresh snapshot sees the row of the key that a concurrent
-    // transaction committed after this statement began (what ON CONFLICT saw).
-    if (SPI_execute_plan(plan, args, nullptr, false, 1) != SPI_OK_SELECT) elog(ERROR, "pg_outbox: key lookup failed");
-    bool isnull = false;
-    if (SPI_processed == 1) id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-  });
-  return id;
+  static Statement find(R"sql(
+    SELECT m.id FROM outbox.messages m
+     WHERE m.endpoint OPERATOR(pg_catalog.=) $1 AND m.idempotency_key OPERATOR(pg_catalog.=) $2
+  )sql",
+                        {TEXTOID, TEXTOID});
+  Rows rows = run_as_owner(owner, find, {endpoint, key});
+  return rows.size() == 1 ? rows.int64(0, 0) : 0;
 }
 
 // Idempotent enqueue: INSERT ... ON CONFLICT DO NOTHING; a message with the same key
 // still in the queue wins. 0 if the conflicting row left the queue in between.
 int64 insert_with_key(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner) {
-  static SPIPlanPtr insert = nullptr;
-  int64 id = 0;
-  spi_as_owner(owner, [&] {
-    Oid types[7] = {TEXTOID, TEXTOID, JSONBOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
-    Datum args[7];
-    char nulls[7];
-    const int from[6] = {kEndpoint, kEventType, kPayload, kHeaders, kOrderingKey, kIdempotencyKey};
-    for (int i = 0; i < 6; ++i) {
-      args[i] = PG_ARGISNULL(from[i]) ? Datum(0) : PG_GETARG_DATUM(from[i]);
-      nulls[i] = PG_ARGISNULL(from[i]) ? 'n' : ' ';
-    }
-    args[6] = TimestampTzGetDatum(next_attempt_at);
-    nulls[6] = ' ';
-    SPIPlanPtr plan = prepared(insert,
-                               "INSERT INTO outbox.messages AS m (endpoint, event_type, payload, headers,"
-                               " ordering_key, idempotency_key, next_attempt_at)"
-                               " VALUES ($1, $2, $3, $4, $5, $6, $7)"
-                               " ON CONFLICT (endpoint, idempotency_key) WHERE idempotency_key IS NOT NULL"
-                               " DO NOTHING RETURNING m.id",
-                               7, types);
-    if (SPI_execute_plan(plan, args, nulls, false, 1) != SPI_OK_INSERT_RETURNING)
-      elog(ERROR, "pg_outbox: insert failed");
-    bool isnull = false;
-    if (SPI_processed == 1) id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-  });
-  return id;
+  static Statement insert(R"sql(
+    INSERT INTO outbox.messages AS m (endpoint, event_type, payload, headers, ordering_key, idempotency_key,
+                                      next_attempt_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)
+    ON CONFLICT (endpoint, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING m.id
+  )sql",
+                          {TEXTOID, TEXTOID, JSONBOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID});
+  std::vector<Datum> args;
+  std::string nulls;
+  for (int from : {kEndpoint, kEventType, kPayload, kHeaders, kOrderingKey, kIdempotencyKey}) {
+    args.push_back(PG_ARGISNULL(from) ? Datum(0) : PG_GETARG_DATUM(from));
+    nulls.push_back(PG_ARGISNULL(from) ? 'n' : ' ');
+  }
+  args.push_back(TimestampTzGetDatum(next_attempt_at));
+  nulls.push_back(' ');
+  Rows rows = run_as_owner(owner, insert, args, Statement::Visibility::kStatement, nulls);
+  return rows.size() == 1 ? rows.int64(0, 0) : 0;
 }
 
 void refuse_full(const std::string& endpoint, int64 max_pending) {
@@ -285,8 +238,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
   const int64 payload_size = pg_call([&] { return stored_size(PG_GETARG_DATUM(kPayload)); });
   if (payload_size > pg_outbox::pg::settings.max_payload_size)
     throw SqlError(ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-                   "payload of " + std::to_string(payload_size) + " bytes exceeds pg_outbox.max_payload_size (" +
-                       std::to_string(pg_outbox::pg::settings.max_payload_size) + " bytes)",
+                   pg_outbox::core::payload_too_large(payload_size, pg_outbox::pg::settings.max_payload_size),
                    "Store large documents elsewhere and send a reference to them.");
 
   const Datum endpoint = PG_GETARG_DATUM(kEndpoint);
@@ -295,8 +247,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
   // Superusers and the extension's owner need no send right: decided from the role
   // caches, so that their enqueues skip the lookup of endpoint_senders.
   const bool privileged = caller == owner || pg_call([&] { return superuser_arg(caller); });
-  EndpointFacts facts;
-  pg_call([&] { endpoint_facts(endpoint, caller, owner, privileged, facts); });
+  const EndpointFacts facts = endpoint_facts(endpoint, caller, owner, privileged);
   const std::string name = pg_call([&] { return static_cast<const char*>(TextDatumGetCString(endpoint)); });
   if (!facts.exists) throw SqlError(ERRCODE_UNDEFINED_OBJECT, "endpoint \"" + name + "\" does not exist");
   if (!facts.may_send) {
@@ -331,11 +282,11 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
   if (facts.has_max_pending) {
     const Room room = reserve_queued(name, facts.max_pending, reserved);
     if (room == Room::kFull ||
-        (room == Room::kUnknown && pg_call([&] { return at_max_pending(endpoint, facts.max_pending, owner); }))) {
+        (room == Room::kUnknown && at_max_pending(name, facts.max_pending, owner))) {
       if (reserved) release_queued(name);
       // A retried enqueue of a message that is already in is not new work.
       if (key != nullptr) {
-        const int64 id = pg_call([&] { return queued_with_key(endpoint, PG_GETARG_DATUM(kIdempotencyKey), owner); });
+        const int64 id = queued_with_key(endpoint, PG_GETARG_DATUM(kIdempotencyKey), owner);
         if (id != 0) return Int64GetDatum(id);
       }
       refuse_full(name, facts.max_pending);
@@ -345,13 +296,13 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
   int64 id = 0;
   int64 inserted = 0;  // 0 when the message with the idempotency key was already in
   if (key == nullptr) {
-    id = inserted = pg_call([&] { return insert_row(fcinfo, next_attempt_at, owner, facts.ordered); });
+    id = inserted = insert_row(fcinfo, next_attempt_at, owner, facts.ordered);
   } else {
     // The loop only repeats if the message with the key left the queue between the
     // INSERT and the SELECT.
     for (int i = 0; i < 3 && id == 0; ++i) {
-      id = inserted = pg_call([&] { return insert_with_key(fcinfo, next_attempt_at, owner); });
-      if (id == 0) id = pg_call([&] { return queued_with_key(endpoint, PG_GETARG_DATUM(kIdempotencyKey), owner); });
+      id = inserted = insert_with_key(fcinfo, next_attempt_at, owner);
+      if (id == 0) id = queued_with_key(endpoint, PG_GETARG_DATUM(kIdempotencyKey), owner);
     }
     if (id == 0)
       throw SqlError(ERRCODE_T_R_SERIALIZATION_FAILURE,

@@ -3,6 +3,8 @@
 // check of the executor when someone changed it.
 #include "pg/producer/enqueue_row.hpp"
 
+#include "pg/boundary/spi.hpp"
+
 extern "C" {
 #include "access/table.h"
 #include "catalog/dependency.h"
@@ -12,7 +14,9 @@ extern "C" {
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
 #include "parser/parse_relation.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 }
@@ -23,17 +27,79 @@ namespace pg_outbox::pg::enqueue {
 
 namespace {
 
-// Where outbox.messages and its columns are, worked out once per incarnation of the
-// table (a DROP and CREATE EXTENSION makes a new one).
+// Where outbox.messages and its columns are, and whether its definition lets enqueue
+// insert without the executor's checks: worked out once per definition of the table (a
+// relcache invalidation of the table, an ALTER TABLE or a new incarnation of the
+// extension, makes it again).
 struct MessagesTable {
   Oid relid = InvalidOid;
   Oid sequence = InvalidOid;  // of the id identity
   AttrNumber id, endpoint, event_type, payload, headers, ordering_key, attempts, next_attempt_at, created_at;
+  bool as_installed = false;
 };
 
+MessagesTable cached;
+
+void forget_table(Datum, Oid relid) {
+  if (relid == InvalidOid || relid == cached.relid) cached.relid = InvalidOid;
+}
+
+// The columns whose CHECK constraints enqueue makes itself before it inserts (with the
+// contract's messages), or never sets (ordering_seq, placed at commit).
+bool checked_by_enqueue(Relation rel, AttrNumber column) {
+  const char* name = NameStr(TupleDescAttr(RelationGetDescr(rel), column - 1)->attname);
+  for (const char* checked : {"event_type", "ordering_key", "idempotency_key", "next_attempt_at", "ordering_seq"})
+    if (strcmp(name, checked) == 0) return true;
+  return false;
+}
+
+// A CHECK constraint enqueue may leave out: it reads only columns enqueue checks itself,
+// and is a column constraint of one of them (PostgreSQL names those
+// "<table>_<column>_check"). A constraint someone added has another name or reads
+// other columns.
+bool check_made_by_enqueue(Relation rel, const ConstrCheck& check) {
+  Bitmapset* columns = nullptr;
+  pull_varattnos(static_cast<Node*>(stringToNode(check.ccbin)), 1, &columns);
+  bool named_after_one = false;
+  for (int member = bms_next_member(columns, -1); member >= 0; member = bms_next_member(columns, member)) {
+    const AttrNumber column = static_cast<AttrNumber>(member + FirstLowInvalidHeapAttributeNumber);
+    if (column <= 0 || !checked_by_enqueue(rel, column)) return false;
+    char name[NAMEDATALEN * 3];
+    snprintf(name, sizeof name, "%s_%s_check", RelationGetRelationName(rel),
+             NameStr(TupleDescAttr(RelationGetDescr(rel), column - 1)->attname));
+    named_after_one = named_after_one || strcmp(check.ccname, name) == 0;
+  }
+  return named_after_one;
+}
+
+// outbox.messages as the install script made it, read from the catalog: every CHECK
+// constraint is one enqueue makes itself, no row trigger but the commit order's, no
+// generated column. A table someone changed gets the executor's every check instead.
+constexpr const char* kOrderTrigger = "messages_order_at_commit";
+bool table_as_installed(Relation rel) {
+  const TupleConstr* constr = rel->rd_att->constr;
+  if (constr != nullptr) {
+    if (constr->has_generated_stored) return false;
+    for (int i = 0; i < constr->num_check; ++i)
+      if (!check_made_by_enqueue(rel, constr->check[i])) return false;
+  }
+  const TriggerDesc* triggers = rel->trigdesc;
+  if (triggers == nullptr) return true;
+  if (triggers->trig_insert_before_row || triggers->trig_insert_instead_row) return false;
+  for (int i = 0; i < triggers->numtriggers; ++i) {
+    const Trigger& t = triggers->triggers[i];
+    if (TRIGGER_FOR_ROW(t.tgtype) && TRIGGER_FOR_INSERT(t.tgtype) && strcmp(t.tgname, kOrderTrigger) != 0) return false;
+  }
+  return true;
+}
+
 const MessagesTable& messages_table(Relation rel) {
-  static MessagesTable table;
-  if (table.relid == RelationGetRelid(rel)) return table;
+  static bool callback_registered = false;
+  if (!callback_registered) {
+    CacheRegisterRelcacheCallback(forget_table, 0);
+    callback_registered = true;
+  }
+  if (cached.relid == RelationGetRelid(rel)) return cached;
   MessagesTable fresh;
   auto column = [&](const char* name) {
     AttrNumber n = attnameAttNum(rel, name, false);
@@ -50,61 +116,53 @@ const MessagesTable& messages_table(Relation rel) {
   fresh.next_attempt_at = column("next_attempt_at");
   fresh.created_at = column("created_at");
   fresh.sequence = getIdentitySequence(RelationGetRelid(rel), fresh.id, false);
+  fresh.as_installed = table_as_installed(rel);
+  if (!fresh.as_installed)
+    ereport(DEBUG1, (errmsg("pg_outbox: outbox.messages was changed; enqueue inserts with the executor's checks")));
   fresh.relid = RelationGetRelid(rel);
-  table = fresh;
-  return table;
+  cached = fresh;
+  return cached;
 }
 
-// outbox.messages as the install script made it: its CHECK constraints (on event_type,
-// ordering_key, idempotency_key and next_attempt_at, which enqueue checks itself before
-// it inserts, and on ordering_seq, which it never sets), no row trigger but the commit
-// order's, no generated column. A table someone changed gets the executor's every
-// check instead.
-constexpr int kInstalledChecks = 5;
-constexpr const char* kOrderTrigger = "messages_order_at_commit";
-bool table_as_installed(Relation rel) {
-  const TupleConstr* constr = rel->rd_att->constr;
-  const TriggerDesc* triggers = rel->trigdesc;
-  if (constr == nullptr || constr->num_check != kInstalledChecks || constr->has_generated_stored) return false;
-  if (triggers == nullptr) return true;
-  if (triggers->trig_insert_before_row || triggers->trig_insert_instead_row) return false;
-  for (int i = 0; i < triggers->numtriggers; ++i) {
-    const Trigger& t = triggers->triggers[i];
-    if (TRIGGER_FOR_ROW(t.tgtype) && TRIGGER_FOR_INSERT(t.tgtype) && strcmp(t.tgname, kOrderTrigger) != 0) return false;
-  }
-  return true;
-}
+// What the three steps of an insert share: plain pointers into the executor's state,
+// released by the transaction's abort if a step fails.
+struct Insert {
+  Relation rel = nullptr;
+  EState* estate = nullptr;
+  ResultRelInfo* result = nullptr;
+  TupleTableSlot* slot = nullptr;
+  const MessagesTable* table = nullptr;
+  int64 id = 0;
+};
 
-// One row into outbox.messages, through the executor: its indexes, any row trigger;
-// the columns not set here are NULL (last_error and the like) or set here to their
-// defaults (attempts, created_at).
-}  // namespace
-
-int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner, bool ordered) {
+// Opens the table and builds the row: the columns not set here are NULL (last_error and
+// the like) or set here to their defaults (attempts, created_at).
+void open_and_build(Insert& in, FunctionCallInfo fcinfo, TimestampTz next_attempt_at) {
   Oid relid = get_relname_relid("messages", get_namespace_oid("outbox", false));
   if (!OidIsValid(relid)) ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("outbox.messages does not exist")));
-  Relation rel = table_open(relid, RowExclusiveLock);
-  const MessagesTable& table = messages_table(rel);
+  in.rel = table_open(relid, RowExclusiveLock);
+  in.table = &messages_table(in.rel);
 
-  EState* estate = CreateExecutorState();
+  in.estate = CreateExecutorState();
   RangeTblEntry* rte = makeNode(RangeTblEntry);
   rte->rtekind = RTE_RELATION;
   rte->relid = relid;
-  rte->relkind = rel->rd_rel->relkind;
+  rte->relkind = in.rel->rd_rel->relkind;
   rte->rellockmode = RowExclusiveLock;
-  ExecInitRangeTable(estate, list_make1(rte));
-  ResultRelInfo* result = makeNode(ResultRelInfo);
-  InitResultRelInfo(result, rel, 1, nullptr, 0);
+  ExecInitRangeTable(in.estate, list_make1(rte));
+  in.result = makeNode(ResultRelInfo);
+  InitResultRelInfo(in.result, in.rel, 1, nullptr, 0);
   // Listed, so that ExecCloseResultRelations closes its indexes and whatever an AFTER
   // ROW trigger opened.
-  estate->es_opened_result_relations = lappend(estate->es_opened_result_relations, result);
-  estate->es_output_cid = GetCurrentCommandId(true);
-  ExecOpenIndices(result, false);
+  in.estate->es_opened_result_relations = lappend(in.estate->es_opened_result_relations, in.result);
+  in.estate->es_output_cid = GetCurrentCommandId(true);
+  ExecOpenIndices(in.result, false);
 
-  TupleTableSlot* slot = ExecInitExtraTupleSlot(estate, RelationGetDescr(rel), &TTSOpsVirtual);
+  TupleTableSlot* slot = ExecInitExtraTupleSlot(in.estate, RelationGetDescr(in.rel), &TTSOpsVirtual);
   ExecClearTuple(slot);
   for (int i = 0; i < slot->tts_tupleDescriptor->natts; ++i) slot->tts_isnull[i] = true;
-  int64 id = nextval_internal(table.sequence, false);
+  const MessagesTable& table = *in.table;
+  in.id = nextval_internal(table.sequence, false);
   auto set = [&](AttrNumber column, Datum value) {
     slot->tts_values[column - 1] = value;
     slot->tts_isnull[column - 1] = false;
@@ -112,7 +170,7 @@ int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner
   auto set_argument = [&](AttrNumber column, int argument) {
     if (!PG_ARGISNULL(argument)) set(column, PG_GETARG_DATUM(argument));
   };
-  set(table.id, Int64GetDatum(id));
+  set(table.id, Int64GetDatum(in.id));
   set_argument(table.endpoint, kEndpoint);
   set_argument(table.event_type, kEventType);
   set_argument(table.payload, kPayload);
@@ -122,39 +180,56 @@ int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner
   set(table.next_attempt_at, TimestampTzGetDatum(next_attempt_at));
   set(table.created_at, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));
   ExecStoreVirtualTuple(slot);
+  in.slot = slot;
+}
 
-  if (table_as_installed(rel)) {
-    // The CHECK constraints test what enqueue has just checked, and building their
-    // expressions is most of an insert's cost: the row goes straight in. Nothing in
-    // it resolves a name or runs code of someone else's.
-    simple_table_tuple_insert(rel, slot);
-    if (result->ri_NumIndices > 0) list_free(ExecInsertIndexTuples(result, slot, estate, false, false, nullptr, NIL));
-    // A message of an ordered endpoint with a key takes its place in the key's order
-    // at commit: the commit order trigger's event (deferred) is queued as the
-    // executor would queue it.
-    if (ordered && !PG_ARGISNULL(kOrderingKey)) {
-      AfterTriggerBeginQuery();
-      ExecARInsertTriggers(estate, result, slot, NIL, nullptr);
-      AfterTriggerEndQuery(estate);
-    }
-  } else {
-    // Constraints and triggers of someone else's making: every check of the executor,
-    // run as the owner with a safe search_path.
-    as_owner(owner, [&] {
-      AfterTriggerBeginQuery();
-      ExecSimpleRelationInsert(result, estate, slot);
-      AfterTriggerEndQuery(estate);
-    });
+// The table as installed: its CHECK constraints test what enqueue has just checked, and
+// building their expressions is most of an insert's cost, so the row goes straight in.
+// Nothing in it resolves a name or runs code of someone else's.
+void insert_directly(Insert& in, bool keyed_in_order) {
+  simple_table_tuple_insert(in.rel, in.slot);
+  if (in.result->ri_NumIndices > 0)
+    list_free(ExecInsertIndexTuples(in.result, in.slot, in.estate, false, false, nullptr, NIL));
+  // A message of an ordered endpoint with a key takes its place in the key's order at
+  // commit: the commit order trigger's event (deferred) is queued as the executor would.
+  if (keyed_in_order) {
+    AfterTriggerBeginQuery();
+    ExecARInsertTriggers(in.estate, in.result, in.slot, NIL, nullptr);
+    AfterTriggerEndQuery(in.estate);
   }
+}
 
-  ExecCloseResultRelations(estate);
-  ExecResetTupleTable(estate->es_tupleTable, false);
-  FreeExecutorState(estate);
-  table_close(rel, NoLock);
+// Constraints and triggers of someone else's making: every check of the executor (run
+// by the caller as the owner with a safe search_path).
+void insert_with_checks(Insert& in) {
+  AfterTriggerBeginQuery();
+  ExecSimpleRelationInsert(in.result, in.estate, in.slot);
+  AfterTriggerEndQuery(in.estate);
+}
+
+void close(Insert& in) {
+  ExecCloseResultRelations(in.estate);
+  ExecResetTupleTable(in.estate->es_tupleTable, false);
+  FreeExecutorState(in.estate);
+  table_close(in.rel, NoLock);
   // The row is visible to what this statement does next (another enqueue's max_pending
   // count, say), as after each statement of the PL/pgSQL function this replaced.
   CommandCounterIncrement();
-  return id;
+}
+
+}  // namespace
+
+int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner, bool ordered) {
+  Insert in;
+  pg_call([&] { open_and_build(in, fcinfo, next_attempt_at); });
+  if (in.table->as_installed) {
+    const bool keyed_in_order = ordered && !PG_ARGISNULL(kOrderingKey);
+    pg_call([&] { insert_directly(in, keyed_in_order); });
+  } else {
+    as_owner(owner, [&] { pg_call([&] { insert_with_checks(in); }); });
+  }
+  pg_call([&] { close(in); });
+  return in.id;
 }
 
 }  // namespace pg_outbox::pg::enqueue

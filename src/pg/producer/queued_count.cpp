@@ -1,4 +1,4 @@
-// max_pending from a maintained count (SPEC §2 "max_pending"), not from counting rows on
+// max_pending from a maintained count (docs/delivery.md, Max pending), not from counting rows on
 // every enqueue, which costs as much as the backlog allows.
 //
 // For each endpoint with a max_pending, the database's shared slot keeps:
@@ -26,10 +26,14 @@
 // than kQueuedEndpoints with a max_pending: enqueue counts rows as before.
 #include "pg/producer/queued_count.hpp"
 
+#include "pg/boundary/spi.hpp"
+#include "pg/runtime/process_role.hpp"
 #include "pg/runtime/shared_state.hpp"
+#include "pg/runtime/transaction_events.hpp"
 
 extern "C" {
 #include "access/xact.h"
+#include "catalog/pg_type.h"
 #include "miscadmin.h"
 }
 
@@ -48,9 +52,8 @@ struct Reservation {
 
 std::vector<Reservation> reservations;  // of this backend's open transaction
 bool changed_queue = false;             // ... removed rows: the worker counts again once it commits
-bool is_worker = false;
 
-// The entry of the endpoint, with the slot's mutex held and the slot still this
+// The entry of the endpoint, with the slot's lock held and the slot still this
 // database's; nullptr when there is none.
 QueuedCount* entry_of(DatabaseSlot& slot, const std::string& endpoint) {
   if (slot.database_oid != MyDatabaseId) return nullptr;
@@ -61,13 +64,13 @@ QueuedCount* entry_of(DatabaseSlot& slot, const std::string& endpoint) {
 
 // Adds `committed` to the count of committed messages, and reservations back.
 void apply(DatabaseSlot& slot, const std::string& endpoint, int64_t reserved, int64_t committed) {
-  SpinLockAcquire(&slot.mutex);
+  LWLockAcquire(slot.lock, LW_EXCLUSIVE);
   if (QueuedCount* q = entry_of(slot, endpoint)) {
     q->reserved = std::max<int64_t>(0, q->reserved + reserved);
     q->committed = std::max<int64_t>(0, q->committed + committed);
     if (q->recounting) q->since_recount += committed;
   }
-  SpinLockRelease(&slot.mutex);
+  LWLockRelease(slot.lock);
 }
 
 void settle_reservations(bool committed, SubTransactionId only) {
@@ -88,12 +91,14 @@ void settle_reservations(bool committed, SubTransactionId only) {
 void request_recount() {
   DatabaseSlot* slot = slot_of_database(MyDatabaseId);
   if (slot == nullptr) return;
-  SpinLockAcquire(&slot->mutex);
+  LWLockAcquire(slot->lock, LW_EXCLUSIVE);
   if (slot->database_oid == MyDatabaseId) slot->queued_recount_due = true;
-  SpinLockRelease(&slot->mutex);
+  LWLockRelease(slot->lock);
 }
 
-void on_transaction(XactEvent event, void*) {
+}  // namespace
+
+void queued_count_at_transaction_end(XactEvent event) {
   switch (event) {
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PARALLEL_COMMIT:
@@ -112,7 +117,7 @@ void on_transaction(XactEvent event, void*) {
   }
 }
 
-void on_subtransaction(SubXactEvent event, SubTransactionId sub, SubTransactionId parent, void*) {
+void queued_count_at_subtransaction_end(SubXactEvent event, SubTransactionId sub, SubTransactionId parent) {
   if (reservations.empty()) return;
   if (event == SUBXACT_EVENT_ABORT_SUB) {
     settle_reservations(false, sub);
@@ -122,23 +127,20 @@ void on_subtransaction(SubXactEvent event, SubTransactionId sub, SubTransactionI
   }
 }
 
+namespace {
+
 void add_reservation(const std::string& endpoint, int64_t n) {
   reservations.push_back({endpoint, n, GetCurrentSubTransactionId()});
 }
 
 }  // namespace
 
-void register_queued_count() {
-  RegisterXactCallback(on_transaction, nullptr);
-  RegisterSubXactCallback(on_subtransaction, nullptr);
-}
-
 Room reserve_queued(const std::string& endpoint, int64_t max_pending, bool& reserved) {
   reserved = false;
   DatabaseSlot* slot = slot_of_database(MyDatabaseId);
   if (slot == nullptr) return Room::kUnknown;
   Room room = Room::kUnknown;
-  SpinLockAcquire(&slot->mutex);
+  LWLockAcquire(slot->lock, LW_EXCLUSIVE);
   if (QueuedCount* q = entry_of(*slot, endpoint)) {
     if (q->counted && q->committed + q->reserved >= max_pending) {
       room = Room::kFull;
@@ -148,7 +150,7 @@ Room reserve_queued(const std::string& endpoint, int64_t max_pending, bool& rese
       reserved = true;
     }
   }
-  SpinLockRelease(&slot->mutex);
+  LWLockRelease(slot->lock);
   if (reserved) add_reservation(endpoint, 1);
   return room;
 }
@@ -166,33 +168,51 @@ void note_queued(const std::string& endpoint, int64_t n) {
   DatabaseSlot* slot = slot_of_database(MyDatabaseId);
   if (slot == nullptr || n <= 0) return;
   bool kept = false;
-  SpinLockAcquire(&slot->mutex);
+  LWLockAcquire(slot->lock, LW_EXCLUSIVE);
   if (QueuedCount* q = entry_of(*slot, endpoint)) {
     q->reserved += n;
     kept = true;
   }
-  SpinLockRelease(&slot->mutex);
+  LWLockRelease(slot->lock);
   if (kept) add_reservation(endpoint, n);
 }
 
 void queue_changed() {
-  if (!is_worker) changed_queue = true;
+  if (!is_delivery_worker()) changed_queue = true;
 }
 
-void set_queued_count_worker() { is_worker = true; }
+std::vector<int64_t> count_queued_rows(const std::vector<std::string>& endpoints, std::optional<int64_t> limit) {
+  static Statement statement(R"sql(
+    SELECT (SELECT pg_catalog.count(*) FROM (
+              (SELECT 1 FROM outbox.messages m
+                WHERE m.endpoint OPERATOR(pg_catalog.=) e.name AND m.ordering_seq IS NULL LIMIT $2)
+              UNION ALL
+              (SELECT 1 FROM outbox.messages m
+                WHERE m.endpoint OPERATOR(pg_catalog.=) e.name
+                  AND m.ordering_key IS NOT NULL AND m.ordering_seq IS NOT NULL LIMIT $2)
+              LIMIT $2) s)
+      FROM pg_catalog.unnest($1::pg_catalog.text[]) WITH ORDINALITY AS e(name, i) ORDER BY e.i
+  )sql",
+                             {TEXTARRAYOID, INT8OID});
+  Rows rows = statement.run({text_array(endpoints), limit ? Int64GetDatum(*limit) : Datum(0)},
+                            Statement::Visibility::kStatement, limit ? "  " : " n");
+  std::vector<int64_t> counts(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) counts[r] = rows.int64(r, 0);
+  return counts;
+}
 
 void queued_removed(DatabaseSlot& slot, const std::string& endpoint, int64_t n) { apply(slot, endpoint, 0, -n); }
 
 bool queued_recount_due(DatabaseSlot& slot) {
-  SpinLockAcquire(&slot.mutex);
+  LWLockAcquire(slot.lock, LW_EXCLUSIVE);
   bool due = slot.queued_recount_due;
   slot.queued_recount_due = false;
-  SpinLockRelease(&slot.mutex);
+  LWLockRelease(slot.lock);
   return due;
 }
 
 void begin_recount(DatabaseSlot& slot, const std::vector<std::string>& endpoints) {
-  SpinLockAcquire(&slot.mutex);
+  LWLockAcquire(slot.lock, LW_EXCLUSIVE);
   for (QueuedCount& q : slot.queued)
     if (q.name[0] != '\0' && std::find(endpoints.begin(), endpoints.end(), q.name) == endpoints.end())
       memset(&q, 0, sizeof q);
@@ -208,17 +228,17 @@ void begin_recount(DatabaseSlot& slot, const std::vector<std::string>& endpoints
     q->recounting = true;
     q->since_recount = 0;
   }
-  SpinLockRelease(&slot.mutex);
+  LWLockRelease(slot.lock);
 }
 
 void finish_recount(DatabaseSlot& slot, const std::string& endpoint, int64_t counted) {
-  SpinLockAcquire(&slot.mutex);
+  LWLockAcquire(slot.lock, LW_EXCLUSIVE);
   if (QueuedCount* q = entry_of(slot, endpoint); q != nullptr && q->recounting) {
     q->committed = std::max<int64_t>(0, counted + q->since_recount);
     q->recounting = false;
     q->counted = true;
   }
-  SpinLockRelease(&slot.mutex);
+  LWLockRelease(slot.lock);
 }
 
 }  // namespace pg_outbox::pg

@@ -4,15 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace pg_outbox::pg {
 
 struct DatabaseSlot;
-
-// Installs the transaction callbacks that settle a transaction's reservations.
-void register_queued_count();
 
 // Producer side (any backend of the database).
 enum class Room {
@@ -31,8 +29,14 @@ void note_queued(const std::string& endpoint, int64_t n);
 // Rows left the queue, or moved to another endpoint, otherwise than by the worker (an
 // operator's DELETE or UPDATE, TRUNCATE, drop_endpoint): the worker counts again.
 void queue_changed();
-// The process that calls this is the database's worker: its own writes are counted by it.
-void set_queued_count_worker();
+
+// How many undelivered messages each endpoint has in the queue, counting no more than
+// `limit` of each when one is given: its heads (the claim index) and the messages
+// waiting behind them (the ordering index), in the statement's own snapshot. The one
+// count of rows, for enqueue before the worker has counted an endpoint and for the
+// worker's recount. SPI must be connected.
+std::vector<int64_t> count_queued_rows(const std::vector<std::string>& endpoints,
+                                       std::optional<int64_t> limit = std::nullopt);
 
 // Worker side.
 // n messages of the endpoint left the queue in a transaction that has committed.

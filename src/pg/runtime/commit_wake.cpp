@@ -5,6 +5,7 @@
 #include "pg/boundary/boundary.hpp"
 #include "pg/runtime/commit_wake.hpp"
 #include "pg/runtime/shared_state.hpp"
+#include "pg/runtime/transaction_events.hpp"
 #include "pg/boundary/trigger_data.hpp"
 
 extern "C" {
@@ -21,7 +22,9 @@ bool wake_at_commit = false;       // this backend's current transaction wants t
 bool endpoints_at_commit = false;  // ... and changed an endpoint (create/alter/pause/resume/drop)
 bool launcher_at_commit = false;   // ... and changed the extension itself
 
-void on_transaction_event(XactEvent event, void*) {
+}  // namespace
+
+void commit_wake_at_transaction_end(XactEvent event) {
   switch (event) {
     case XACT_EVENT_COMMIT:
       if (endpoints_at_commit) endpoints_changed();
@@ -38,10 +41,6 @@ void on_transaction_event(XactEvent event, void*) {
       break;
   }
 }
-
-}  // namespace
-
-void register_commit_wake() { RegisterXactCallback(on_transaction_event, nullptr); }
 
 void wake_worker_at_commit() { wake_at_commit = true; }
 

@@ -9,6 +9,7 @@
 #include "pg/producer/queued_count.hpp"
 #include "pg/runtime/settings.hpp"
 #include "pg/runtime/shared_state.hpp"
+#include "pg/runtime/transaction_events.hpp"
 
 extern "C" {
 #include "postmaster/bgworker.h"
@@ -42,9 +43,7 @@ void register_launcher() {
 
 void _PG_init(void) {
   pg_outbox::pg::define_settings();
-  pg_outbox::pg::register_commit_wake();
-  pg_outbox::pg::register_ordering();
-  pg_outbox::pg::register_queued_count();
+  pg_outbox::pg::register_transaction_events();
   if (!process_shared_preload_libraries_in_progress) {
     // SQL functions work; delivery needs the worker, which only the postmaster can start.
     // A WARNING: CREATE EXTENSION runs its script with client_min_messages raised to

@@ -1,4 +1,4 @@
-// The GUCs of SPEC §4, defined in one place. The variables are written only by
+// The GUCs (docs/operations.md, Configuration), defined in one place. The variables are written only by
 // PostgreSQL's GUC machinery (at start and on SIGHUP) and read by everyone else.
 #pragma once
 

@@ -16,6 +16,8 @@ SharedState* shared_state = nullptr;
 
 namespace {
 
+constexpr const char* kLockTranche = "pg_outbox";
+
 shmem_request_hook_type previous_request_hook = nullptr;
 shmem_startup_hook_type previous_startup_hook = nullptr;
 
@@ -26,6 +28,7 @@ Size shared_state_size() {
 void on_shmem_request() {
   if (previous_request_hook) previous_request_hook();
   RequestAddinShmemSpace(MAXALIGN(shared_state_size()));
+  RequestNamedLWLockTranche(kLockTranche, settings.max_workers + 1);  // the slots', then the launcher's
 }
 
 void on_shmem_startup() {
@@ -35,13 +38,14 @@ void on_shmem_startup() {
   auto* state = static_cast<SharedState*>(ShmemInitStruct("pg_outbox", shared_state_size(), &found));
   if (!found) {
     memset(state, 0, shared_state_size());
-    SpinLockInit(&state->launcher.mutex);
+    LWLockPadded* locks = GetNamedLWLockTranche(kLockTranche);
     state->slot_count = settings.max_workers;
+    state->launcher.lock = &locks[state->slot_count].lock;
     for (int i = 0; i < state->slot_count; ++i) {
       DatabaseSlot& slot = state->slots[i];
       pg_atomic_init_u32(&slot.wake_requested, 0);
       pg_atomic_init_u64(&slot.endpoints_version, 0);
-      SpinLockInit(&slot.mutex);
+      slot.lock = &locks[i].lock;
       slot.database_oid = InvalidOid;
     }
   }
@@ -78,7 +82,7 @@ DatabaseSlot* slot_of_database(Oid database) {
 void request_launcher(Oid database) {
   if (shared_state == nullptr) return;
   LauncherState& launcher = shared_state->launcher;
-  SpinLockAcquire(&launcher.mutex);
+  LWLockAcquire(launcher.lock, LW_EXCLUSIVE);
   bool known = false;
   for (int i = 0; i < launcher.requested_count; ++i) known = known || launcher.requested[i] == database;
   if (!known) {
@@ -88,7 +92,7 @@ void request_launcher(Oid database) {
       launcher.rescan_requested = true;  // the launcher then probes every database it does not serve
   }
   Latch* latch = launcher.launcher_latch;
-  SpinLockRelease(&launcher.mutex);
+  LWLockRelease(launcher.lock);
   if (latch != nullptr) SetLatch(latch);
 }
 

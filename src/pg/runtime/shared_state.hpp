@@ -2,7 +2,9 @@
 // delivery worker (pg_outbox.max_workers of them), each owned by one database while
 // the launcher has it assigned; a backend finds its database's slot by its oid to wake
 // that worker at commit, and nobody else's. Launcher-level fields (requests, DROP
-// DATABASE holds, reasons a database is not served) sit under the launcher's mutex.
+// DATABASE holds, reasons a database is not served) sit under the launcher's lock.
+// The locks are LWLocks (one per slot, one for the launcher): their holders copy
+// kilobytes and walk tables of names, which a spinlock must never be held over.
 #pragma once
 
 #include "pg/boundary/postgres.hpp"
@@ -11,7 +13,7 @@ extern "C" {
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
 #include "storage/latch.h"
-#include "storage/spin.h"
+#include "storage/lwlock.h"
 }
 
 namespace pg_outbox::pg {
@@ -58,7 +60,7 @@ struct DatabaseSlot {
   Latch* worker_latch;                 // nullptr while no worker runs
   Oid database_oid;                    // InvalidOid: the slot is free (written by the launcher)
 
-  slock_t mutex;      // guards everything below
+  LWLock* lock;       // guards everything below
   uint32 generation;  // bumped at every assignment: a worker started for an older one exits
   bool starting;      // registered by the launcher, not yet attached (or gone before it could)
   WorkerExit exit;    // written by the worker just before it exits cleanly
@@ -95,7 +97,7 @@ struct DropHold {
 
 struct LauncherState {
   Latch* launcher_latch;  // nullptr while the launcher does not run
-  slock_t mutex;          // guards everything below (never held while taking a slot's, or the reverse)
+  LWLock* lock;           // guards everything below (never held while taking a slot's, or the reverse)
   int launcher_pid;
   int requested_count;
   bool rescan_requested;  // more requests than fit, or a database was dropped: read pg_database again
@@ -128,7 +130,7 @@ void endpoints_changed();
 void request_launcher(Oid database);
 
 // Whether a DROP DATABASE (or another statement that needs the database to itself)
-// holds this database's worker off. Call with launcher.mutex held.
+// holds this database's worker off. Call with launcher.lock held.
 bool database_held(const LauncherState& launcher, Oid database, TimestampTz now);
 
 }  // namespace pg_outbox::pg

@@ -1,5 +1,5 @@
 // outbox.worker_status(), outbox._delivery_counters() and outbox._queued_counts(): the
-// shared-memory state of this database's worker as SQL rows. Copied under the spinlock,
+// shared-memory state of this database's worker as SQL rows. Copied under the slot's lock (shared),
 // turned into tuples after releasing it.
 #include "pg/boundary/boundary.hpp"
 #include "pg/runtime/settings.hpp"
@@ -26,11 +26,11 @@ using pg_outbox::pg::shared_state;
 // none runs (yet).
 void explain_absence(DatabaseSlot* copy) {
   const char* restriction = pg_outbox::pg::settings.database;
-  SpinLockAcquire(&shared_state->launcher.mutex);
+  LWLockAcquire(shared_state->launcher.lock, LW_SHARED);
   for (const auto& note : shared_state->launcher.not_served)
     if (note.database_oid == MyDatabaseId) snprintf(copy->state, sizeof copy->state, "not served: %s", note.reason);
   bool launcher_runs = shared_state->launcher.launcher_pid != 0;
-  SpinLockRelease(&shared_state->launcher.mutex);
+  LWLockRelease(shared_state->launcher.lock);
   if (copy->state[0] != '\0') return;
   if (restriction != nullptr && restriction[0] != '\0')
     snprintf(copy->state, sizeof copy->state, "not served: pg_outbox.database is \"%s\"", restriction);
@@ -38,16 +38,16 @@ void explain_absence(DatabaseSlot* copy) {
     strlcpy(copy->state, launcher_runs ? "not running" : "not running (no launcher)", sizeof copy->state);
 }
 
-// A copy of this database's slot, taken without holding its spinlock for long; a
+// A copy of this database's slot, taken under its lock in shared mode; a
 // blank one (with the reason in state) when no worker serves this database.
 // Heap-allocated with palloc: a slot is large and plain data.
 DatabaseSlot* copy_slot() {
   auto* copy = static_cast<DatabaseSlot*>(palloc0(sizeof(DatabaseSlot)));
   DatabaseSlot* slot = pg_outbox::pg::slot_of_database(MyDatabaseId);
   if (slot != nullptr) {
-    SpinLockAcquire(&slot->mutex);
+    LWLockAcquire(slot->lock, LW_SHARED);
     memcpy(copy, slot, sizeof(DatabaseSlot));
-    SpinLockRelease(&slot->mutex);
+    LWLockRelease(slot->lock);
   }
   if (slot == nullptr || copy->database_oid != MyDatabaseId) {  // none, or reassigned meanwhile
     memset(copy, 0, sizeof(DatabaseSlot));

@@ -1,13 +1,18 @@
-// The worker's loop and its life: waiting for work, the steps of one round, waiting
-// for the extension (at its version), recovering from errors. The steps themselves:
-// worker_claim.cpp (claim and hand out), worker_outcomes.cpp (responses, breaker),
-// worker_settle.cpp (writing results back, housekeeping).
+// The worker's loop: a table of contents of named steps (steps.hpp), and the worker's
+// life around them (the extension at this library's version, errors, exit).
 #include "pg/worker/worker.hpp"
 
+#include "core/claim_plan.hpp"
+#include "core/delivery_policy.hpp"
+#include "core/wait_timeout.hpp"
 #include "pg/boundary/boundary.hpp"
+#include "pg/boundary/spi.hpp"
 #include "pg/runtime/settings.hpp"
 #include "pg/runtime/shared_state.hpp"
-#include "pg/worker/worker_internal.hpp"
+#include "pg/store/claims.hpp"
+#include "pg/store/extension.hpp"
+#include "pg/worker/constants.hpp"
+#include "pg/worker/steps.hpp"
 
 extern "C" {
 #include "pgstat.h"
@@ -16,15 +21,12 @@ extern "C" {
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "utils/guc.h"
-#include "utils/timestamp.h"
 #include "utils/wait_event.h"
 }
 
 #include <algorithm>
 
-namespace pg_outbox::pg {
-
-using namespace worker_detail;
+namespace pg_outbox::pg::worker {
 
 namespace {
 
@@ -43,9 +45,39 @@ void stop_delivery_thread(int, Datum) {
   running_delivery_thread = nullptr;
 }
 
+// The settings every statement of the worker runs with.
+void configure_session() {
+  // The worker's own commits need not wait for the WAL flush: a crash can only undo
+  // a claim (the row is pending again), a settle (the row is in_flight again, which
+  // the next worker puts back to pending) or a dead-lettering (likewise): each leads
+  // to one more delivery, never to a lost message. Producers' commits are untouched.
+  SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+  // The worker is a superuser: its queries must never resolve a name through a
+  // schema that another role can create objects in (public, "$user").
+  SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+  // Plans that cannot flip: every statement of the worker has an index path, and a
+  // queue's statistics are always wrong (an ANALYZE of the drained queue says "empty",
+  // a minute later it holds 20,000 rows). Sequential and bitmap scans are priced out
+  // of the worker's plans, so that the claim and the settle cost the same whatever
+  // autovacuum last saw; a table with no usable index is still read.
+  SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+  SetConfigOption("enable_bitmapscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+  // Priced-out plans cost 1e10 and more, which would make every statement look worth
+  // JIT-compiling: tens of milliseconds of LLVM for a claim of 2 ms.
+  SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+  // Bounded waits: a lock held by someone else (an operator's open transaction on an
+  // endpoint or a message) fails the worker's statement after 500 ms instead of
+  // holding the worker, and with it every delivery, for as long as the lock lives;
+  // the endpoint it belongs to is then parked (parking.hpp), its results kept.
+  SetConfigOption("lock_timeout", "500ms", PGC_SUSET, PGC_S_OVERRIDE);
+  // Every statement sees what committed before it (the claim's SKIP LOCKED, the commit
+  // order's and max_pending's counts rely on it), whatever the database's default.
+  SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
+}
+
 }  // namespace
 
-Worker::Worker(DatabaseSlot& slot) : slot_(slot), delivery_(settings.max_concurrency), random_(std::random_device{}()) {
+Worker::Worker(DatabaseSlot& slot) : delivery_(settings.max_concurrency), state_(slot, clock_, delivery_) {
   delivery_.set_egress_policy(egress_policy());
   static bool exit_callback_registered = false;
   const int results_fd = delivery_.results_fd();
@@ -71,49 +103,22 @@ Worker::~Worker() {
 }
 
 void Worker::run() {
-  slot_.worker_latch = MyLatch;  // from now on a commit in this database wakes this process
+  state_.slot.worker_latch = MyLatch;  // from now on a commit in this database wakes this process
   // A commit before that found no latch to set (and the launcher's own wake_requested
   // made it skip SetLatch): look at once, not after a poll interval.
   SetLatch(MyLatch);
-  // The worker's own commits need not wait for the WAL flush: a crash can only undo
-  // a claim (the row is pending again), a settle (the row is in_flight again, which
-  // the next worker puts back to pending) or a dead-lettering (likewise): each leads
-  // to one more delivery, never to a lost message. Producers' commits are untouched.
-  pg_call([] {
-    SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-    // The worker is a superuser: its queries must never resolve a name through a
-    // schema that another role can create objects in (public, "$user").
-    SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
-    // Plans that cannot flip: every statement of the worker has an index path, and a
-    // queue's statistics are always wrong (an ANALYZE of the drained queue says "empty",
-    // a minute later it holds 20,000 rows). Sequential and bitmap scans are priced out
-    // of the worker's plans, so that the claim and the settle cost the same whatever
-    // autovacuum last saw; a table with no usable index is still read.
-    SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
-    SetConfigOption("enable_bitmapscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
-    // Priced-out plans cost 1e10 and more, which would make every statement look worth
-    // JIT-compiling: tens of milliseconds of LLVM for a claim of 2 ms.
-    SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-    // Bounded waits: a lock held by someone else (an operator's open transaction on an
-    // endpoint or a message) fails the worker's statement after 500 ms instead of
-    // holding the worker, and with it every delivery, for as long as the lock lives;
-    // the endpoint it belongs to is then parked (worker_parking.cpp), its results kept.
-    SetConfigOption("lock_timeout", "500ms", PGC_SUSET, PGC_S_OVERRIDE);
-    // Every statement sees what committed before it (the claim's SKIP LOCKED, the commit
-    // order's and max_pending's counts rely on it), whatever the database's default.
-    SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
-  });
+  pg_call([] { configure_session(); });
 
   for (;;) {
     // Everything runs inside the try: an ERROR while waiting (a query cancel sent to
-    // the worker) or while reloading is logged and backed off like any other.
+    // the worker) or while reloading is logged and paused on like any other.
     try {
-      bool woken = wait_for_work();
-      if (now_ms() < error_backoff_until_ms_) {
-        collect_http_results();  // settled once the database is back
+      const bool woken = wait_for_work();
+      if (state_.now_ms() < error_pause_until_ms_) {
+        take_responses(state_);  // settled once the database is back
         continue;
       }
-      iterate(woken);
+      round(woken);
       error_streak_ = 0;
     } catch (const http::DeliveryThread::Failed&) {
       throw;  // its requests are lost to this process: exit, recover_claims redoes them
@@ -129,11 +134,36 @@ void Worker::run() {
   }
 }
 
+// One round: the table of contents of the worker.
+void Worker::round(bool woken) {
+  take_responses(state_);  // also when not ready: what the results fd announces is taken
+  if (!prepare_database()) return;
+  settle(state_);
+  if (!settings.enabled) {
+    publish_status(state_, "disabled");
+    return;
+  }
+  Schedule& schedule = state_.schedule;
+  const int64_t now = state_.now_ms();
+  const core::ClaimSettings sizes = claim_settings();
+  const size_t claimable = core::claimable_outstanding(
+      state_.in_flight.size(),
+      state_.endpoints.views(state_.in_flight.held_by_endpoint(), [](const std::string&) { return false; }), sizes);
+  if (schedule.wakes.should_claim(woken, schedule.more_due, now, schedule.next_claim_ms) &&
+      core::wants_claim(claimable, sizes)) {
+    schedule.wakes.claim_started(now);
+    schedule.wakes.claim_finished(claim_and_deliver(state_));
+  }
+  if (now >= schedule.next_housekeeping_ms) housekeeping(state_);
+  if (schedule.recount_queued) recount_queued(state_);
+  publish_status(state_, state_.in_flight.empty() ? "idle" : "delivering");
+}
+
 // Sleeps on the latch until a commit, a signal, a response of the delivery thread or the
 // next deadline; re-reads the GUCs after SIGHUP. Returns whether a commit asked for the
 // wake.
 bool Worker::wait_for_work() {
-  int timeout = wait_timeout_ms();
+  const int timeout = wait_timeout_ms();
   pg_call([&] {
     WaitEvent event;
     (void)WaitEventSetWait(wait_set_, timeout, &event, 1, PG_WAIT_EXTENSION);
@@ -145,95 +175,26 @@ bool Worker::wait_for_work() {
     pg_call([] { ProcessConfigFile(PGC_SIGHUP); });
     delivery_.set_max_concurrency(settings.max_concurrency);
     delivery_.set_egress_policy(egress_policy());
-    more_due_ = true;  // batch size or enablement may have changed
-    // Shown by worker_status(): tests and operators wait for this, not for a sleep.
-    // PgReloadTime is this process's own last read of the files (a fresh worker
-    // inherits the postmaster's), so it never claims a load the worker has not seen.
-    SpinLockAcquire(&slot_.mutex);
-    slot_.config_loaded_at = PgReloadTime;
-    SpinLockRelease(&slot_.mutex);
+    state_.schedule.more_due = true;  // batch size or enablement may have changed
+    publish_config_loaded(state_);
   }
-  return pg_atomic_exchange_u32(&slot_.wake_requested, 0) != 0;
-}
-
-// Disk full, statement_timeout, a dropped table...: roll back, log, back off, go on.
-// Results not yet written stay in pending_ and are settled once the database is back.
-// The extension was dropped (and perhaps created again): what was in flight belongs to
-// tables that are gone; wait for the extension, then serve it afresh.
-void Worker::on_extension_changed() {
-  forget_deliveries();
-  ready_ = false;
-  pg_call([] {
-    ereport(LOG, (errmsg("pg_outbox worker: the extension was dropped or created again"),
-                  errdetail("Deliveries in flight for the old tables were abandoned.")));
-  });
-}
-
-void Worker::recover_from_error(int sqlstate, std::string message) {
-  abort_transaction();
-  // Gone tables or functions: usually a DROP EXTENSION that committed while the
-  // statement waited for its locks (the check at the start of the transaction saw the
-  // extension still there). Then it is no error. With the extension still there it is
-  // an ordinary error (a history partition dropped under a statement, say): the worker
-  // keeps its deliveries and results, and retries.
-  if (extension_may_be_gone(sqlstate)) {
-    uint32_t oid = extension_oid_;
-    try {
-      in_transaction("pg_outbox: checking for the extension", [&] { oid = store_.extension_oid(); });
-    } catch (const std::exception&) {
-      abort_transaction();
-    }
-    if (oid != extension_oid_) {
-      on_extension_changed();
-      return;
-    }
-  }
-  error_streak_ = std::min(error_streak_ + 1, 6);
-  int backoff_ms = 100 << error_streak_;
-  error_backoff_until_ms_ = now_ms() + backoff_ms;
-  pg_call([&] {
-    ereport(LOG, (errcode(sqlstate), errmsg("pg_outbox worker: %s", message.c_str()),
-                  errdetail("The worker rolled back and retries in %d ms.", backoff_ms)));
-  });
-  publish_status("recovering from an error");
+  return pg_atomic_exchange_u32(&state_.slot.wake_requested, 0) != 0;
 }
 
 int Worker::wait_timeout_ms() const {
   // Responses wake the worker through the results fd: deliveries in flight need no
   // shorter wait.
-  int64_t now = now_ms();
-  if (now < error_backoff_until_ms_) return static_cast<int>(error_backoff_until_ms_ - now);
-  if (!ready_ || !settings.enabled) return settings.poll_interval_ms;
-  if (more_due_ || !pending_.empty()) return 0;
-  int64_t until = std::min(next_claim_ms_, next_housekeeping_ms_);
-  for (const auto& [name, parked] : parked_)
-    if (parked.until_ms > now) until = std::min(until, parked.until_ms);  // (an expired one is retried now)
-  return static_cast<int>(std::clamp<int64_t>(until - now, 0, settings.poll_interval_ms));
-}
-
-void Worker::iterate(bool woken) {
-  collect_http_results();  // also when not ready: what the results fd announces is taken
-  if (!prepare_database()) return;
-  settle_pending();
-  int64_t now = now_ms();
-  if (!settings.enabled) {
-    publish_status("disabled");
-    return;
-  }
-  if (woken && !more_due_ && now < last_claim_ms_ + wake_gap_ms_) {
-    // Under thousands of commits per second, one claim per few milliseconds takes
-    // them all; a claim per commit would spend the producers' CPU on empty queries.
-    next_claim_ms_ = std::min(next_claim_ms_, last_claim_ms_ + wake_gap_ms_);
-    woken = false;
-  }
-  if ((woken || more_due_ || now >= next_claim_ms_) && claimable_outstanding() < claim_target() / 2) {
-    last_claim_ms_ = now;
-    size_t claimed = claim_and_deliver();
-    wake_gap_ms_ = claimed > 0 ? kWakeCoalesceMinMs : std::min(2 * wake_gap_ms_, kWakeCoalesceMaxMs);
-  }
-  if (now >= next_housekeeping_ms_) housekeeping();
-  if (recount_queued_) recount_queued();
-  publish_status(deliveries_.empty() ? "idle" : "delivering");
+  core::LoopState loop;
+  loop.error_pause_until_ms = error_pause_until_ms_;
+  loop.ready = ready_;
+  loop.enabled = settings.enabled;
+  loop.poll_interval_ms = settings.poll_interval_ms;
+  loop.more_due = state_.schedule.more_due;
+  loop.results_pending = !state_.results.empty();
+  loop.next_claim_ms = state_.schedule.next_claim_ms;
+  loop.next_housekeeping_ms = state_.schedule.next_housekeeping_ms;
+  loop.parked_until_ms = state_.parking.until_ms();
+  return core::wait_timeout_ms(loop, state_.now_ms());
 }
 
 // The worker serves its database while the extension is there at this library's
@@ -244,14 +205,14 @@ bool Worker::prepare_database() {
   int64_t recovered = 0;
   std::string version;
   in_transaction("pg_outbox: checking for the extension", [&] {
-    extension_oid_ = store_.extension_oid();
-    if (extension_oid_ != 0) version = store_.extension_version();
-    if (extension_oid_ != 0 && version == kVersion) {
-      recovered = store_.recover_claims();
-      webhook_ids_ = store_.webhook_id_source();
+    state_.extension_oid = store::extension_oid();
+    if (state_.extension_oid != 0) version = store::extension_version();
+    if (state_.extension_oid != 0 && version == kVersion) {
+      recovered = store::recover_claims();
+      state_.webhook_ids = store::webhook_id_source();
     }
   });
-  if (extension_oid_ != 0 && version != kVersion) {
+  if (state_.extension_oid != 0 && version != kVersion) {
     // Tables of another version: touch nothing until ALTER EXTENSION ... UPDATE. Said
     // once per version seen, not every poll.
     if (waiting_for_version_ != version) {
@@ -259,16 +220,16 @@ bool Worker::prepare_database() {
       pg_call([&] {
         ereport(LOG, (errmsg("pg_outbox worker: the extension in database \"%s\" is version %s; this library "
                              "delivers for version %s only",
-                             slot_.database, version.c_str(), kVersion),
+                             state_.slot.database, version.c_str(), kVersion),
                       errhint("Run ALTER EXTENSION pg_outbox UPDATE in that database; its messages wait until then.")));
       });
     }
-    publish_status("waiting for ALTER EXTENSION pg_outbox UPDATE");
+    publish_status(state_, "waiting for ALTER EXTENSION pg_outbox UPDATE");
     return false;
   }
   waiting_for_version_.clear();
-  if (extension_oid_ == 0) {
-    forget_deliveries();
+  if (state_.extension_oid == 0) {
+    state_.forget_deliveries();
     throw ExtensionAbsent{};  // nothing to serve: the launcher starts a worker again at CREATE EXTENSION
   }
   if (recovered > 0)
@@ -278,83 +239,55 @@ bool Worker::prepare_database() {
                            static_cast<long long>(recovered))));
     });
   if (!announced_)
-    pg_call([&] { ereport(LOG, (errmsg("pg_outbox worker started for database \"%s\"", slot_.database))); });
+    pg_call([&] { ereport(LOG, (errmsg("pg_outbox worker started for database \"%s\"", state_.slot.database))); });
   announced_ = true;  // said once the extension is there: a worker that finds none exits quietly
   ready_ = true;
-  more_due_ = true;
-  recount_queued_ = true;
-  endpoints_.clear();  // breakers are reloaded from the table
-  endpoints_version_ = UINT64_MAX;
+  state_.schedule.more_due = true;
+  state_.schedule.recount_queued = true;
+  state_.endpoints.forget();  // breakers are reloaded from the table
   return true;
 }
 
-// Endpoints are re-read when an endpoint function committed a change, and at least
-// once per poll interval for direct edits of the table; not on every commit's wake.
-// Called first in every transaction that claims or settles: message ids belong to one
-// incarnation of the extension's tables, and must never settle rows of the next one.
-void Worker::require_same_extension() {
-  if (store_.extension_oid() != extension_oid_) throw ExtensionChanged();
+// The extension was dropped (and perhaps created again): what was in flight belongs to
+// tables that are gone; wait for the extension, then serve it afresh.
+void Worker::on_extension_changed() {
+  state_.forget_deliveries();
+  ready_ = false;
+  pg_call([] {
+    ereport(LOG, (errmsg("pg_outbox worker: the extension was dropped or created again"),
+                  errdetail("Deliveries in flight for the old tables were abandoned.")));
+  });
 }
 
-// Drops every delivery in flight and every result not yet written: they belong to
-// tables that no longer exist.
-void Worker::forget_deliveries() {
-  delivery_.abandon_all();
-  deliveries_.clear();
-  outstanding_.clear();
-  endpoints_changed_.clear();
-  claims_.clear();
-  held_bytes_ = 0;
-  history_covered_ms_ = 0;
-  pending_ = Settlements{};
-  parked_.clear();
-  deferred_claims_.clear();
-  counted_.clear();
-}
-
-void Worker::refresh_endpoints() {
-  uint64_t version = pg_atomic_read_u64(&slot_.endpoints_version);
-  int64_t now = now_ms();
-  if (version == endpoints_version_ && now - endpoints_loaded_ms_ < settings.poll_interval_ms) return;
-  endpoints_version_ = version;
-  endpoints_loaded_ms_ = now;
-  std::vector<EndpointRow> rows = store_.load_endpoints();
-  std::unordered_map<std::string, Endpoint> fresh;
-  for (EndpointRow& row : rows) {
-    Endpoint endpoint;
-    auto known = endpoints_.find(row.name);
-    if (known != endpoints_.end() && changes_requests(known->second.row, row)) endpoints_changed_.push_back(row.name);
-    if (known != endpoints_.end()) {
-      // The worker's breaker is the live one; the table is its copy for restarts.
-      row.breaker = known->second.row.breaker;
-      endpoint.breaker_dirty = known->second.breaker_dirty;
-    } else {
-      core::restore_after_restart(row.breaker, now);
+// Disk full, statement_timeout, a dropped table...: roll back, log, pause, go on. Results
+// not yet written stay with the worker and are settled once the database is back.
+void Worker::recover_from_error(int sqlstate, const std::string& message) {
+  abort_transaction();
+  // Gone tables or functions: usually a DROP EXTENSION that committed while the
+  // statement waited for its locks (the check at the start of the transaction saw the
+  // extension still there). Then it is no error. With the extension still there it is
+  // an ordinary error (a history partition dropped under a statement, say): the worker
+  // keeps its deliveries and results, and retries.
+  if (extension_may_be_gone(sqlstate)) {
+    uint32_t oid = state_.extension_oid;
+    try {
+      in_transaction("pg_outbox: checking for the extension", [&] { oid = store::extension_oid(); });
+    } catch (const std::exception&) {
+      abort_transaction();
     }
-    auto parsed = core::parse_string_object(row.headers_json.empty() ? "{}" : row.headers_json);
-    endpoint.headers = std::move(parsed.pairs);
-    endpoint.headers_error = std::move(parsed.error);
-    endpoint.row = std::move(row);
-    std::string name = endpoint.row.name;
-    fresh.emplace(std::move(name), std::move(endpoint));
+    if (oid != state_.extension_oid) {
+      on_extension_changed();
+      return;
+    }
   }
-  endpoints_ = std::move(fresh);
-  std::vector<std::string> max_pending;
-  for (const auto& [name, endpoint] : endpoints_)
-    if (endpoint.row.has_max_pending) max_pending.push_back(name);
-  std::sort(max_pending.begin(), max_pending.end());
-  if (max_pending != max_pending_endpoints_) {
-    max_pending_endpoints_ = std::move(max_pending);
-    recount_queued_ = true;
-  }
+  error_streak_ = std::min(error_streak_ + 1, 6);
+  const int64_t pause_ms = core::error_pause_ms(error_streak_);
+  error_pause_until_ms_ = state_.now_ms() + pause_ms;
+  pg_call([&] {
+    ereport(LOG, (errcode(sqlstate), errmsg("pg_outbox worker: %s", message.c_str()),
+                  errdetail("The worker rolled back and retries in %lld ms.", static_cast<long long>(pause_ms))));
+  });
+  publish_status(state_, "recovering from an error");
 }
 
-void Worker::publish_status(const char* state) {
-  SpinLockAcquire(&slot_.mutex);
-  strlcpy(slot_.state, state, sizeof slot_.state);
-  slot_.last_loop_at = GetCurrentTimestamp();
-  slot_.in_flight = static_cast<int>(deliveries_.size());
-  SpinLockRelease(&slot_.mutex);
-}
-
-}  // namespace pg_outbox::pg
+}  // namespace pg_outbox::pg::worker

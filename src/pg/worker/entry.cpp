@@ -3,9 +3,9 @@
 // index and generation), the database connection, then the C++ loop, entered through
 // the boundary.
 #include "pg/boundary/boundary.hpp"
-#include "pg/ordering/ordering.hpp"
-#include "pg/producer/queued_count.hpp"
+#include "pg/runtime/process_role.hpp"
 #include "pg/runtime/shared_state.hpp"
+#include "pg/worker/constants.hpp"
 #include "pg/worker/worker.hpp"
 
 extern "C" {
@@ -28,17 +28,17 @@ using pg_outbox::pg::shared_state;
 
 // Takes the slot if it is still the one the launcher meant and no DROP DATABASE holds
 // the database off. A hold placed after the check still finds this worker: the slot
-// says `starting` until the pid is in it (one step under the slot's mutex), and the
+// says `starting` until the pid is in it (one step under the slot's lock), and the
 // holder waits while a worker is starting and terminates it once it has a pid.
 DatabaseSlot* attach_slot(int index, const pg_outbox::pg::WorkerIdentity& id) {
   if (shared_state == nullptr || index < 0 || index >= shared_state->slot_count) return nullptr;
   DatabaseSlot* slot = &shared_state->slots[index];
   TimestampTz now = GetCurrentTimestamp();
   bool ours = false;
-  SpinLockAcquire(&shared_state->launcher.mutex);
+  LWLockAcquire(shared_state->launcher.lock, LW_SHARED);
   bool held = pg_outbox::pg::database_held(shared_state->launcher, id.database, now);
-  SpinLockRelease(&shared_state->launcher.mutex);
-  SpinLockAcquire(&slot->mutex);
+  LWLockRelease(shared_state->launcher.lock);
+  LWLockAcquire(slot->lock, LW_EXCLUSIVE);
   if (slot->database_oid == id.database && slot->generation == id.generation) {
     slot->starting = false;
     if (!held) {
@@ -49,7 +49,7 @@ DatabaseSlot* attach_slot(int index, const pg_outbox::pg::WorkerIdentity& id) {
       slot->config_loaded_at = PgReloadTime;  // the load this process inherited
     }
   }
-  SpinLockRelease(&slot->mutex);
+  LWLockRelease(slot->lock);
   return ours ? slot : nullptr;
 }
 
@@ -57,12 +57,12 @@ DatabaseSlot* attach_slot(int index, const pg_outbox::pg::WorkerIdentity& id) {
 // that wakes go nowhere harmful and DROP DATABASE sees the worker gone.
 void detach_slot(int, Datum arg) {
   DatabaseSlot* slot = &shared_state->slots[DatumGetInt32(arg)];
-  SpinLockAcquire(&slot->mutex);
+  LWLockAcquire(slot->lock, LW_EXCLUSIVE);
   if (slot->worker_pid == MyProcPid) {
     slot->worker_pid = 0;
     slot->worker_latch = nullptr;
   }
-  SpinLockRelease(&slot->mutex);
+  LWLockRelease(slot->lock);
 }
 
 }  // namespace
@@ -85,11 +85,10 @@ void pg_outbox_worker_main(Datum argument) {
   char failure[512] = {0};
   bool absent = false;
   try {
-    pg_outbox::pg::set_queued_count_worker();  // its own deletes are counted, not recounted
-    pg_outbox::pg::set_ordering_worker();      // its settles promote keys' next messages themselves
-    pg_outbox::pg::Worker worker(*slot);
+    pg_outbox::pg::mark_delivery_worker();  // its own settles count and promote (process_role.hpp)
+    pg_outbox::pg::worker::Worker worker(*slot);
     worker.run();
-  } catch (const pg_outbox::pg::ExtensionAbsent&) {
+  } catch (const pg_outbox::pg::worker::ExtensionAbsent&) {
     absent = true;
   } catch (const std::exception& e) {
     snprintf(failure, sizeof failure, "%s", e.what());
@@ -97,9 +96,9 @@ void pg_outbox_worker_main(Datum argument) {
     snprintf(failure, sizeof failure, "unknown C++ exception");
   }
   if (absent) {
-    SpinLockAcquire(&slot->mutex);
+    LWLockAcquire(slot->lock, LW_EXCLUSIVE);
     slot->exit = pg_outbox::pg::WorkerExit::kNoExtension;
-    SpinLockRelease(&slot->mutex);
+    LWLockRelease(slot->lock);
     return;  // exit code 0; the launcher sees why in the slot
   }
   // The loop only ends by exception when the worker cannot go on at all (libcurl

@@ -1,32 +1,28 @@
-// What the worker's files share: its constants, its clock, and the exception that
-// says the extension changed under it. Included only by src/pg/worker*.cpp.
+// The worker's constants, and the exception that says the extension changed under it.
+// Included only by the files of worker/.
 #pragma once
 
 #include "core/circuit_breaker.hpp"
 #include "pg/boundary/postgres.hpp"
 #include "pg/runtime/settings.hpp"
 
-#include <chrono>
-#include <cstddef>
-#include <cstdint>
 #include <stdexcept>
 
-namespace pg_outbox::pg::worker_detail {
+namespace pg_outbox::pg::worker {
 
 // The extension was dropped (and perhaps created again) under the worker's feet.
 struct ExtensionChanged : std::runtime_error {
   ExtensionChanged() : std::runtime_error("pg_outbox was dropped or created again") {}
 };
 
-#define PG_OUTBOX_VERSION "0.3.0"  // the extension version this library serves
-constexpr const char* kVersion = PG_OUTBOX_VERSION;
+// Thrown out of Worker::run when pg_outbox is not installed in the worker's database
+// (never was, or DROP EXTENSION committed): the worker exits and the launcher starts one
+// again when CREATE EXTENSION commits there.
+struct ExtensionAbsent {};
+
+constexpr const char* kVersion = PG_OUTBOX_VERSION;  // the extension version this library serves (Makefile)
 constexpr const char* kUserAgent = "pg_outbox/" PG_OUTBOX_VERSION;
-constexpr size_t kResponseBodyLimit = 1024;  // dlq.dead_letters.response_body keeps the first 1 KiB
-constexpr int kSettleBatch = 1000;           // results written back per transaction, at most
-// Gap between claims that commits trigger: 2 ms while claims find work, doubling up
-// to 50 ms while they come back empty (commits for a paused endpoint, say).
-constexpr int kWakeCoalesceMinMs = 2;
-constexpr int kWakeCoalesceMaxMs = 50;
+constexpr int kSettleBatch = 1000;  // results written back per transaction, at most
 constexpr int kHousekeepingEveryMs = 1000;
 constexpr int kOrphanCheckEveryMs = 10000;
 constexpr int kPurgeBatch = 1000;
@@ -39,13 +35,8 @@ inline bool extension_may_be_gone(int sqlstate) {
          sqlstate == ERRCODE_UNDEFINED_FUNCTION;
 }
 
-inline int64_t now_ms() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
-}
-
 inline core::BreakerConfig breaker_config() {
   return {settings.breaker_threshold, settings.backoff_base_ms, settings.backoff_max_ms};
 }
 
-}  // namespace pg_outbox::pg::worker_detail
+}  // namespace pg_outbox::pg::worker

@@ -1,0 +1,112 @@
+#include "pg/store/claims.hpp"
+
+#include "pg/boundary/spi.hpp"
+
+extern "C" {
+#include "catalog/pg_type.h"
+}
+
+namespace pg_outbox::pg::store {
+
+// The claim writes nothing to the rows it takes but a row lock for its own short
+// transaction (FOR UPDATE SKIP LOCKED): a row another transaction holds (an operator's
+// UPDATE, a drop_endpoint) is left for a later claim instead of being sent under its
+// feet. The worker is the only one to claim in its database, and it knows what it has
+// in flight (`excluded`, $3).
+//  - due: for each endpoint in turn (the worker rotates their order, so no endpoint
+//    starves another), the LATERAL subquery walks that endpoint's part of the claim
+//    index, oldest due first. Messages waiting behind their key's head are not in it
+//    (ordering_seq, ordering/ordering.cpp): a blocked key is never visited. The outer
+//    LIMIT stops as soon as enough are found.
+//  - budgeted: the byte budget ($4). Rows are taken, oldest due first, while the
+//    payloads before them stay under it; a payload over max_payload_size ($5) counts
+//    nothing and is never read (its size comes from the datum's header).
+//  - the rows are fetched by "m.id = ANY (...)", which only the primary key answers.
+//  - $6: for NOTIFY, the envelope the channel carries, built by PostgreSQL so that it is
+//    valid JSON; for HTTP, the payload as it is.
+std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int limit,
+                                  const std::vector<int64_t>& excluded, int64_t budget_bytes, int64_t max_payload_size,
+                                  ClaimFor purpose) {
+  static Statement statement(R"sql(
+    WITH due AS (
+      SELECT d.id, d.next_attempt_at, d.size FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL (
+        SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
+         WHERE m.endpoint = e.name AND m.next_attempt_at <= now() AND m.ordering_seq IS NULL
+           AND m.id <> ALL ($3)
+         ORDER BY m.next_attempt_at
+         LIMIT $2
+         FOR UPDATE SKIP LOCKED) d
+      LIMIT $2),
+    budgeted AS (SELECT b.id FROM (
+       SELECT due.id, h.held, sum(h.held) OVER (ORDER BY due.next_attempt_at, due.id) AS total
+         FROM due CROSS JOIN LATERAL (SELECT CASE WHEN due.size <= $5 THEN due.size ELSE 0 END AS held) h) b
+       WHERE b.total - b.held < $4)
+    SELECT m.id, m.endpoint, m.event_type,
+           CASE WHEN s.size <= $5 THEN
+             CASE WHEN $6 THEN jsonb_build_object('id', m.id, 'event_type', m.event_type, 'payload', m.payload)::text
+                  ELSE m.payload::text END
+           END,
+           m.headers::text, m.idempotency_key, m.attempts + 1, s.size,
+           CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END
+      FROM outbox.messages m CROSS JOIN LATERAL (SELECT outbox._payload_size(m.payload) AS size) s
+     WHERE m.id = ANY (ARRAY(SELECT id FROM budgeted))
+  )sql",
+                             {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID, INT8OID, BOOLOID});
+  Rows rows = statement.run({text_array(endpoints), Int32GetDatum(limit), int8_array(excluded),
+                             Int64GetDatum(budget_bytes), Int64GetDatum(max_payload_size),
+                             BoolGetDatum(purpose == ClaimFor::kNotify)});
+  std::vector<ClaimedMessage> claimed(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    ClaimedMessage& m = claimed[r];
+    m.id = rows.int64(r, 0);
+    m.endpoint = rows.text(r, 1);
+    m.event_type = rows.text(r, 2);
+    m.too_large = rows.is_null(r, 3);
+    m.payload = rows.take_text(r, 3);
+    m.headers_json = rows.text(r, 4);
+    m.idempotency_key = rows.text(r, 5);
+    m.attempts = static_cast<int>(rows.int64(r, 6));
+    m.payload_size = rows.int64(r, 7);
+    if (auto lock = rows.optional_int64(r, 8)) m.ordering_lock = static_cast<int32_t>(*lock);
+  }
+  return claimed;
+}
+
+int64_t record_claim(const std::vector<int64_t>& ids, const std::vector<int32_t>& attempts) {
+  static Statement statement("INSERT INTO outbox.claims (message_ids, attempts) VALUES ($1, $2) RETURNING id",
+                             {INT8ARRAYOID, INT4ARRAYOID});
+  return statement.run({int8_array(ids), int4_array(attempts)}).int64(0, 0);
+}
+
+std::optional<int64_t> next_due_in_ms(const std::vector<std::string>& endpoints, const std::vector<int64_t>& excluded) {
+  // One index probe per endpoint: the oldest message of each that is not in flight.
+  // Measured against the transaction's now(), the clock the claim used: a message
+  // that came due after the claim's now() is "due in N ms", never "due already".
+  static Statement statement(R"sql(
+    SELECT ceil(extract(epoch FROM min(n.next_attempt_at) - now()) * 1000)::bigint
+      FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL (
+        SELECT m.next_attempt_at FROM outbox.messages m
+         WHERE m.endpoint = e.name AND m.ordering_seq IS NULL AND m.id <> ALL ($2)
+         ORDER BY m.next_attempt_at LIMIT 1) n
+  )sql",
+                             {TEXTARRAYOID, INT8ARRAYOID});
+  Rows rows = statement.run({text_array(endpoints), int8_array(excluded)});
+  if (rows.size() == 0) return std::nullopt;
+  return rows.optional_int64(0, 0);
+}
+
+int64_t recover_claims() {
+  // Only one worker serves a database, so at its start every claim is a dead one.
+  static Statement statement(R"sql(
+    WITH c AS (DELETE FROM outbox.claims RETURNING message_ids, attempts),
+    a AS (SELECT u.id, max(u.attempt) AS attempt
+            FROM c CROSS JOIN LATERAL unnest(c.message_ids, c.attempts) AS u(id, attempt) GROUP BY u.id),
+    r AS (UPDATE outbox.messages m SET attempts = a.attempt FROM a
+           WHERE m.id = ANY (ARRAY(SELECT id FROM a)) AND m.id = a.id AND m.attempts < a.attempt RETURNING 1)
+    SELECT count(*) FROM a
+  )sql",
+                             {});
+  return statement.run({}).int64(0, 0);
+}
+
+}  // namespace pg_outbox::pg::store

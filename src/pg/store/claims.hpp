@@ -1,0 +1,51 @@
+// What the worker claims: due messages of the endpoints it may claim for now, the
+// record that makes a claim's attempts count even if the worker dies, when the next
+// message comes due, and what a dead worker's claims leave behind.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pg_outbox::pg::store {
+
+struct ClaimedMessage {
+  int64_t id = 0;
+  std::string endpoint;
+  std::string event_type;
+  std::string payload;       // HTTP: the jsonb text; NOTIFY: the whole envelope; empty when too large
+  std::string headers_json;  // empty: none
+  std::string idempotency_key;
+  int attempts = 0;          // including this one
+  int64_t payload_size = 0;  // as stored, uncompressed (outbox._payload_size)
+  bool too_large = false;    // over pg_outbox.max_payload_size: not read, never sent
+  // A keyed message: the lock its key's order is decided under, which the settle takes
+  // before the message leaves the queue (ordering/ordering.hpp), in sorted order with the
+  // others: the trigger that promotes the key's next message takes it too.
+  std::optional<int32_t> ordering_lock;
+};
+
+enum class ClaimFor { kHttp, kNotify };
+
+// Due messages of the given endpoints, oldest first, none of `excluded` (in flight), none
+// waiting behind its key's head. Payloads are read while their total stays under
+// budget_bytes (the first always is); a payload over max_payload_size is not read at all.
+// For NOTIFY, the payload is the envelope the channel carries.
+std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int limit,
+                                  const std::vector<int64_t>& excluded, int64_t budget_bytes, int64_t max_payload_size,
+                                  ClaimFor purpose);
+
+// Records a batch handed to HTTP (outbox.claims); returns its id.
+int64_t record_claim(const std::vector<int64_t>& ids, const std::vector<int32_t>& attempts);
+
+// How long until the earliest next_attempt_at among the messages of these endpoints not
+// excluded, from the transaction's now() (0 or less: due already, so blocked).
+std::optional<int64_t> next_due_in_ms(const std::vector<std::string>& endpoints, const std::vector<int64_t>& excluded);
+
+// At start: the claims a previous worker left. Their attempts are recorded on the
+// messages still in the queue (the requests may have reached the receiver), and the
+// claims go. Returns how many messages were in them.
+int64_t recover_claims();
+
+}  // namespace pg_outbox::pg::store

@@ -1,0 +1,183 @@
+#include "pg/store/settlements.hpp"
+
+#include "pg/boundary/spi.hpp"
+#include "pg/ordering/ordering.hpp"
+
+extern "C" {
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+}
+
+#include <iterator>
+
+namespace pg_outbox::pg::store {
+
+namespace {
+
+template <typename T>
+void move_all(std::vector<T>& to, std::vector<T>& from) {
+  std::move(from.begin(), from.end(), std::back_inserter(to));
+  from.clear();
+}
+
+// The keyed heads a moving statement took out of the queue: (endpoint, ordering_key)
+// pairs, each statement returning them as its rows.
+struct Keys {
+  std::vector<std::string> endpoints;
+  std::vector<std::string> keys;
+  void add(const Rows& rows) {
+    for (size_t r = 0; r < rows.size(); ++r) {
+      endpoints.push_back(rows.text(r, 0));
+      keys.push_back(rows.text(r, 1));
+    }
+  }
+};
+
+void settle_sent(const std::vector<Settlements::Sent>& sent, bool keep_history, Keys& left) {
+  std::vector<int64_t> ids;
+  std::vector<int32_t> statuses, attempts;
+  for (const auto& s : sent) {
+    ids.push_back(s.id);
+    statuses.push_back(s.http_status);
+    attempts.push_back(s.attempts);
+  }
+  if (!keep_history) {
+    static Statement statement(R"sql(
+      WITH moved AS (DELETE FROM outbox.messages m WHERE m.id = ANY ($1)
+                     RETURNING m.endpoint, m.ordering_key, m.ordering_seq)
+      SELECT DISTINCT endpoint, ordering_key FROM moved WHERE ordering_key IS NOT NULL AND ordering_seq IS NULL
+    )sql",
+                               {INT8ARRAYOID});
+    left.add(statement.run({int8_array(ids)}));
+    return;
+  }
+  // One statement: the rows leave the queue for the history, and the counts of their
+  // partitions (one row per partition and endpoint) grow by as many.
+  static Statement statement(R"sql(
+    WITH s AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(id, http_status, attempts)),
+    moved AS (DELETE FROM outbox.messages m USING s WHERE m.id = ANY ($1) AND m.id = s.id
+              RETURNING m.*, s.http_status AS sent_status, s.attempts AS sent_attempts),
+    kept AS (INSERT INTO outbox.history (id, endpoint, event_type, payload, headers, ordering_key,
+                    idempotency_key, attempts, last_http_status, created_at, sent_at)
+             SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key,
+                    sent_attempts, NULLIF(sent_status, 0), created_at, now() FROM moved
+             RETURNING tableoid, endpoint),
+    counted AS (INSERT INTO outbox.history_counts AS hc (partition, endpoint, sent)
+                SELECT k.tableoid::regclass, k.endpoint, count(*) FROM kept k
+                 WHERE k.tableoid <> 'outbox.history_default'::regclass GROUP BY 1, 2
+                ON CONFLICT (partition, endpoint) DO UPDATE SET sent = hc.sent + excluded.sent)
+    SELECT DISTINCT endpoint, ordering_key FROM moved WHERE ordering_key IS NOT NULL AND ordering_seq IS NULL
+  )sql",
+                             {INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID});
+  left.add(statement.run({int8_array(ids), int4_array(statuses), int4_array(attempts)}));
+}
+
+void settle_retry(const std::vector<Settlements::Retry>& retry) {
+  std::vector<int64_t> ids, delays;
+  std::vector<std::string> errors;
+  std::vector<int32_t> statuses, attempts;
+  for (const auto& r : retry) {
+    ids.push_back(r.id);
+    delays.push_back(r.delay_ms);
+    errors.push_back(r.error);
+    statuses.push_back(r.http_status);
+    attempts.push_back(r.attempts);
+  }
+  static Statement statement(R"sql(
+    UPDATE outbox.messages m SET attempts = r.attempts,
+           next_attempt_at = now() + r.delay_ms * interval '1 millisecond',
+           last_error = r.error, last_http_status = NULLIF(r.http_status, 0),
+           first_failed_at = coalesce(m.first_failed_at, now())
+      FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::int[])
+           AS r(id, delay_ms, error, http_status, attempts)
+     WHERE m.id = ANY ($1) AND m.id = r.id
+  )sql",
+                             {INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID});
+  statement.run({int8_array(ids), int8_array(delays), text_array(errors), int4_array(statuses), int4_array(attempts)});
+}
+
+void settle_dead(const std::vector<Settlements::Dead>& dead, Keys& left) {
+  std::vector<int64_t> ids;
+  std::vector<std::string> reasons, errors, bodies;
+  std::vector<int32_t> statuses, attempts;
+  for (const auto& d : dead) {
+    ids.push_back(d.id);
+    reasons.push_back(core::reason_code(d.reason));
+    errors.push_back(d.error);
+    statuses.push_back(d.http_status);
+    bodies.push_back(d.body);
+    attempts.push_back(d.attempts);
+  }
+  // One statement moves the rows: deleted from the outbox and inserted into the DLQ
+  // together, with every field an operator needs to fix and requeue them.
+  static Statement statement(R"sql(
+    WITH d AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
+                 AS d(id, reason, error, http_status, body, attempts)),
+    moved AS (DELETE FROM outbox.messages m USING d
+              WHERE m.id = ANY ($1) AND m.id = d.id
+              RETURNING m.*, d.reason, d.error, d.http_status AS dead_status, d.body, d.attempts AS dead_attempts),
+    dead AS (INSERT INTO dlq.dead_letters (message_id, endpoint, event_type, payload, headers, ordering_key,
+                    idempotency_key, reason_code, error_message, http_status, response_body, attempts,
+                    first_failed_at, last_failed_at, message_created_at)
+             SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key, reason,
+                    error, NULLIF(dead_status, 0), NULLIF(body, ''), dead_attempts,
+                    coalesce(first_failed_at, now()), now(), created_at
+               FROM moved)
+    SELECT DISTINCT endpoint, ordering_key FROM moved WHERE ordering_key IS NOT NULL AND ordering_seq IS NULL
+  )sql",
+                             {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT4ARRAYOID});
+  left.add(statement.run({int8_array(ids), text_array(reasons), text_array(errors), int4_array(statuses),
+                          text_array(bodies), int4_array(attempts)}));
+}
+
+// Out of their claims' rows: outbox.message() says pending, and a worker that starts
+// again does not count an attempt that was never made.
+void settle_given_back(const std::vector<int64_t>& given_back) {
+  static Statement statement(R"sql(
+    UPDATE outbox.claims c SET message_ids = k.ids, attempts = k.attempts
+      FROM (SELECT c2.id, array_agg(u.m ORDER BY u.i) AS ids, array_agg(u.a ORDER BY u.i) AS attempts
+              FROM outbox.claims c2 CROSS JOIN LATERAL
+                   unnest(c2.message_ids, c2.attempts) WITH ORDINALITY AS u(m, a, i)
+             WHERE c2.message_ids && $1 AND u.m <> ALL ($1)
+             GROUP BY c2.id) k
+     WHERE c.id = k.id
+  )sql",
+                             {INT8ARRAYOID});
+  statement.run({int8_array(given_back)});
+}
+
+void finish_claims(const std::vector<int64_t>& claims) {
+  static Statement statement("DELETE FROM outbox.claims WHERE id = ANY ($1)", {INT8ARRAYOID});
+  statement.run({int8_array(claims)});
+}
+
+}  // namespace
+
+void Settlements::take_results(Settlements& from) {
+  move_all(sent, from.sent);
+  move_all(retry, from.retry);
+  move_all(dead, from.dead);
+}
+
+void settle(const Settlements& s, bool keep_history) {
+  // Before any head leaves: the keys' locks, under which its next message is promoted.
+  std::vector<int32_t> locks;
+  for (const auto& sent : s.sent)
+    if (sent.ordering_lock) locks.push_back(*sent.ordering_lock);
+  for (const auto& dead : s.dead)
+    if (dead.ordering_lock) locks.push_back(*dead.ordering_lock);
+  if (!locks.empty()) lock_orderings(std::move(locks));
+  Keys left;  // keys whose head left the queue
+  if (!s.sent.empty()) settle_sent(s.sent, keep_history, left);
+  if (!s.retry.empty()) settle_retry(s.retry);
+  if (!s.dead.empty()) settle_dead(s.dead, left);
+  if (!left.keys.empty()) promote_next_in_order(left.endpoints, left.keys);
+  if (!s.given_back.empty()) settle_given_back(s.given_back);
+  if (!s.finished_claims.empty()) finish_claims(s.finished_claims);
+}
+
+void notify(const std::string& channel, const std::string& payload) {
+  pg_call([&] { Async_Notify(channel.c_str(), payload.c_str()); });
+}
+
+}  // namespace pg_outbox::pg::store

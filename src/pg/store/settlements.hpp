@@ -1,0 +1,67 @@
+// Writing a round's results back: delivered messages leave the queue for the history,
+// retried ones get their next attempt, dead ones move to the DLQ, requests given back
+// unstarted leave their claims. All in the caller's transaction, so that a failed write
+// changes nothing and can be tried again.
+#pragma once
+
+#include "core/delivery_policy.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pg_outbox::pg::store {
+
+// Every result carries the attempt number it settles (the queue's row records it for a
+// retry, or it travels with the row to the history or the DLQ), and its endpoint:
+// results are written per endpoint when writing them all together fails.
+struct Settlements {
+  struct Sent {
+    int64_t id;
+    int32_t http_status;  // 0: none (NOTIFY)
+    int attempts;
+    std::string endpoint;
+    std::optional<int32_t> ordering_lock;  // ClaimedMessage::ordering_lock
+  };
+  struct Retry {
+    int64_t id;
+    int64_t delay_ms;
+    std::string error;
+    int32_t http_status;  // 0: no answer
+    int attempts;
+    std::string endpoint;
+  };
+  struct Dead {
+    int64_t id = 0;
+    core::DeadReason reason = core::DeadReason::None;
+    std::string error;
+    int32_t http_status = 0;  // 0: no answer
+    std::string body;         // the head of the receiver's answer, if any
+    int attempts = 0;
+    std::string endpoint;
+    std::optional<int32_t> ordering_lock;
+  };
+  std::vector<Sent> sent;
+  std::vector<Retry> retry;
+  std::vector<Dead> dead;
+  std::vector<int64_t> finished_claims;  // outbox.claims rows whose every message is settled
+  std::vector<int64_t> given_back;       // taken back unstarted: no longer in flight, attempt not made
+
+  bool empty() const {
+    return sent.empty() && retry.empty() && dead.empty() && finished_claims.empty() && given_back.empty();
+  }
+  bool has_results() const { return !sent.empty() || !retry.empty() || !dead.empty(); }
+  // Moves the results (not the claims or give-backs) of `from` to the end of these.
+  void take_results(Settlements& from);
+};
+
+// keep_history: delivered messages go to outbox.history (else they are deleted). The
+// keyed heads that leave the queue hand their place to their key's next message
+// (ordering/ordering.hpp), under the keys' locks, taken first.
+void settle(const Settlements& settlements, bool keep_history);
+
+// A NOTIFY on the channel, sent when the transaction commits.
+void notify(const std::string& channel, const std::string& payload);
+
+}  // namespace pg_outbox::pg::store

@@ -1,0 +1,86 @@
+// The worker's claim: which endpoints may be claimed now and how much (core::plan_claim
+// decides), the claim itself (store/claims.hpp), and handing what it took to libcurl
+// (requests.cpp) or to the NOTIFY round (notify.cpp).
+#include "pg/boundary/spi.hpp"
+#include "pg/runtime/settings.hpp"
+#include "pg/store/claims.hpp"
+#include "pg/worker/constants.hpp"
+#include "pg/worker/steps.hpp"
+
+#include <iterator>
+
+namespace pg_outbox::pg::worker {
+
+namespace {
+
+// The batch's record: its attempts count even if the worker dies mid-delivery.
+int64_t record_claim(const std::vector<store::ClaimedMessage>& claimed) {
+  std::vector<int64_t> ids;
+  std::vector<int32_t> attempts;
+  for (const store::ClaimedMessage& m : claimed) {
+    ids.push_back(m.id);
+    attempts.push_back(m.attempts);
+  }
+  return store::record_claim(ids, attempts);
+}
+
+}  // namespace
+
+size_t claim_and_deliver(WorkerState& state) {
+  // Claimed HTTP messages go to libcurl only once the claim has committed: a claim that
+  // fails rolls back, and nothing it took may have been sent.
+  std::vector<store::ClaimedMessage> to_send;
+  std::vector<std::string> probed, notify;
+  int64_t claim_id = 0;
+  in_settling_transaction(state, "pg_outbox: claiming messages", [&] {
+    require_same_extension(state);
+    refresh_endpoints(state);
+    const int64_t now = state.now_ms();
+    const core::ClaimSettings sizes = claim_settings();
+    auto views = state.endpoints.views(state.in_flight.held_by_endpoint(),
+                                       [&](const std::string& name) { return state.parking.is_parked(name, now); });
+    core::ClaimPlan plan =
+        core::plan_claim(views, sizes, state.in_flight.size(), state.in_flight.held_bytes(), state.schedule.claim_round, now);
+    state.schedule.claim_round = plan.next_round;
+    notify = plan.notify;
+    std::vector<int64_t> excluded = state.in_flight_ids();
+    state.schedule.more_due = false;
+    if (!plan.http.empty() && plan.limit > 0) {
+      auto claimed = store::claim(plan.http, plan.limit, excluded, plan.byte_budget, settings.max_payload_size,
+                                  store::ClaimFor::kHttp);
+      state.schedule.more_due = claimed.size() == static_cast<size_t>(plan.limit);
+      std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
+    }
+    for (const std::string& name : plan.probes) {
+      // One message goes out as the probe; its result closes or reopens the circuit.
+      auto claimed = store::claim({name}, 1, excluded, settings.max_inflight_bytes, settings.max_payload_size,
+                                  store::ClaimFor::kHttp);
+      if (claimed.empty()) continue;
+      probed.push_back(name);
+      std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
+    }
+    if (!state.schedule.more_due) {
+      // Nothing more is due now: sleep until the next retry or deliver_at comes due,
+      // leaving out what is in flight (this claim's too). A past time means rows that are
+      // claimed otherwise (NOTIFY's, just after this) or blocked (an ordered head in
+      // flight); a settle or a commit wakes us for those.
+      for (const store::ClaimedMessage& m : to_send) excluded.push_back(m.id);
+      std::optional<int64_t> due_in =
+          plan.all_active.empty() ? std::nullopt : store::next_due_in_ms(plan.all_active, excluded);
+      state.schedule.next_claim_ms = core::next_claim_at(now, settings.poll_interval_ms, plan.next_breaker_ms, due_in);
+    }
+    if (!to_send.empty()) claim_id = record_claim(to_send);
+  });
+  if (claim_id != 0) state.in_flight.claim_recorded(claim_id, to_send.size());
+  give_back_requests_of_changed_endpoints(state);  // before this claim's requests join them
+  for (const std::string& name : probed) {
+    Endpoint& endpoint = state.endpoints.at(name);
+    core::on_probe_claimed(endpoint.row.breaker);
+    endpoint.breaker_dirty = true;
+  }
+  start_http(state, to_send, claim_id);
+  const size_t claimed_notify = notify.empty() ? 0 : notify_round(state, notify);
+  return claimed_notify + to_send.size();
+}
+
+}  // namespace pg_outbox::pg::worker

@@ -1,0 +1,126 @@
+#include "pg/worker/endpoints.hpp"
+
+#include "pg/runtime/settings.hpp"
+
+#include <algorithm>
+
+namespace pg_outbox::pg::worker {
+
+void Endpoints::refresh(uint64_t version, int64_t now_ms, bool& max_pending_changed) {
+  max_pending_changed = false;
+  if (version == version_ && now_ms - loaded_ms_ < settings.poll_interval_ms) return;
+  version_ = version;
+  loaded_ms_ = now_ms;
+  std::unordered_map<std::string, Endpoint> fresh;
+  for (store::EndpointRow& row : store::load_endpoints()) {
+    Endpoint endpoint;
+    auto known = endpoints_.find(row.name);
+    if (known != endpoints_.end()) {
+      if (changes_requests(known->second.row, row)) changed_.push_back(row.name);
+      // The worker's breaker is the live one; the table is its copy for restarts.
+      row.breaker = known->second.row.breaker;
+      endpoint.breaker_dirty = known->second.breaker_dirty;
+    } else {
+      core::restore_after_restart(row.breaker, now_ms);
+    }
+    auto parsed = core::parse_string_object(row.headers_json.empty() ? "{}" : row.headers_json);
+    endpoint.headers = std::move(parsed.pairs);
+    endpoint.headers_error = std::move(parsed.error);
+    endpoint.row = std::move(row);
+    std::string name = endpoint.row.name;
+    fresh.emplace(std::move(name), std::move(endpoint));
+  }
+  endpoints_ = std::move(fresh);
+  std::vector<std::string> max_pending;
+  for (const auto& [name, endpoint] : endpoints_)
+    if (endpoint.row.has_max_pending) max_pending.push_back(name);
+  std::sort(max_pending.begin(), max_pending.end());
+  if (max_pending != max_pending_) {
+    max_pending_ = std::move(max_pending);
+    max_pending_changed = true;
+  }
+}
+
+std::vector<std::string> Endpoints::take_changed() {
+  std::vector<std::string> changed;
+  changed.swap(changed_);
+  return changed;
+}
+
+void Endpoints::forget() {
+  endpoints_.clear();
+  version_ = UINT64_MAX;
+  changed_.clear();
+  breakers_written_.clear();
+}
+
+void Endpoints::save_breakers() {
+  for (auto& [name, endpoint] : endpoints_)
+    if (endpoint.breaker_dirty && store::save_breaker(name, endpoint.row.breaker)) breakers_written_.push_back(name);
+}
+
+void Endpoints::breakers_committed() {
+  for (const std::string& name : breakers_written_)
+    if (Endpoint* endpoint = find(name)) endpoint->breaker_dirty = false;
+  breakers_written_.clear();
+}
+
+Endpoint* Endpoints::find(const std::string& name) {
+  auto found = endpoints_.find(name);
+  return found == endpoints_.end() ? nullptr : &found->second;
+}
+
+const Endpoint* Endpoints::find(const std::string& name) const {
+  auto found = endpoints_.find(name);
+  return found == endpoints_.end() ? nullptr : &found->second;
+}
+
+bool Endpoints::any_breaker_dirty() const {
+  return std::any_of(endpoints_.begin(), endpoints_.end(), [](const auto& e) { return e.second.breaker_dirty; });
+}
+
+int Endpoints::max_attempts_of(const Endpoint& endpoint) const {
+  return endpoint.row.max_attempts.value_or(settings.max_attempts);
+}
+
+// The endpoint's own cap. Not lowered to max_concurrency: the thread's connection slots
+// bound it anyway, and a window cut to a lowered max_concurrency would stay cut after a
+// reload raised it again.
+int Endpoints::concurrency_of(const Endpoint& endpoint) const {
+  return endpoint.row.concurrency.value_or(settings.endpoint_concurrency);
+}
+
+core::EndpointView Endpoints::view(const Endpoint& endpoint, size_t held) const {
+  core::EndpointView view;
+  view.name = endpoint.row.name;
+  view.notify = !endpoint.row.channel.empty();
+  view.paused = endpoint.row.paused;
+  view.breaker = endpoint.row.breaker;
+  view.concurrency = concurrency_of(endpoint);
+  view.rate_limit = endpoint.row.rate_limit;
+  view.outstanding = held;
+  return view;
+}
+
+std::vector<core::EndpointView> Endpoints::views(const std::unordered_map<std::string, size_t>& held,
+                                                 const std::function<bool(const std::string&)>& parked) const {
+  std::vector<core::EndpointView> views;
+  views.reserve(endpoints_.size());
+  for (const auto& [name, endpoint] : endpoints_) {
+    auto h = held.find(name);
+    views.push_back(view(endpoint, h == held.end() ? 0 : h->second));
+    views.back().parked = parked(name);
+  }
+  return views;
+}
+
+bool changes_requests(const store::EndpointRow& before, const store::EndpointRow& after) {
+  return before.url != after.url || before.headers_json != after.headers_json || before.secret != after.secret ||
+         before.timeout_ms != after.timeout_ms || (!before.paused && after.paused);
+}
+
+core::ClaimSettings claim_settings() {
+  return {settings.batch_size, settings.max_concurrency, settings.max_inflight_bytes};
+}
+
+}  // namespace pg_outbox::pg::worker

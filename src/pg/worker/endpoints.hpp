@@ -1,0 +1,72 @@
+// The endpoints as the worker knows them: the rows of outbox.endpoints, their headers
+// parsed once, and their live circuit breakers (the table holds a copy for restarts).
+#pragma once
+
+#include "core/claim_plan.hpp"
+#include "core/string_object.hpp"
+#include "pg/store/endpoints.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pg_outbox::pg::worker {
+
+struct Endpoint {
+  store::EndpointRow row;
+  std::optional<core::StringPairs> headers;  // nullopt: the stored headers are unusable
+  std::string headers_error;
+  bool breaker_dirty = false;  // changed since last saved
+};
+
+class Endpoints {
+ public:
+  // Re-reads outbox.endpoints when an endpoint function committed a change (`version`
+  // moved), and at least once per poll interval for direct edits of the table; not on
+  // every commit's wake. Breakers stay the worker's own. Sets `max_pending_changed` when
+  // the set of endpoints with a max_pending changed.
+  void refresh(uint64_t version, int64_t now_ms, bool& max_pending_changed);
+  // The endpoints altered or paused since their requests were queued (those requests not
+  // yet started are taken back), once.
+  std::vector<std::string> take_changed();
+  // After the extension came back or the worker started: read everything again.
+  void forget();
+
+  Endpoint* find(const std::string& name);
+  const Endpoint* find(const std::string& name) const;
+  Endpoint& at(const std::string& name) { return endpoints_.at(name); }
+  std::unordered_map<std::string, Endpoint>& all() { return endpoints_; }
+  bool any_breaker_dirty() const;
+  // Saves the breakers changed since they were last saved, in the caller's transaction;
+  // they are clean once it commits (breakers_committed), dirty still if it fails.
+  void save_breakers();
+  void breakers_committed();
+  void breakers_not_written() { breakers_written_.clear(); }
+  const std::vector<std::string>& with_max_pending() const { return max_pending_; }
+
+  int max_attempts_of(const Endpoint& endpoint) const;
+  int concurrency_of(const Endpoint& endpoint) const;
+  // The claim's view of every endpoint (core/claim_plan.hpp), in a stable order.
+  std::vector<core::EndpointView> views(const std::unordered_map<std::string, size_t>& held,
+                                        const std::function<bool(const std::string&)>& parked) const;
+  core::EndpointView view(const Endpoint& endpoint, size_t held) const;
+
+ private:
+  std::unordered_map<std::string, Endpoint> endpoints_;
+  uint64_t version_ = UINT64_MAX;  // of the endpoints loaded
+  int64_t loaded_ms_ = 0;
+  std::vector<std::string> max_pending_;       // sorted names of the endpoints with a max_pending
+  std::vector<std::string> changed_;           // altered or paused since their requests were queued
+  std::vector<std::string> breakers_written_;  // by the transaction not yet committed
+};
+
+// What a request of this endpoint carries from the row: a change to any of it (or a
+// pause) must reach the requests not yet started.
+bool changes_requests(const store::EndpointRow& before, const store::EndpointRow& after);
+
+core::ClaimSettings claim_settings();
+
+}  // namespace pg_outbox::pg::worker

@@ -1,0 +1,99 @@
+// What the worker does once a second besides delivering: requests past their lease go
+// back, the history gets its partitions and loses what retention passed, the DLQ's
+// handled letters expire, messages whose endpoint is gone are dead-lettered, and
+// max_pending's counts are made again when asked.
+#include "core/history_layout.hpp"
+#include "pg/boundary/spi.hpp"
+#include "pg/producer/queued_count.hpp"
+#include "pg/runtime/settings.hpp"
+#include "pg/store/housekeeping.hpp"
+#include "pg/worker/constants.hpp"
+#include "pg/worker/steps.hpp"
+
+namespace pg_outbox::pg::worker {
+
+namespace {
+
+// The history has partitions for the coming minutes (or hours, for a long retention)
+// before a delivery needs one: created by housekeeping when less than two widths remain,
+// and at once for a new retention. Creating one needs a moment alone with the history;
+// when a reader (pg_dump, a long report) holds it past the lock timeout, deliveries go to
+// the default partition meanwhile and the worker tries again 10 s later, not every
+// second.
+void prepare_history_if_due(WorkerState& state) {
+  auto& history = state.schedule.history;
+  const int width_s = core::history_partition_width_s(settings.sent_retention_s);
+  const int64_t now = state.now_ms();
+  if (width_s == history.width_s && (now + 2000LL * width_s < history.covered_ms || now < history.retry_ms)) return;
+  history.width_s = width_s;
+  history.covered_ms = store::prepare_history(width_s);
+  history.retry_ms = history.covered_ms < now + 1000LL * width_s ? now + 10000 : 0;
+}
+
+// Messages of endpoints that no longer exist: dead-lettered by the next settle, with the
+// other results.
+void dead_letter_orphans(WorkerState& state) {
+  for (auto& orphan : store::find_orphans(state.in_flight_ids(), kOrphanBatch)) {
+    store::Settlements::Dead dead;
+    dead.id = orphan.id;
+    dead.reason = core::DeadReason::InvalidMessage;
+    dead.error = "endpoint does not exist";
+    dead.attempts = orphan.attempts;
+    dead.endpoint = std::move(orphan.endpoint);
+    state.results.dead(std::move(dead));
+  }
+}
+
+}  // namespace
+
+void housekeeping(WorkerState& state) {
+  const int64_t now = state.now_ms();
+  Schedule& schedule = state.schedule;
+  schedule.next_housekeeping_ms = now + kHousekeepingEveryMs;
+  const bool orphans_due = now >= schedule.next_orphan_check_ms;
+  if (orphans_due) schedule.next_orphan_check_ms = now + kOrphanCheckEveryMs;
+  if (queued_recount_due(state.slot)) schedule.recount_queued = true;
+  give_back_stale_requests(state);
+  // Housekeeping can wait, deliveries must not: a failure (a lock an operator holds on
+  // the history or the DLQ past the lock timeout) is logged, at most once a minute, and
+  // tried again at the next round.
+  try {
+    in_settling_transaction(state, "pg_outbox: housekeeping", [&] {
+      require_same_extension(state);
+      if (settings.sent_retention_s > 0) {
+        prepare_history_if_due(state);  // sets the width for this retention
+        store::retire_history(settings.sent_retention_s, schedule.history.width_s);
+      }
+      if (settings.dlq_retention_s >= 0) store::purge_dead_letters(settings.dlq_retention_s, kPurgeBatch);
+      if (orphans_due) dead_letter_orphans(state);
+    });
+  } catch (const PgError& e) {
+    const int sqlstate = e.data()->sqlerrcode;
+    const std::string error = e.what();
+    abort_transaction();
+    if (extension_may_be_gone(sqlstate)) throw;
+    if (now < schedule.housekeeping_quiet_until_ms) return;
+    schedule.housekeeping_quiet_until_ms = now + 60000;
+    pg_call([&] {
+      ereport(LOG, (errcode(sqlstate), errmsg("pg_outbox worker: housekeeping failed: %s", error.c_str()),
+                    errdetail("Deliveries go on; housekeeping is tried again every second.")));
+    });
+  }
+}
+
+// Counts the queue of every endpoint with a max_pending: when the worker starts, when an
+// endpoint gets a max_pending, and when another session removed rows. Until then enqueue
+// counts rows itself.
+void recount_queued(WorkerState& state) {
+  in_transaction("pg_outbox: counting the queue for max_pending", [&] {
+    require_same_extension(state);
+    refresh_endpoints(state);
+    const std::vector<std::string>& endpoints = state.endpoints.with_max_pending();
+    begin_recount(state.slot, endpoints);
+    std::vector<int64_t> counts = count_queued_rows(endpoints);
+    for (size_t i = 0; i < counts.size(); ++i) finish_recount(state.slot, endpoints[i], counts[i]);
+  });
+  state.schedule.recount_queued = false;
+}
+
+}  // namespace pg_outbox::pg::worker

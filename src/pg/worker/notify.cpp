@@ -1,0 +1,77 @@
+// NOTIFY endpoints: claimed, notified and settled in one transaction of their own (the
+// notifications leave at its commit, with the rows' new state). The other endpoints'
+// results wait outside it. A NOTIFY that fails (a full notification queue fails the
+// commit, a channel PostgreSQL refuses) rolls back only this transaction; when it fails
+// for several endpoints, each is tried alone, to park only the one that fails.
+#include "core/validation.hpp"
+#include "pg/boundary/spi.hpp"
+#include "pg/runtime/settings.hpp"
+#include "pg/store/claims.hpp"
+#include "pg/worker/constants.hpp"
+#include "pg/worker/steps.hpp"
+
+#include <algorithm>
+
+namespace pg_outbox::pg::worker {
+
+namespace {
+
+// PostgreSQL refuses NOTIFY payloads of 8000 bytes or more.
+constexpr size_t kNotifyPayloadLimit = 8000;
+
+// claimed -> answered, in id order: notified (sent at commit), or dead when too large.
+void notify_claimed(WorkerState& state, const std::vector<store::ClaimedMessage>& claimed) {
+  std::vector<const store::ClaimedMessage*> in_order;
+  for (const store::ClaimedMessage& m : claimed) in_order.push_back(&m);
+  std::sort(in_order.begin(), in_order.end(), [](auto* a, auto* b) { return a->id < b->id; });
+  for (const store::ClaimedMessage* m : in_order) {
+    if (m->too_large || m->payload.size() >= kNotifyPayloadLimit) {
+      dead_letter_unsent(state, *m, core::DeadReason::PayloadTooLarge,
+                         m->too_large ? core::payload_too_large(m->payload_size, settings.max_payload_size)
+                                      : "NOTIFY envelope of " + std::to_string(m->payload.size()) +
+                                            " bytes exceeds PostgreSQL's limit of 7999");
+      continue;
+    }
+    store::notify(state.endpoints.at(m->endpoint).row.channel, m->payload);
+    state.results.sent(m->id, 0, m->attempts, m->endpoint, m->ordering_lock);
+  }
+}
+
+}  // namespace
+
+size_t notify_round(WorkerState& state, const std::vector<std::string>& endpoints) {
+  store::Settlements others = std::move(state.results.pending());
+  state.results.pending() = store::Settlements{};
+  size_t claimed = 0;
+  try {
+    in_settling_transaction(state, "pg_outbox: NOTIFY", [&] {
+      require_same_extension(state);
+      auto rows = store::claim(endpoints, settings.batch_size, {}, settings.max_inflight_bytes,
+                               settings.max_payload_size, store::ClaimFor::kNotify);
+      claimed = rows.size();
+      notify_claimed(state, rows);
+      store::settle(state.results.pending(), settings.sent_retention_s > 0);
+    });
+  } catch (const PgError& e) {
+    const int sqlstate = e.data()->sqlerrcode;
+    const std::string error = e.what();
+    abort_transaction();
+    state.results.pending() = std::move(others);
+    if (extension_may_be_gone(sqlstate)) throw;
+    if (endpoints.size() == 1) {
+      state.parking.park(endpoints[0], store::Settlements{}, error, state.now_ms());
+      return 0;
+    }
+    size_t total = 0;
+    for (const std::string& endpoint : endpoints) total += notify_round(state, {endpoint});
+    return total;
+  }
+  written(state, state.results.pending());  // NOTIFY's own results, written in its transaction
+  state.results.pending() = std::move(others);
+  for (const std::string& endpoint : endpoints)
+    if (state.parking.unpark(endpoint)) state.schedule.more_due = true;
+  if (claimed == static_cast<size_t>(settings.batch_size)) state.schedule.more_due = true;
+  return claimed;
+}
+
+}  // namespace pg_outbox::pg::worker

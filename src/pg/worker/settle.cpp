@@ -1,0 +1,178 @@
+// Writing results back: every endpoint's results in one short transaction, which can
+// fail and be retried without losing or double-counting anything; when it fails, each
+// endpoint's results alone, and an endpoint that fails alone is parked (parking.hpp).
+#include "pg/boundary/spi.hpp"
+#include "pg/producer/queued_count.hpp"
+#include "pg/runtime/settings.hpp"
+#include "pg/worker/constants.hpp"
+#include "pg/worker/steps.hpp"
+
+extern "C" {
+#include "utils/guc.h"
+}
+
+#include <algorithm>
+
+namespace pg_outbox::pg::worker {
+
+namespace {
+
+constexpr const char* kAloneLockTimeout = "100ms";
+
+bool keep_history() { return settings.sent_retention_s > 0; }
+
+// After the commit of a transaction that settled: its counts are published, and the
+// breakers it wrote are clean (not before: a failed transaction wrote nothing).
+void committed(WorkerState& state) {
+  publish_counts(state);
+  state.endpoints.breakers_committed();
+}
+
+// A claim's row goes when its last message is settled, but not while results of its
+// messages wait with a parked endpoint: a worker that starts again must still find
+// them claimed, and count the attempt.
+void hold_back_claims(WorkerState& state) {
+  std::vector<int64_t>& claims = state.results.pending().finished_claims;
+  if (state.parking.holds_results()) {
+    state.in_flight.keep_finished_claims(claims);
+  } else {
+    for (int64_t claim : state.in_flight.take_finished_claims()) claims.push_back(claim);
+  }
+}
+
+// One endpoint's results in a transaction of their own, under a short lock timeout.
+bool settle_alone(WorkerState& state, store::Settlements& results, std::string& error) {
+  try {
+    in_transaction("pg_outbox: settling one endpoint", [&] {
+      require_same_extension(state);
+      pg_call([] {
+        (void)set_config_option("lock_timeout", kAloneLockTimeout, PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0,
+                                false);
+      });
+      store::settle(results, keep_history());
+    });
+    return true;
+  } catch (const PgError& e) {
+    const int sqlstate = e.data()->sqlerrcode;
+    error = e.what();
+    abort_transaction();
+    if (extension_may_be_gone(sqlstate)) throw;
+    return false;
+  }
+}
+
+// Writing everything together failed: each endpoint's results alone, then what belongs
+// to none (the claims whose every message is settled). An endpoint whose write fails
+// alone is parked with its results.
+void settle_apart(WorkerState& state, const std::string& error) {
+  pg_call([&] {
+    ereport(LOG, (errmsg("pg_outbox worker: writing the results of every endpoint together failed: %s", error.c_str()),
+                  errdetail("The worker writes them endpoint by endpoint.")));
+  });
+  auto groups = by_endpoint(state.results.pending());
+  try {
+    for (auto& [endpoint, results] : groups) {
+      std::string alone_error;
+      if (settle_alone(state, results, alone_error)) {
+        written(state, results);
+        results = store::Settlements{};
+      } else {
+        state.parking.park(endpoint, std::move(results), alone_error, state.now_ms());
+      }
+    }
+  } catch (...) {
+    // The extension may be gone (recover_from_error decides): what was not written yet
+    // goes back with the rest.
+    for (auto& [endpoint, results] : groups) state.results.pending().take_results(results);
+    throw;
+  }
+}
+
+// Parked endpoints whose time has come, with results to write: alone again.
+void retry_parked(WorkerState& state) {
+  for (const std::string& endpoint : state.parking.due(state.now_ms())) {
+    store::Settlements results = state.parking.take_results(endpoint);
+    std::string error;
+    bool ok = false;
+    try {
+      ok = settle_alone(state, results, error);
+    } catch (...) {
+      state.parking.keep_results(endpoint, results);
+      throw;
+    }
+    if (ok) {
+      written(state, results);
+      if (state.parking.unpark(endpoint)) state.schedule.more_due = true;
+    } else {
+      state.parking.park(endpoint, std::move(results), error, state.now_ms());
+    }
+  }
+}
+
+}  // namespace
+
+void settle(WorkerState& state) {
+  state.parking.set_aside(state.results.pending());
+  retry_parked(state);
+  hold_back_claims(state);
+  if (state.results.empty() && !state.endpoints.any_breaker_dirty()) return;
+  auto write_all = [&] {
+    require_same_extension(state);
+    // Delivered messages go to the history partition of their sent_at, or to its default
+    // partition when housekeeping could not create that one in time.
+    store::settle(state.results.pending(), keep_history());
+    state.endpoints.save_breakers();
+  };
+  try {
+    try {
+      in_transaction("pg_outbox: settling deliveries", write_all);
+    } catch (const PgError& e) {
+      const int sqlstate = e.data()->sqlerrcode;
+      const std::string error = e.what();
+      abort_transaction();
+      state.endpoints.breakers_not_written();
+      if (extension_may_be_gone(sqlstate)) throw;
+      // Each endpoint's results alone (a failing one is parked with them), then what
+      // belongs to no endpoint: finished claims and the breakers.
+      settle_apart(state, error);
+      hold_back_claims(state);
+      in_transaction("pg_outbox: settling deliveries", write_all);
+    }
+  } catch (...) {
+    state.endpoints.breakers_not_written();  // still dirty: written again by the next settle
+    throw;
+  }
+  // The counts of results parked with their endpoint are published too: they are
+  // written once the endpoint is free, or their messages are delivered again.
+  committed(state);
+  written(state, state.results.pending());  // (settle_apart took care of what it wrote)
+  state.results.pending() = store::Settlements{};
+}
+
+// max_pending's counts (producer/queued_count.hpp) lose what left the queue; the next
+// claim comes when a retry is due, or at once when something left (an ordered key's next
+// message, or room).
+void written(WorkerState& state, const store::Settlements& results) {
+  std::unordered_map<std::string, int64_t> removed;
+  for (const auto& s : results.sent) removed[s.endpoint]++;
+  for (const auto& d : results.dead) removed[d.endpoint]++;
+  for (const auto& [endpoint, n] : removed) queued_removed(state.slot, endpoint, n);
+  const int64_t now = state.now_ms();
+  for (const auto& r : results.retry)
+    state.schedule.next_claim_ms = std::min(state.schedule.next_claim_ms, now + r.delay_ms);
+  if (!removed.empty() || !results.finished_claims.empty()) state.schedule.more_due = true;
+}
+
+void in_settling_transaction(WorkerState& state, const char* activity, const std::function<void()>& body) {
+  Results::Saved saved = state.results.save();
+  try {
+    in_transaction(activity, body);
+  } catch (...) {
+    state.results.restore(std::move(saved));
+    state.endpoints.breakers_not_written();
+    throw;
+  }
+  committed(state);
+}
+
+}  // namespace pg_outbox::pg::worker

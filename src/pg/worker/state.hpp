@@ -1,0 +1,75 @@
+// What the steps of a round share: the worker's state, one owner per concern. Steps are
+// free functions of it (claim.cpp, notify.cpp, outcomes.cpp, settle.cpp,
+// housekeeping.cpp), so that each file holds one concern and the state's parts have one
+// owner each; the loop (worker.cpp) calls them in order.
+#pragma once
+
+#include "core/clock.hpp"
+#include "core/request_headers.hpp"
+#include "core/wake_coalescer.hpp"
+#include "http/delivery_thread.hpp"
+#include "pg/worker/endpoints.hpp"
+#include "pg/worker/in_flight.hpp"
+#include "pg/worker/parking.hpp"
+#include "pg/worker/results.hpp"
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace pg_outbox::pg {
+struct DatabaseSlot;
+}
+
+namespace pg_outbox::pg::worker {
+
+// When the worker claims next.
+struct Schedule {
+  bool more_due = true;       // the last claim was full (or room was made): claim again at once
+  int64_t next_claim_ms = 0;  // otherwise: when something becomes due (or the poll interval)
+  size_t claim_round = 0;     // rotates the endpoints' order (core::plan_claim)
+  core::WakeCoalescer wakes;
+  int64_t next_housekeeping_ms = 0;
+  int64_t next_orphan_check_ms = 0;
+  int64_t housekeeping_quiet_until_ms = 0;  // its failures are logged once a minute
+  bool recount_queued = true;               // max_pending's counts must be made (again)
+  // History partitions exist until covered_ms, of width_s; after a failed attempt to
+  // create them, the next one waits until retry_ms.
+  struct {
+    int64_t covered_ms = 0;
+    int width_s = 0;
+    int64_t retry_ms = 0;
+  } history;
+};
+
+struct WorkerState {
+  WorkerState(DatabaseSlot& slot_, const core::Clock& clock_, http::DeliveryThread& delivery_)
+      : slot(slot_), clock(clock_), delivery(delivery_), random(std::random_device{}()) {}
+
+  DatabaseSlot& slot;              // this database's shared state (latch, status, counters)
+  const core::Clock& clock;
+  http::DeliveryThread& delivery;  // libcurl, on its own thread
+  Endpoints endpoints;
+  InFlight in_flight;
+  Results results;
+  Parking parking;
+  Schedule schedule;
+  core::WebhookIdSource webhook_ids;  // this database's instance id (read when ready)
+  uint32_t extension_oid = 0;         // of the extension whose tables the deliveries belong to
+  std::mt19937_64 random;
+
+  int64_t now_ms() const { return clock.now_ms(); }
+  // The messages the next claim must not take again: queued in the thread, and those
+  // whose results wait with a parked endpoint.
+  std::vector<int64_t> in_flight_ids() const;
+  // Drops every delivery in flight and every result not yet written: they belong to
+  // tables that no longer exist.
+  void forget_deliveries();
+};
+
+// Called first in every transaction that claims or settles: message ids belong to one
+// incarnation of the extension's tables, and must never settle rows of the next one.
+void require_same_extension(const WorkerState& state);
+
+}  // namespace pg_outbox::pg::worker

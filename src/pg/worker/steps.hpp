@@ -1,0 +1,61 @@
+// The steps of the worker's round, each a function of the worker's state (state.hpp).
+// The loop (worker.cpp) calls them; they call each other only where a step's result is
+// another's input (a claim gives back the requests of changed endpoints first, a settle
+// that fails parks an endpoint).
+#pragma once
+
+#include "pg/store/claims.hpp"
+#include "pg/worker/state.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace pg_outbox::pg::worker {
+
+// state.cpp
+// Re-reads the endpoints if they changed (or the poll interval passed); a new set of
+// max_pending endpoints asks for a recount.
+void refresh_endpoints(WorkerState& state);
+
+// outcomes.cpp: what the delivery thread answered, and requests taken back unstarted.
+void take_responses(WorkerState& state);
+void give_back_stale_requests(WorkerState& state);
+void give_back_requests_of_changed_endpoints(WorkerState& state);
+// The endpoint's half-open probe ended without an answer of the receiver (it could not be
+// sent, or was taken back): the next message may go as the probe at once.
+void lose_probe(WorkerState& state, const std::string& endpoint);
+
+// claim.cpp: claim due messages, hand HTTP requests to the thread.
+size_t claim_and_deliver(WorkerState& state);  // how many messages it claimed
+// requests.cpp: the claimed HTTP messages to the delivery thread (claimed -> queued), or
+// to the DLQ when they cannot be sent as they stand.
+void start_http(WorkerState& state, const std::vector<store::ClaimedMessage>& claimed, int64_t claim_id);
+// A claimed message that goes to the DLQ without a request: this attempt was never made,
+// so the attempts recorded stay those before it.
+void dead_letter_unsent(WorkerState& state, const store::ClaimedMessage& m, core::DeadReason reason,
+                        std::string error);
+
+// notify.cpp: NOTIFY endpoints, claimed, notified and settled in one transaction.
+size_t notify_round(WorkerState& state, const std::vector<std::string>& endpoints);
+
+// settle.cpp: writing results back.
+void settle(WorkerState& state);
+// A transaction that may settle results (the claim, with NOTIFY's, and housekeeping). If
+// it fails, the results and counts go back to what they were before it; counts are
+// published only once it has committed.
+void in_settling_transaction(WorkerState& state, const char* activity, const std::function<void()>& body);
+// After a transaction that wrote these results has committed.
+void written(WorkerState& state, const store::Settlements& results);
+
+// housekeeping.cpp
+void housekeeping(WorkerState& state);
+void recount_queued(WorkerState& state);
+
+// status.cpp: what worker_status() and metrics() read.
+void publish_status(WorkerState& state, const char* what);
+void publish_counts(WorkerState& state);
+void publish_config_loaded(WorkerState& state);
+
+}  // namespace pg_outbox::pg::worker
