@@ -6,7 +6,7 @@
 PG_BIN=/usr/lib/postgresql/15/bin
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev libssl-dev libipc-run-perl
-          libgtest-dev cmake g++ make python3 perl curl openssl prometheus-postgres-exporter)
+          libgtest-dev cmake g++ make python3 perl curl openssl prometheus-postgres-exporter clang-format)
 
 log() { printf '\n=== %s\n' "$*"; }
 

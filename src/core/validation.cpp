@@ -302,7 +302,8 @@ std::optional<std::string> check_secret(std::string_view secret) {
 
 std::optional<std::string> check_idempotency_key(std::string_view key) {
   if (key.empty()) return "idempotency key must not be empty";
-  if (key.substr(0, 4) == "msg_") return "idempotency key must not start with \"msg_\" (the webhook-ids pg_outbox makes)";
+  if (key.substr(0, 4) == "msg_")
+    return "idempotency key must not start with \"msg_\" (the webhook-ids pg_outbox makes)";
   size_t count = 0;
   for (size_t i = 0; i < key.size();) {
     long cp = next_code_point(key, i);

@@ -99,7 +99,8 @@ Rows copy_result(uint64 processed) {
 
 }  // namespace
 
-Rows Statement::run(const std::vector<Datum>& arguments, Visibility visibility, const std::string& nulls, long max_rows) {
+Rows Statement::run(const std::vector<Datum>& arguments, Visibility visibility, const std::string& nulls,
+                    long max_rows) {
   if (plan_ == nullptr) {
     plan_ = pg_call([&] {
       SPIPlanPtr plan =
@@ -212,8 +213,8 @@ void as_owner(Oid owner, const std::function<void()>& body) {
     GetUserIdAndSecContext(&saved_user, &saved_context);
     SetUserIdAndSecContext(owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
     nest_level = NewGUCNestLevel();
-    (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true,
-                            0, false);
+    (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+                            false);
   });
   auto restore = [&] {
     pg_call([&] {

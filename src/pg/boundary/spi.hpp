@@ -41,8 +41,8 @@ class Rows {
   int64_t int64(size_t row, size_t column) const;  // 0 for NULL
   std::optional<int64_t> optional_int64(size_t row, size_t column) const;
   bool boolean(size_t row, size_t column) const { return int64(row, column) != 0; }  // false for NULL
-  const std::string& text(size_t row, size_t column) const;  // "" for NULL
-  std::string take_text(size_t row, size_t column);          // moves a (large) text out
+  const std::string& text(size_t row, size_t column) const;                          // "" for NULL
+  std::string take_text(size_t row, size_t column);                                  // moves a (large) text out
 
  private:
   const Cell& cell(size_t row, size_t column) const { return cells_[row * columns_ + column]; }
@@ -62,8 +62,8 @@ class Statement {
   };
   Statement(const char* sql, std::vector<Oid> argument_types) : sql_(sql), argument_types_(std::move(argument_types)) {}
   // nulls: one char per argument, 'n' for NULL (or empty: none is NULL); max_rows 0: all.
-  Rows run(const std::vector<Datum>& arguments, Visibility visibility = Visibility::kStatement, const std::string& nulls = {},
-           long max_rows = 0);
+  Rows run(const std::vector<Datum>& arguments, Visibility visibility = Visibility::kStatement,
+           const std::string& nulls = {}, long max_rows = 0);
   Rows run_latest(const std::vector<Datum>& arguments) { return run(arguments, Visibility::kLatest); }
 
  private:

@@ -51,13 +51,13 @@ namespace {
 using pg_outbox::pg::as_owner;
 using pg_outbox::pg::count_queued_rows;
 using pg_outbox::pg::pg_call;
-using pg_outbox::pg::Rows;
-using pg_outbox::pg::Statement;
-using pg_outbox::pg::with_spi;
 using pg_outbox::pg::release_queued;
 using pg_outbox::pg::reserve_queued;
 using pg_outbox::pg::Room;
+using pg_outbox::pg::Rows;
 using pg_outbox::pg::SqlError;
+using pg_outbox::pg::Statement;
+using pg_outbox::pg::with_spi;
 using namespace pg_outbox::pg::enqueue;
 
 constexpr int kKeyLengthMax = 200;  // event_type, ordering_key (the table's CHECKs say the same)
@@ -281,8 +281,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
   bool reserved = false;
   if (facts.has_max_pending) {
     const Room room = reserve_queued(name, facts.max_pending, reserved);
-    if (room == Room::kFull ||
-        (room == Room::kUnknown && at_max_pending(name, facts.max_pending, owner))) {
+    if (room == Room::kFull || (room == Room::kUnknown && at_max_pending(name, facts.max_pending, owner))) {
       if (reserved) release_queued(name);
       // A retried enqueue of a message that is already in is not new work.
       if (key != nullptr) {

@@ -52,9 +52,9 @@ std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int
      WHERE m.id = ANY (ARRAY(SELECT id FROM budgeted))
   )sql",
                              {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID, INT8OID, BOOLOID});
-  Rows rows = statement.run({text_array(endpoints), Int32GetDatum(limit), int8_array(excluded),
-                             Int64GetDatum(budget_bytes), Int64GetDatum(max_payload_size),
-                             BoolGetDatum(purpose == ClaimFor::kNotify)});
+  Rows rows =
+      statement.run({text_array(endpoints), Int32GetDatum(limit), int8_array(excluded), Int64GetDatum(budget_bytes),
+                     Int64GetDatum(max_payload_size), BoolGetDatum(purpose == ClaimFor::kNotify)});
   std::vector<ClaimedMessage> claimed(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     ClaimedMessage& m = claimed[r];

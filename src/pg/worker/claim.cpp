@@ -39,8 +39,8 @@ size_t claim_and_deliver(WorkerState& state) {
     const core::ClaimSettings sizes = claim_settings();
     auto views = state.endpoints.views(state.in_flight.held_by_endpoint(),
                                        [&](const std::string& name) { return state.parking.is_parked(name, now); });
-    core::ClaimPlan plan =
-        core::plan_claim(views, sizes, state.in_flight.size(), state.in_flight.held_bytes(), state.schedule.claim_round, now);
+    core::ClaimPlan plan = core::plan_claim(views, sizes, state.in_flight.size(), state.in_flight.held_bytes(),
+                                            state.schedule.claim_round, now);
     state.schedule.claim_round = plan.next_round;
     notify = plan.notify;
     std::vector<int64_t> excluded = state.in_flight_ids();

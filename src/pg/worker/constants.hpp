@@ -28,13 +28,6 @@ constexpr int kOrphanCheckEveryMs = 10000;
 constexpr int kPurgeBatch = 1000;
 constexpr int kOrphanBatch = 1000;
 
-// Errors that may mean DROP EXTENSION committed while a statement waited: the loop's
-// recover_from_error tells that apart; nothing else may take them for an endpoint's own.
-inline bool extension_may_be_gone(int sqlstate) {
-  return sqlstate == ERRCODE_UNDEFINED_TABLE || sqlstate == ERRCODE_INVALID_SCHEMA_NAME ||
-         sqlstate == ERRCODE_UNDEFINED_FUNCTION;
-}
-
 inline core::BreakerConfig breaker_config() {
   return {settings.breaker_threshold, settings.backoff_base_ms, settings.backoff_max_ms};
 }

@@ -8,6 +8,7 @@
 #include "pg/runtime/settings.hpp"
 #include "pg/store/housekeeping.hpp"
 #include "pg/worker/constants.hpp"
+#include "pg/worker/failures.hpp"
 #include "pg/worker/steps.hpp"
 
 namespace pg_outbox::pg::worker {
@@ -57,7 +58,7 @@ void housekeeping(WorkerState& state) {
   // Housekeeping can wait, deliveries must not: a failure (a lock an operator holds on
   // the history or the DLQ past the lock timeout) is logged, at most once a minute, and
   // tried again at the next round.
-  try {
+  auto failed = rolled_back_on_error([&] {
     in_settling_transaction(state, "pg_outbox: housekeeping", [&] {
       require_same_extension(state);
       if (settings.sent_retention_s > 0) {
@@ -67,18 +68,14 @@ void housekeeping(WorkerState& state) {
       if (settings.dlq_retention_s >= 0) store::purge_dead_letters(settings.dlq_retention_s, kPurgeBatch);
       if (orphans_due) dead_letter_orphans(state);
     });
-  } catch (const PgError& e) {
-    const int sqlstate = e.data()->sqlerrcode;
-    const std::string error = e.what();
-    abort_transaction();
-    if (extension_may_be_gone(sqlstate)) throw;
-    if (now < schedule.housekeeping_quiet_until_ms) return;
-    schedule.housekeeping_quiet_until_ms = now + 60000;
-    pg_call([&] {
-      ereport(LOG, (errcode(sqlstate), errmsg("pg_outbox worker: housekeeping failed: %s", error.c_str()),
-                    errdetail("Deliveries go on; housekeeping is tried again every second.")));
-    });
-  }
+  });
+  if (!failed || now < schedule.housekeeping_quiet_until_ms) return;
+  schedule.housekeeping_quiet_until_ms = now + 60000;
+  pg_call([&] {
+    ereport(LOG,
+            (errcode(failed->sqlstate), errmsg("pg_outbox worker: housekeeping failed: %s", failed->message.c_str()),
+             errdetail("Deliveries go on; housekeeping is tried again every second.")));
+  });
 }
 
 // Counts the queue of every endpoint with a max_pending: when the worker starts, when an

@@ -8,6 +8,7 @@
 #include "pg/runtime/settings.hpp"
 #include "pg/store/claims.hpp"
 #include "pg/worker/constants.hpp"
+#include "pg/worker/failures.hpp"
 #include "pg/worker/steps.hpp"
 
 #include <algorithm>
@@ -43,23 +44,26 @@ size_t notify_round(WorkerState& state, const std::vector<std::string>& endpoint
   store::Settlements others = std::move(state.results.pending());
   state.results.pending() = store::Settlements{};
   size_t claimed = 0;
+  std::optional<Failure> failed;
   try {
-    in_settling_transaction(state, "pg_outbox: NOTIFY", [&] {
-      require_same_extension(state);
-      auto rows = store::claim(endpoints, settings.batch_size, {}, settings.max_inflight_bytes,
-                               settings.max_payload_size, store::ClaimFor::kNotify);
-      claimed = rows.size();
-      notify_claimed(state, rows);
-      store::settle(state.results.pending(), settings.sent_retention_s > 0);
+    failed = rolled_back_on_error([&] {
+      in_settling_transaction(state, "pg_outbox: NOTIFY", [&] {
+        require_same_extension(state);
+        auto rows = store::claim(endpoints, settings.batch_size, {}, settings.max_inflight_bytes,
+                                 settings.max_payload_size, store::ClaimFor::kNotify);
+        claimed = rows.size();
+        notify_claimed(state, rows);
+        store::settle(state.results.pending(), settings.sent_retention_s > 0);
+      });
     });
-  } catch (const PgError& e) {
-    const int sqlstate = e.data()->sqlerrcode;
-    const std::string error = e.what();
-    abort_transaction();
+  } catch (...) {
     state.results.pending() = std::move(others);
-    if (extension_may_be_gone(sqlstate)) throw;
+    throw;
+  }
+  if (failed) {
+    state.results.pending() = std::move(others);
     if (endpoints.size() == 1) {
-      state.parking.park(endpoints[0], store::Settlements{}, error, state.now_ms());
+      state.parking.park(endpoints[0], store::Settlements{}, failed->message, state.now_ms());
       return 0;
     }
     size_t total = 0;

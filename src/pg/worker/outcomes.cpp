@@ -23,7 +23,8 @@ std::optional<Delivery> leave(WorkerState& state, int64_t id) {
   if (!delivery) return delivery;
   state.in_flight.member_settled(delivery->claim_id);
   if (const Endpoint* endpoint = state.endpoints.find(delivery->endpoint);
-      endpoint != nullptr && held_before == core::share_of(state.endpoints.view(*endpoint, held_before), claim_settings()))
+      endpoint != nullptr &&
+      held_before == core::share_of(state.endpoints.view(*endpoint, held_before), claim_settings()))
     state.schedule.more_due = true;
   return delivery;
 }
@@ -134,7 +135,8 @@ void take_responses(WorkerState& state) {
 // that has started is bounded by its own timeout instead.
 void give_back_stale_requests(WorkerState& state) {
   const int64_t now = state.now_ms();
-  give_back_unstarted(state, [&](const Delivery& d) { return core::lease_expired(d.claimed_ms, now, settings.lease_s); });
+  give_back_unstarted(state,
+                      [&](const Delivery& d) { return core::lease_expired(d.claimed_ms, now, settings.lease_s); });
 }
 
 // An endpoint was altered or paused: its requests not yet started are taken back and

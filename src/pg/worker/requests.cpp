@@ -30,8 +30,8 @@ std::optional<std::pair<core::DeadReason, std::string>> unsendable(const WorkerS
 
 // The request's header lines; `invalid` says why there are none.
 std::vector<std::string> header_lines(const WorkerState& state, const Endpoint& endpoint,
-                                      const store::ClaimedMessage& m, int64_t now_ms,
-                                      core::DeliveryHeaders& headers, std::string& invalid) {
+                                      const store::ClaimedMessage& m, int64_t now_ms, core::DeliveryHeaders& headers,
+                                      std::string& invalid) {
   if (!endpoint.headers) {
     invalid = "endpoint headers: " + endpoint.headers_error;
     return {};

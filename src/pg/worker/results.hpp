@@ -14,7 +14,6 @@
 
 namespace pg_outbox::pg::worker {
 
-
 class Results {
  public:
   // A result for a message, counted under its endpoint (published at commit).

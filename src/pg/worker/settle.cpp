@@ -5,6 +5,7 @@
 #include "pg/producer/queued_count.hpp"
 #include "pg/runtime/settings.hpp"
 #include "pg/worker/constants.hpp"
+#include "pg/worker/failures.hpp"
 #include "pg/worker/steps.hpp"
 
 extern "C" {
@@ -42,7 +43,7 @@ void hold_back_claims(WorkerState& state) {
 
 // One endpoint's results in a transaction of their own, under a short lock timeout.
 bool settle_alone(WorkerState& state, store::Settlements& results, std::string& error) {
-  try {
+  auto failed = rolled_back_on_error([&] {
     in_transaction("pg_outbox: settling one endpoint", [&] {
       require_same_extension(state);
       pg_call([] {
@@ -51,14 +52,9 @@ bool settle_alone(WorkerState& state, store::Settlements& results, std::string& 
       });
       store::settle(results, keep_history());
     });
-    return true;
-  } catch (const PgError& e) {
-    const int sqlstate = e.data()->sqlerrcode;
-    error = e.what();
-    abort_transaction();
-    if (extension_may_be_gone(sqlstate)) throw;
-    return false;
-  }
+  });
+  if (failed) error = failed->message;
+  return !failed;
 }
 
 // Writing everything together failed: each endpoint's results alone, then what belongs
@@ -124,17 +120,11 @@ void settle(WorkerState& state) {
     state.endpoints.save_breakers();
   };
   try {
-    try {
-      in_transaction("pg_outbox: settling deliveries", write_all);
-    } catch (const PgError& e) {
-      const int sqlstate = e.data()->sqlerrcode;
-      const std::string error = e.what();
-      abort_transaction();
+    if (auto failed = rolled_back_on_error([&] { in_transaction("pg_outbox: settling deliveries", write_all); })) {
       state.endpoints.breakers_not_written();
-      if (extension_may_be_gone(sqlstate)) throw;
       // Each endpoint's results alone (a failing one is parked with them), then what
       // belongs to no endpoint: finished claims and the breakers.
-      settle_apart(state, error);
+      settle_apart(state, failed->message);
       hold_back_claims(state);
       in_transaction("pg_outbox: settling deliveries", write_all);
     }

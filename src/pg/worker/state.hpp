@@ -47,7 +47,7 @@ struct WorkerState {
   WorkerState(DatabaseSlot& slot_, const core::Clock& clock_, http::DeliveryThread& delivery_)
       : slot(slot_), clock(clock_), delivery(delivery_), random(std::random_device{}()) {}
 
-  DatabaseSlot& slot;              // this database's shared state (latch, status, counters)
+  DatabaseSlot& slot;  // this database's shared state (latch, status, counters)
   const core::Clock& clock;
   http::DeliveryThread& delivery;  // libcurl, on its own thread
   Endpoints endpoints;

@@ -34,8 +34,7 @@ size_t claim_and_deliver(WorkerState& state);  // how many messages it claimed
 void start_http(WorkerState& state, const std::vector<store::ClaimedMessage>& claimed, int64_t claim_id);
 // A claimed message that goes to the DLQ without a request: this attempt was never made,
 // so the attempts recorded stay those before it.
-void dead_letter_unsent(WorkerState& state, const store::ClaimedMessage& m, core::DeadReason reason,
-                        std::string error);
+void dead_letter_unsent(WorkerState& state, const store::ClaimedMessage& m, core::DeadReason reason, std::string error);
 
 // notify.cpp: NOTIFY endpoints, claimed, notified and settled in one transaction.
 size_t notify_round(WorkerState& state, const std::vector<std::string>& endpoints);

@@ -12,6 +12,7 @@
 #include "pg/store/claims.hpp"
 #include "pg/store/extension.hpp"
 #include "pg/worker/constants.hpp"
+#include "pg/worker/failures.hpp"
 #include "pg/worker/steps.hpp"
 
 extern "C" {

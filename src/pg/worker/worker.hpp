@@ -32,8 +32,8 @@ class Worker {
   int wait_timeout_ms() const;
 
   core::SystemClock clock_;
-  http::DeliveryThread delivery_;            // libcurl, on its own thread
-  ::WaitEventSet* wait_set_ = nullptr;    // latch, postmaster death, delivery_.results_fd()
+  http::DeliveryThread delivery_;       // libcurl, on its own thread
+  ::WaitEventSet* wait_set_ = nullptr;  // latch, postmaster death, delivery_.results_fd()
   WorkerState state_;
   bool ready_ = false;               // the extension exists at our version and claims were recovered
   bool announced_ = false;           // "worker started" is logged once, when first ready
