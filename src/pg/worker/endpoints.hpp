@@ -38,7 +38,6 @@ class Endpoints {
   Endpoint* find(const std::string& name);
   const Endpoint* find(const std::string& name) const;
   Endpoint& at(const std::string& name) { return endpoints_.at(name); }
-  std::unordered_map<std::string, Endpoint>& all() { return endpoints_; }
   bool any_breaker_dirty() const;
   // Saves the breakers changed since they were last saved, in the caller's transaction;
   // they are clean once it commits (breakers_committed), dirty still if it fails.
