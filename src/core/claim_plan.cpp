@@ -10,13 +10,17 @@ size_t claim_target(const ClaimSettings& settings) {
   return static_cast<size_t>(std::max(settings.batch_size, 2 * settings.max_concurrency));
 }
 
-size_t share_of(const EndpointView& endpoint, const ClaimSettings& settings) {
+size_t share_of(int concurrency, std::optional<int> rate_limit, const ClaimSettings& settings) {
   const size_t slots = static_cast<size_t>(std::max(1, settings.max_concurrency));
   // Its part of the connections: its cap, counted at most as every connection.
-  const size_t cap = std::min(static_cast<size_t>(endpoint.concurrency), slots);
+  const size_t cap = std::min(static_cast<size_t>(concurrency), slots);
   const size_t share = std::max(cap, claim_target(settings) * cap / slots);
-  if (endpoint.rate_limit) return std::min(share, std::max<size_t>(1, 10 * static_cast<size_t>(*endpoint.rate_limit)));
+  if (rate_limit) return std::min(share, std::max<size_t>(1, 10 * static_cast<size_t>(*rate_limit)));
   return share;
+}
+
+size_t share_of(const EndpointView& endpoint, const ClaimSettings& settings) {
+  return share_of(endpoint.concurrency, endpoint.rate_limit, settings);
 }
 
 bool holds_its_share(const EndpointView& endpoint, const ClaimSettings& settings) {

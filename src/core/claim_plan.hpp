@@ -55,6 +55,8 @@ size_t claim_target(const ClaimSettings& settings);
 // can send in 10 s (at least 1): its claimed messages wait in the worker, and must not
 // wait there for minutes.
 size_t share_of(const EndpointView& endpoint, const ClaimSettings& settings);
+// The same from the endpoint's concurrency and rate limit alone.
+size_t share_of(int concurrency, std::optional<int> rate_limit, const ClaimSettings& settings);
 
 // Whether the endpoint holds its share (and at least one request): it is left out of
 // the HTTP claim, its results make room. Only meaningful for HTTP endpoints.

@@ -26,6 +26,12 @@ int64_t record_claim(const std::vector<store::ClaimedMessage>& claimed) {
 
 }  // namespace
 
+bool claim_has_room(const WorkerState& state) {
+  const core::ClaimSettings sizes = claim_settings();
+  auto views = state.endpoints.views(state.in_flight.held_by_endpoint(), [](const std::string&) { return false; });
+  return core::wants_claim(core::claimable_outstanding(state.in_flight.size(), views, sizes), sizes);
+}
+
 size_t claim_and_deliver(WorkerState& state) {
   // Claimed HTTP messages go to libcurl only once the claim has committed: a claim that
   // fails rolls back, and nothing it took may have been sent.

@@ -23,8 +23,8 @@ std::optional<Delivery> leave(WorkerState& state, int64_t id) {
   if (!delivery) return delivery;
   state.in_flight.member_settled(delivery->claim_id);
   if (const Endpoint* endpoint = state.endpoints.find(delivery->endpoint);
-      endpoint != nullptr &&
-      held_before == core::share_of(state.endpoints.view(*endpoint, held_before), claim_settings()))
+      endpoint != nullptr && held_before == core::share_of(state.endpoints.concurrency_of(*endpoint),
+                                                           endpoint->row.rate_limit, claim_settings()))
     state.schedule.more_due = true;
   return delivery;
 }

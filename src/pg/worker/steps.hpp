@@ -29,6 +29,9 @@ void lose_probe(WorkerState& state, const std::string& endpoint);
 
 // claim.cpp: claim due messages, hand HTTP requests to the thread.
 size_t claim_and_deliver(WorkerState& state);  // how many messages it claimed
+// Whether the worker holds little enough for endpoints that may still be claimed that a
+// claim is worth running (core::wants_claim).
+bool claim_has_room(const WorkerState& state);
 // requests.cpp: the claimed HTTP messages to the delivery thread (claimed -> queued), or
 // to the DLQ when they cannot be sent as they stand.
 void start_http(WorkerState& state, const std::vector<store::ClaimedMessage>& claimed, int64_t claim_id);

@@ -2,7 +2,6 @@
 // life around them (the extension at this library's version, errors, exit).
 #include "pg/worker/worker.hpp"
 
-#include "core/claim_plan.hpp"
 #include "core/delivery_policy.hpp"
 #include "core/wait_timeout.hpp"
 #include "pg/boundary/boundary.hpp"
@@ -146,12 +145,7 @@ void Worker::round(bool woken) {
   }
   Schedule& schedule = state_.schedule;
   const int64_t now = state_.now_ms();
-  const core::ClaimSettings sizes = claim_settings();
-  const size_t claimable = core::claimable_outstanding(
-      state_.in_flight.size(),
-      state_.endpoints.views(state_.in_flight.held_by_endpoint(), [](const std::string&) { return false; }), sizes);
-  if (schedule.wakes.should_claim(woken, schedule.more_due, now, schedule.next_claim_ms) &&
-      core::wants_claim(claimable, sizes)) {
+  if (schedule.wakes.should_claim(woken, schedule.more_due, now, schedule.next_claim_ms) && claim_has_room(state_)) {
     schedule.wakes.claim_started(now);
     schedule.wakes.claim_finished(claim_and_deliver(state_));
   }
