@@ -92,7 +92,7 @@ SELECT table_schema, table_name, column_name
  WHERE table_schema IN ('outbox', 'dlq') AND column_name LIKE '%secret%'
  ORDER BY 1, 2, 3;
 
--- The GUCs as the README's configuration table documents them: default, unit, and
+-- The GUCs as docs/operations.md (Configuration) documents them: default, unit, and
 -- whether a reload (sighup) or a restart (postmaster) applies a change.
 SELECT name, boot_val, unit, context, min_val, max_val
   FROM pg_settings WHERE name LIKE 'pg_outbox.%' ORDER BY name;

@@ -1,5 +1,5 @@
 --
--- Privileges: nothing for PUBLIC; the producer and operator grants that the README
+-- Privileges: nothing for PUBLIC; the producer and operator grants that docs/operations.md
 -- documents (the comment block at the end of the install script), applied exactly.
 --
 \set SHOW_CONTEXT never

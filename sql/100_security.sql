@@ -3,7 +3,7 @@
 -- it fails if the promise breaks.
 --
 --   1. every SECURITY DEFINER function pins search_path = pg_catalog, pg_temp, and
---      none is executable by PUBLIC; the roles of the README hold exactly their grants;
+--      none is executable by PUBLIC; the roles of docs/operations.md hold exactly their grants;
 --   2. objects planted in public and in pg_temp by a role with CREATE on public are
 --      never called by the functions, whatever the caller's search_path;
 --   3. a producer reads nothing and administers nothing; an operator never reads a
@@ -28,7 +28,7 @@ CREATE ROLE regress_sec_producer;
 CREATE ROLE regress_sec_operator;
 CREATE ROLE regress_sec_attacker;
 
--- The README's grants, exactly.
+-- The grants of docs/operations.md, exactly.
 GRANT USAGE ON SCHEMA outbox TO regress_sec_producer;
 GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz)
   TO regress_sec_producer;
@@ -71,7 +71,7 @@ SELECT p.oid::regprocedure AS sql_function_without_pinned_search_path
    AND l.lanname IN ('sql', 'plpgsql')
    AND NOT coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false)
  ORDER BY p.oid::regprocedure::text;
--- What each role may do with each relation: exactly the README's grants, nothing on
+-- What each role may do with each relation: exactly the grants of docs/operations.md, nothing on
 -- the secrets.
 SELECT r.rolname, c.oid::regclass AS relation,
        has_table_privilege(r.oid, c.oid, 'SELECT') AS sel,

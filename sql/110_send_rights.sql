@@ -1,5 +1,5 @@
 --
--- Send rights (SPEC §2 Privileges): a producer may enqueue only to the endpoints it was
+-- Send rights (docs/operations.md, Privileges): a producer may enqueue only to the endpoints it was
 -- granted with outbox.grant_send; otherwise 42501 and nothing is inserted.  The right
 -- follows PostgreSQL's role semantics (membership with INHERIT, SET ROLE), is checked
 -- for the role that really calls enqueue (not the function's owner, not the session

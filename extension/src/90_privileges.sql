@@ -7,7 +7,7 @@ REVOKE ALL ON ALL TABLES IN SCHEMA outbox, dlq FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA outbox, dlq FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 
--- The grants a deployment needs (documented in the README; the regress suite applies
+-- The grants a deployment needs (documented in docs/operations.md, Privileges; the regress suite applies
 -- exactly these to its roles).  Replace producer/operator with your roles.
 --
 --   -- producer: enqueues in its own transactions, to the endpoints it was granted;

@@ -12,7 +12,7 @@ DROP VIEW outbox.endpoint_stats;
 
 -- create_endpoint and alter_endpoint gain the concurrency option: a new signature, so
 -- the old functions are dropped and created again below. The EXECUTE grants an
--- administrator gave on them (the operator role of the README) are kept aside here, in
+-- administrator gave on them (the operator role of docs/operations.md) are kept aside here, in
 -- a setting local to the update's transaction (a table would become a member of the
 -- extension), and given again on the new ones at the end (0.2.0--0.3.0.final.sql).
 SELECT pg_catalog.set_config('pg_outbox_upgrade.grants', coalesce((

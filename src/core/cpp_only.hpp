@@ -6,5 +6,5 @@
 // after postgres.h, so the check lives in the .cpp files, not in the headers.)
 #pragma once
 #ifdef POSTGRES_H
-#error "core/ and http/ must not include PostgreSQL headers (see README.md, Architecture)"
+#error "core/ and http/ must not include PostgreSQL headers (see docs/architecture.md)"
 #endif

@@ -53,7 +53,7 @@ bool honours_retry_after(long http_status);
 // fractions, garbage) gives nullopt, and the caller falls back to backoff.
 std::optional<int64_t> parse_retry_after_ms(std::string_view header_value, int64_t now_unix_ms);
 
-// Exponential backoff with "equal jitter" (the formula the README documents):
+// Exponential backoff with "equal jitter" (the formula docs/delivery.md documents, Retries and backoff):
 //
 //   ceiling(n) = min(max_ms, base_ms * 2^(n-1))        n = attempts made so far (>= 1)
 //   delay(n)   = ceiling/2 + unit_random * ceiling/2   unit_random uniform in [0, 1)

@@ -3,7 +3,7 @@
 // and the two use both cores.
 //
 // Pure C++: no PostgreSQL header here or in the .cpp, and the thread never calls PostgreSQL
-// (README.md, Architecture, "Threads"). The worker (the main thread) and the delivery thread
+// (docs/architecture.md, Threads). The worker (the main thread) and the delivery thread
 // meet only in this class:
 // - inbound, the requests not yet started (a GroupQueue: FIFO per endpoint, round robin
 //   between endpoints, each endpoint within its adaptive window), guarded by a mutex. The

@@ -1,9 +1,9 @@
 // The HTTP side of delivery: a libcurl multi-interface client that POSTs webhook payloads,
 // keeps up to max_concurrency transfers in flight and reuses keep-alive connections.
 //
-// Pure C++: no PostgreSQL header here or in the .cpp (see README.md, Architecture). libcurl itself is
-// hidden behind a pimpl, so the worker (pg/) can include this header after postgres.h without
-// pulling curl.h in.
+// Pure C++: no PostgreSQL header here or in the .cpp (see docs/architecture.md, The C++/PostgreSQL boundary). libcurl
+// itself is hidden behind a pimpl, so the worker (pg/) can include this header after postgres.h without pulling curl.h
+// in.
 //
 // Threading and blocking: a Client is used by one thread at a time (the delivery thread, see
 // delivery_thread.hpp) and never blocks longer than the timeout passed to run(), which a

@@ -535,7 +535,7 @@ TEST(EgressCheck, HostOnlyCheckOfNames) {
   EXPECT_TRUE(check_egress_host(policy("", "0.0.0.0/0, ::/0"), "example.com").allowed);
 }
 
-// The deny list the README recommends for production.
+// The deny list docs/operations.md (Egress policy) recommends for production.
 TEST(EgressCheck, RecommendedProductionDenyList) {
   EgressPolicy p = policy("",
                           "127.0.0.0/8, ::1/128, 0.0.0.0/8, 169.254.0.0/16, fe80::/10, 10.0.0.0/8, 172.16.0.0/12, "
