@@ -137,12 +137,6 @@ sub sql_retry
 
 # Waits for a worker whose pid differs from $old (any worker when $old is undef).
 
-sub log_since
-{
-	my ($n, $offset) = @_;
-	return slurp_file($n->logfile, $offset);
-}
-
 sub first_n { my ($k, @l) = @_; return join(' ', @l[0 .. ($#l < $k - 1 ? $#l : $k - 1)]) }
 
 # ---------------------------------------------------------------------------
