@@ -418,7 +418,8 @@ my ($exp_sent, $exp_dead, $exp_retried) = split /\|/, sql($node, q{
 	       (SELECT sum(attempts - 1) FROM outbox.history)
 	     + (SELECT coalesce(sum(attempts - 1), 0) FROM dlq.dead_letters WHERE attempts > 0)});
 # The worker publishes its counters just after the settle commits: wait for them.
-wait_until(sub { sql($node, 'SELECT sent, dead_lettered FROM outbox.worker_status()') eq "$exp_sent|$exp_dead" });
+ok(wait_until(sub { sql($node, 'SELECT sent, dead_lettered FROM outbox.worker_status()') eq "$exp_sent|$exp_dead" }),
+	'worker_status() publishes the counts of the settled messages');
 my ($sent, $retried, $dead) = split /\|/,
   sql($node, 'SELECT sent, retried, dead_lettered FROM outbox.worker_status()');
 is($sent,    $exp_sent,    "worker_status().sent = $exp_sent (rows in the history)");

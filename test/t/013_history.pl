@@ -123,7 +123,7 @@ is(sql($node, 'SELECT coalesce(sum(sent), 0) FROM outbox.history_counts'), '0', 
 
 # ---------------------------------------------------------------------------
 # 6. sent_retention = 0 keeps nothing.
-reload_conf($node, 'pg_outbox.sent_retention' => '0');
+ok(reload_conf($node, 'pg_outbox.sent_retention' => '0'), 'sent_retention = 0 (reloaded)');
 my $gone = sql($node, q{SELECT outbox.enqueue('h', '{"n": "not kept"}')});
 ok($recv->wait_requests('/hooks/h', 58), 'delivered with retention 0');
 ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $gone"), '... it left the queue');
@@ -132,7 +132,7 @@ is(sql($node, "SELECT count(*) FROM outbox.message($gone)"), '0', 'message(): a 
 
 # ---------------------------------------------------------------------------
 # 7. pg_dump / pg_restore keeps the history and its partitions.
-reload_conf($node, 'pg_outbox.sent_retention' => '1h');
+ok(reload_conf($node, 'pg_outbox.sent_retention' => '1h'), 'sent_retention = 1h (reloaded)');
 sql($node, q{SELECT outbox.enqueue('h', jsonb_build_object('n', g)) FROM generate_series(1, 20) g});
 ok(wait_sql($node, q{SELECT count(*) = 20 FROM outbox.history WHERE endpoint = 'h'}), '20 delivered before the dump');
 sql($node, q{SELECT outbox.pause_endpoint('h')});

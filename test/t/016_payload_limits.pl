@@ -72,7 +72,8 @@ cmp_ok($hwm_kb, '<', $shared_kb + 32 * 1024,
 
 # ---------------------------------------------------------------------------
 # 3. The byte budget: 4 MB payloads, 1 MB of budget, one at a time.
-reload_conf($node, 'pg_outbox.max_payload_size' => '16MB', 'pg_outbox.max_inflight_bytes' => '1MB');
+ok(reload_conf($node, 'pg_outbox.max_payload_size' => '16MB', 'pg_outbox.max_inflight_bytes' => '1MB'),
+	'max_payload_size 16MB, max_inflight_bytes 1MB (reloaded)');
 $recv->add_rule(path => '/hooks/p', delay_ms => 300);
 sql($node, q{SELECT outbox.pause_endpoint('p')});
 my @four = split /\n/, sql($node, q{SELECT outbox.enqueue('p', jsonb_build_object('four', g, 'blob', repeat(md5(g::text), 4 * 1024 * 1024 / 32)))

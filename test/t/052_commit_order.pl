@@ -66,10 +66,12 @@ sub requests_of
 	} @{ $recv->requests(path => $path) };
 }
 
+# Waits (bounded) until $n messages of $endpoint are in the history; returns 1, or 0
+# on timeout (callers ok() it).
 sub wait_sent
 {
 	my ($endpoint, $n) = @_;
-	wait_sql($node, "SELECT count(*) >= $n FROM outbox.history WHERE endpoint = '$endpoint'", 60);
+	return wait_sql($node, "SELECT count(*) >= $n FROM outbox.history WHERE endpoint = '$endpoint'", 60);
 }
 
 sub enqueue_sql
@@ -88,9 +90,9 @@ $sb->query_safe('BEGIN');
 my $id_b = $sb->query_safe(enqueue_sql('s1', 'B', 'k'));
 $sb->query_safe('COMMIT');
 ok($id_a < $id_b, "A enqueued first (id $id_a), B second (id $id_b)");
-$recv->wait_requests('/hooks/s1', 1, 30);
+ok($recv->wait_requests('/hooks/s1', 1, 30), "1. B's first attempt reached the receiver before A commits");
 $sa->query_safe('COMMIT');
-wait_sent('s1', 2);
+ok(wait_sent('s1', 2), '1. both messages sent');
 is_deeply([ delivered_ids('/hooks/s1') ], [ $id_b, $id_a ], '1. B (committed first) was delivered before A');
 my @s1 = requests_of('/hooks/s1');
 my ($b_ok) = map { $_->[2] } grep { $_->[0] == $id_b && ($_->[3] // '') eq '200' } @s1;
@@ -119,7 +121,7 @@ is( $node->safe_psql('postgres',
 		"SELECT id FROM outbox.messages WHERE endpoint = 's2' AND ordering_seq IS NULL"),
 	$id{C}, '2. the head is the first to commit (C), not the lowest id');
 $node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s2')});
-wait_sent('s2', 3);
+ok(wait_sent('s2', 3), '2. the three messages sent');
 is_deeply([ delivered_ids('/hooks/s2') ], [ @id{qw(C A B)} ], '2. delivered in commit order: C, A, B');
 
 # --- 3. A REPEATABLE READ producer follows what committed after its snapshot --------
@@ -132,7 +134,7 @@ $sa->query_safe('COMMIT');
 is( $node->safe_psql('postgres', "SELECT ordering_seq IS NOT NULL FROM outbox.messages WHERE id = $id_r"),
 	't', '3. the REPEATABLE READ message waits behind the one committed after its snapshot');
 $node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s3')});
-wait_sent('s3', 2);
+ok(wait_sent('s3', 2), '3. both messages sent');
 is_deeply([ delivered_ids('/hooks/s3') ], [ $id_w, $id_r ], '3. delivered in commit order');
 $_->quit for ($sa, $sb, $sc);
 
@@ -163,7 +165,7 @@ my $ok = PostgreSQL::Test::Utils::run_log(
 	'>', \$out, '2>', \$err);
 ok($ok, '4. pgbench ran every transaction') or diag($err);
 my $total = $CLIENTS * $PER_CLIENT;
-wait_sent('s4', $total);
+ok(wait_sent('s4', $total), "4. all $total messages sent");
 my %witness = map { my ($i, $k, $n) = split /\|/; ($i => [ $k, $n ]) }
   split /\n/, $node->safe_psql('postgres', 'SELECT id, k, n FROM witness');
 is(scalar(keys %witness), $total, "4. $total transactions committed");
@@ -216,7 +218,7 @@ $ok = PostgreSQL::Test::Utils::run_log(
 	'>', \$out, '2>', \$err);
 ok($ok && $err !~ /deadlock/, '5. no transaction failed (no deadlock between keys locked in opposite orders)')
   or diag($err);
-wait_sent('s5', $CLIENTS * 25 * 2);
+ok(wait_sent('s5', $CLIENTS * 25 * 2), '5. all ' . ($CLIENTS * 25 * 2) . ' messages sent');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE endpoint = 's5'}),
 	0, '5. all delivered');
 
@@ -250,7 +252,7 @@ is( $node->safe_psql('postgres',
 		   WHERE endpoint = 's6' AND ordering_key = 'k'}),
 	join(',', @six[ 2 .. 4 ]), '6. one that becomes ordered puts its queued messages in id order');
 $node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s6')});
-wait_sent('s6', 4);
+ok(wait_sent('s6', 4), '6. the four remaining messages sent');
 my %of_k = map { $_ => 1 } @six[ 2 .. 4 ];
 is_deeply([ grep { $of_k{$_} } delivered_ids('/hooks/s6') ], [ @six[ 2 .. 4 ] ], '6. and delivers them in that order');
 
@@ -268,7 +270,8 @@ $node->safe_psql('postgres', q{DELETE FROM outbox.messages WHERE endpoint = 's7'
 $recv->add_rule(path => '/hooks/s7', status => 400);
 $node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s7')});
 $node->safe_psql('postgres', enqueue_sql('s7', "d$_", 'k')) for 1 .. 3;
-wait_sql($node, q{SELECT count(*) = 3 FROM dlq.dead_letters WHERE endpoint = 's7'}, 30);
+ok(wait_sql($node, q{SELECT count(*) = 3 FROM dlq.dead_letters WHERE endpoint = 's7'}, 30),
+	'7. the three messages refused with 400 are dead letters');
 $recv->clear_rules;
 $node->safe_psql('postgres', q{SELECT outbox.pause_endpoint('s7')});
 $node->safe_psql('postgres', q{SELECT dlq.requeue_all('s7')});
@@ -315,23 +318,30 @@ $recv->add_rule(path => '/hooks/s8', action => 'hang', times => 1);    # the hea
 $node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s8', url => '%s', ordered => true)},
 	$recv->url('/hooks/s8')));
 $node->safe_psql('postgres', q{SELECT outbox.enqueue('s8', '{"n": "blocked-head"}', ordering_key => 'hot')});
-$recv->wait_requests('/hooks/s8', 1, 30);
+ok($recv->wait_requests('/hooks/s8', 1, 30), "8. the head's request reached the receiver (it hangs there)");
 $node->safe_psql('postgres', q{SELECT outbox.enqueue('s8', jsonb_build_object('n', i), ordering_key => 'hot')
 	FROM generate_series(1, 20000) i});
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE endpoint = 's8' AND ordering_seq IS NOT NULL}),
 	20000, '8. 20,000 messages wait behind the blocked head');
-sleep 1.2;    # the worker's index statistics reach the shared counters at most once a second
-my $read_before = $node->safe_psql('postgres',
-	q{SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'messages_claim_idx'});
+# The worker's index statistics reach the shared counters at most once a second. The
+# baseline needs no wait: reads of the worker not yet flushed now are counted below, as
+# if the 200 had made them (a stricter test, never a looser one).
+my $IDX_READ = q{SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'messages_claim_idx'};
+my $read_before = $node->safe_psql('postgres', $IDX_READ);
 for my $i (1 .. 20)
 {
 	$node->safe_psql('postgres', join '',
 		map { "SELECT outbox.enqueue('s8', '{}', ordering_key => 'other-$i-$_');" } 1 .. 10);
 }
-wait_sent('s8', 200);
-sleep 1.2;
-my $read = $node->safe_psql('postgres',
-	q{SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'messages_claim_idx'}) - $read_before;
+ok(wait_sent('s8', 200), '8. the 200 messages of other keys sent beside the blocked head');
+# Each of the 200 was found through the claim index, so the claims that sent them read
+# at least 200 entries: wait (bounded) until the counters show that many, i.e. until
+# the worker has flushed the statistics of those claims; a claim that read the 20,000
+# shows at once (any flush of it puts 20,000 or more here).
+ok(wait_until(sub { $node->safe_psql('postgres', $IDX_READ) - $read_before >= 200 }, 60,
+		'the claims of the 200 in pg_stat_user_indexes'),
+	'8. the statistics show the claims that sent the 200 (at least 200 index entries read)');
+my $read = $node->safe_psql('postgres', $IDX_READ) - $read_before;
 note "claim index entries read while 200 messages flowed beside the blocked key: $read";
 # Were the 20,000 in the claim index, every claim would read them all: the claims
 # that sent these 200 messages together read fewer than one such claim would.

@@ -577,7 +577,8 @@ sub kill_worker
 	if (!defined $pid) { fail("$label: no worker to kill"); return }
 	if ($mid_drain)
 	{
-		wait_until(sub { $rlog->in_flight_at('/hooks/load', time) > 0 }, undef, "$label: requests in flight");
+		ok(wait_until(sub { $rlog->in_flight_at('/hooks/load', time) > 0 }, undef, "$label: requests in flight"),
+			"$label: requests of the load are in flight at the receiver before the kill");
 	}
 	my $t_kill = time;
 	ok(kill('KILL', $pid), "$label: SIGKILL to worker $pid");
@@ -871,12 +872,16 @@ sub enqueue_batch
 	sleep(1);
 	my $cpu1 = cpu_seconds($pid);
 	my $between = worker_pid($node);
-	if (defined $cpu0 && defined $cpu1 && defined $between && $between == $pid)
-	{
-		cmp_ok($cpu1 - $cpu0, '<', 0.3,
-			"$L: the worker does not spin while the extension is dropped and requests are in flight")
-		  or diag(sprintf '%s: worker %d used %.2f s of CPU in 1 s', $L, $pid, $cpu1 - $cpu0);
-	}
+	# The measurement must not vanish: the worker measured is the one that ran through
+	# the window (another pid, or none, is a failure, not a skipped check).
+	ok(defined $cpu0 && defined $cpu1 && defined $between && $between == $pid,
+		"$L: the same worker ($pid) ran through the measurement window")
+	  or diag(sprintf '%s: worker %s before, %s after the window; CPU %s .. %s', $L, $pid,
+		$between // 'none', $cpu0 // 'unreadable', $cpu1 // 'unreadable');
+	my $used = (defined $cpu0 && defined $cpu1) ? $cpu1 - $cpu0 : 9e9;
+	cmp_ok($used, '<', 0.3,
+		"$L: the worker does not spin while the extension is dropped and requests are in flight")
+	  or diag(sprintf '%s: worker %d used %.2f s of CPU in 1 s', $L, $pid, $used);
 	sql_retry($node, 'CREATE EXTENSION pg_outbox');
 	# Slow 503s shrink the endpoint's window to one connection: four of them, not
 	# twenty, keep the scenario within its time.

@@ -95,7 +95,15 @@ is($r->{headers}{'x-extra'}, '1', '... while its other headers are sent');
 # 3. A stricter policy applies to the connection already open to the allowed
 #    receiver (keep-alive): checked on the address of a reused connection too.
 
-my $before = scalar @{ $allowed->requests(path => '/hooks/ok') };
+# First, the connection is reused: a second message goes over the connection that
+# carried the first, so the connection the stricter policy meets is an open one.
+my $ok1b = sql($node, q{SELECT outbox.enqueue('ok', '{"n": "reused"}')});
+ok($allowed->wait_requests('/hooks/ok', 2), 'a second message to the allowed endpoint arrives');
+my @ok_reqs = @{ $allowed->requests(path => '/hooks/ok') };
+is($ok_reqs[1]{headers}{'webhook-id'}, webhook_prefix($node) . $ok1b, '... it is the second message');
+is($ok_reqs[1]{conn}, $ok_reqs[0]{conn}, '... over the TCP connection of the first (keep-alive: reused)');
+is($allowed->stats->{connections}, 1, '... the receiver saw one connection carry every request');
+my $before = scalar @ok_reqs;
 ok(reload_conf($node, 'pg_outbox.egress_deny' => '127.0.0.0/8, ::1/128'), 'deny all of 127.0.0.0/8 (reloaded)');
 my $ok2 = sql($node, q{SELECT outbox.enqueue('ok', '{"n": "after the stricter policy"}')});
 ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $ok2"),

@@ -59,11 +59,20 @@ for my $burst (100, 1000)
 {
 	my $before = scalar @{ $small->requests(path => '/hooks/small') };
 	my @ids = enqueue_many('small', $burst, "burst$burst");
+	# Delivered is what the receiver answered: wait for its 2xx to every message.
+	ok(wait_until(sub { my $ok = $small->answered_2xx('/hooks/small'); !grep { !$ok->{"$W$_"} } @ids },
+			120, "the receiver's 2xx to each of the $burst"),
+		"$burst at once: the receiver answered 2xx to every message");
 	ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'small'", 120),
 		"$burst at once: the queue drains");
 	my $by_id = requests_by_id($small, '/hooks/small');
 	my @mine  = map { $by_id->{"$W$_"} // 0 } @ids;
 	is(scalar(grep { $_ == 1 } @mine), $burst, "$burst at once: every message arrived exactly once");
+	my %mine = map { ("$W$_" => 1) } @ids;
+	my @not_2xx = grep { $mine{ $_->{headers}{'webhook-id'} // '' } && ($_->{answered} // '') !~ /^2\d\d$/ }
+	  @{ $small->requests(path => '/hooks/small') };
+	is(scalar @not_2xx, 0, "... and that one request was answered 2xx")
+	  or diag explain [ map { "$_->{headers}{'webhook-id'}: " . ($_->{answered} // 'not answered') } @not_2xx[ 0 .. ($#not_2xx < 9 ? $#not_2xx : 9) ] ];
 	is(scalar @{ $small->requests(path => '/hooks/small') } - $before, $burst, "... $burst requests in all");
 	is(sql($node, q{SELECT breaker_state || '/' || breaker_failures FROM outbox.endpoints WHERE name = 'small'}), 'closed/0',
 		'... the breaker stayed closed, not one failure');

@@ -18,6 +18,7 @@ use lib "$FindBin::RealBin/../perl";
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes ();
 
 my $node = new_outbox_node(
 	'bounded_waits',
@@ -60,7 +61,9 @@ $operator->query_safe('ROLLBACK');
 # --- 2. An open transaction locks an endpoint's messages in flight --------------------
 my $log_offset = -s $node->logfile;
 enqueue('held', 3);    # within the first window of 4: all in flight at once
-$recv->wait_requests('/hooks/held', 3, 30);
+ok($recv->wait_requests('/hooks/held', 3, 30), '2. the 3 requests of "held" reached the receiver');
+my $in_flight = $recv->in_flight_at('/hooks/held', Time::HiRes::time());
+is($in_flight, 3, '2. all three are in flight (none answered yet) before the lock is taken');
 $operator->query_safe('BEGIN');
 is($operator->query_safe(q{SELECT count(*) FROM (SELECT FROM outbox.messages WHERE endpoint = 'held' FOR UPDATE) l}),
 	3, '2. an operator locks the 3 messages of "held" while their requests run');

@@ -27,7 +27,8 @@ sub create
 	my ($name, $max) = @_;
 	sql($node, sprintf(q{SELECT outbox.create_endpoint('%s', url => '%s', max_pending => %d);
 	              SELECT outbox.pause_endpoint('%s')}, $name, $recv->url("/hooks/$name"), $max, $name));
-	wait_sql($node, "SELECT counted FROM outbox._queued_counts() WHERE endpoint = '$name'", 30);
+	ok(wait_sql($node, "SELECT counted FROM outbox._queued_counts() WHERE endpoint = '$name'", 30),
+		"the worker counted the queue of $name");
 }
 
 sub kept
@@ -94,7 +95,7 @@ ok(wait_sql($node, "SELECT committed = $big FROM outbox._queued_counts() WHERE e
 my $old = worker_pid($node);
 sql($node, q{UPDATE outbox.messages SET endpoint = 'mp2' WHERE id IN (SELECT id FROM outbox.messages WHERE endpoint = 'mp' LIMIT 2)});
 sql($node, "SELECT pg_terminate_backend($old)");
-wait_for_worker($node, $old);
+ok(defined wait_for_worker($node, $old), '3. a new worker runs after the old one was terminated');
 ok(wait_sql($node, q{SELECT string_agg(endpoint || '=' || committed, ',' ORDER BY endpoint) = 'big=} . $big
 		. q{,mp=10,mp2=8' FROM outbox._queued_counts() WHERE counted}, 30),
 	'3. a new worker counts them all again (2 moved from mp to mp2 meanwhile)');
