@@ -242,6 +242,7 @@ use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
 use MIME::Base64 qw(encode_base64 decode_base64);
+use Scalar::Util ();
 use Time::HiRes ();
 
 use PostgreSQL::Test::Cluster;
@@ -449,21 +450,36 @@ sub listen_for_notifications
 	return bless { session => $session, notes => [], json => JSON::PP->new->utf8 }, 'OutboxTest::Listener';
 }
 
+# The shared helpers take the node first: a call that misses it (or passes it twice)
+# dies here instead of quietly asking about something else.
+sub _check_args
+{
+	my ($what, $node, @plain) = @_;
+	croak "$what: the first argument must be a PostgreSQL::Test::Cluster"
+	  unless Scalar::Util::blessed($node) && $node->isa('PostgreSQL::Test::Cluster');
+	croak "$what: unexpected reference argument" if grep { ref $_ } @plain;
+	return;
+}
+
 sub sql
 {
 	my ($node, $query, $db) = @_;
+	_check_args('sql', $node, $query, $db);
 	return $node->safe_psql($db // 'postgres', $query);
 }
 
 sub endpoint
 {
 	my ($node, $recv, $name, $path, %opt) = @_;
+	_check_args('endpoint', $node, $name, $path);
+	croak 'endpoint: the second argument must be a receiver' unless Scalar::Util::blessed($recv) && $recv->can('url');
 	return create_endpoint($node, $name, $recv->url($path), %opt);
 }
 
 sub states
 {
 	my ($node, @ids) = @_;
+	_check_args('states', $node, @ids);
 	return sql($node,
 		sprintf(q{SELECT coalesce(string_agg(s.status || '/' || s.attempts, ',' ORDER BY i.id), '')
 		            FROM unnest('{%s}'::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s},
@@ -473,24 +489,28 @@ sub states
 sub count_sent
 {
 	my ($node, $endpoint) = @_;
+	_check_args('count_sent', $node, $endpoint);
 	return sql($node, "SELECT count(*) FROM outbox.history WHERE endpoint = '$endpoint'");
 }
 
 sub breaker_state
 {
 	my ($node, $endpoint) = @_;
+	_check_args('breaker_state', $node, $endpoint);
 	return sql($node, "SELECT breaker_state FROM outbox.endpoint_stats WHERE endpoint = '$endpoint'");
 }
 
 sub log_since
 {
 	my ($node, $offset) = @_;
+	_check_args('log_since', $node, $offset);
 	return PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset // 0);
 }
 
 sub log_count
 {
 	my ($node, $re) = @_;
+	_check_args('log_count', $node);
 	my @m = PostgreSQL::Test::Utils::slurp_file($node->logfile) =~ /$re/g;
 	return scalar @m;
 }

@@ -78,7 +78,7 @@ sub cooldowns_fitting
 sql($node, "SELECT count(outbox.enqueue('probe', jsonb_build_object('n', g), event_type => 'test.probe'))
       FROM generate_series(1, $MSGS) g");
 
-ok(wait_until(sub { breaker_state($node, $node, 'probe') ne 'closed' }, 30, 'circuit opens'),
+ok(wait_until(sub { breaker_state($node, 'probe') ne 'closed' }, 30, 'circuit opens'),
 	'the circuit opens (endpoint_stats.breaker_state is no longer closed)');
 ok(wait_until(sub { log_count($node, qr/circuit for endpoint "probe" opened/) >= 1 }, 30, 'opened logged'),
 	'the opening is logged (circuit for endpoint "probe" opened)');
@@ -93,7 +93,7 @@ ok( wait_until(sub { @{ reqs() } >= $THRESHOLD + $PROBES }, 60, "$PROBES probes"
 	"$PROBES probes reach the receiver while it fails");
 my $t_end = time();
 my $r = reqs();
-my $state_in_window = breaker_state($node, $node, 'probe');
+my $state_in_window = breaker_state($node, 'probe');
 like($state_in_window, qr/^(open|half_open)$/, "the circuit is still open after $PROBES failed probes ($state_in_window)");
 
 my @burst  = @$r[ 0 .. $THRESHOLD - 1 ];
