@@ -315,32 +315,47 @@ is($node->safe_psql('postgres', "SELECT ordering_seq IS NULL FROM outbox.message
 # 20,000 messages wait behind a head whose request hangs; 200 messages of other keys
 # flow meanwhile. The claim index is read for those, never for the 20,000.
 $recv->add_rule(path => '/hooks/s8', action => 'hang', times => 1);    # the head's request: no answer
-$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s8', url => '%s', ordered => true)},
-	$recv->url('/hooks/s8')));
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s8', url => '%s', ordered => true);
+	SELECT outbox.create_endpoint('s8m', url => '%s')}, $recv->url('/hooks/s8'), $recv->url('/hooks/s8m')));
 $node->safe_psql('postgres', q{SELECT outbox.enqueue('s8', '{"n": "blocked-head"}', ordering_key => 'hot')});
 ok($recv->wait_requests('/hooks/s8', 1, 30), "8. the head's request reached the receiver (it hangs there)");
 $node->safe_psql('postgres', q{SELECT outbox.enqueue('s8', jsonb_build_object('n', i), ordering_key => 'hot')
 	FROM generate_series(1, 20000) i});
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE endpoint = 's8' AND ordering_seq IS NOT NULL}),
 	20000, '8. 20,000 messages wait behind the blocked head');
-# The worker's index statistics reach the shared counters at most once a second. The
-# baseline needs no wait: reads of the worker not yet flushed now are counted below, as
-# if the 200 had made them (a stricter test, never a looser one).
+# Statistics reach the shared counters at most once a second (a session's at its exit,
+# the worker's after a transaction), so they are waited for, not slept on.  A session
+# flushes its statistics on its way out, before it leaves pg_stat_activity: once no
+# other session is left, the index reads of the sessions before (the 20,000 enqueued
+# above, the 200 below) are all counted.  The worker flushes what it has counted
+# together, so its rows moved into the history show when the index reads of the claims
+# before them are counted too: the baseline waits for a marker message sent after the
+# 20,000 (what the worker reads as they arrive - seen at 180,000 entries - belongs
+# before it), the measurement for the 200.
+my $SESSIONS_GONE = q{SELECT count(*) = 0 FROM pg_stat_activity
+	WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()};
 my $IDX_READ = q{SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'messages_claim_idx'};
+# Rows moved into the history (every partition): only the worker's settle writes
+# there, after the claims of what it settles.
+my $HIST_INS = q{SELECT coalesce(sum(s.n_tup_ins), 0) FROM pg_partition_tree('outbox.history') t
+	JOIN pg_stat_user_tables s ON s.relid = t.relid};
+my $hist_mark = $node->safe_psql('postgres', $HIST_INS);
+$node->safe_psql('postgres', q{SELECT outbox.enqueue('s8m', '{"n": "marker"}')});
+ok(wait_until(sub { $node->safe_psql('postgres', $HIST_INS) > $hist_mark }, 60, 'the marker in the statistics'),
+	"8. a marker sent after the 20,000 shows in the worker's statistics (its reads so far are counted)");
+ok(wait_sql($node, $SESSIONS_GONE, 60), '8. the sessions before the baseline have gone (their statistics with them)');
 my $read_before = $node->safe_psql('postgres', $IDX_READ);
+my $hist_before = $node->safe_psql('postgres', $HIST_INS);
 for my $i (1 .. 20)
 {
 	$node->safe_psql('postgres', join '',
 		map { "SELECT outbox.enqueue('s8', '{}', ordering_key => 'other-$i-$_');" } 1 .. 10);
 }
 ok(wait_sent('s8', 200), '8. the 200 messages of other keys sent beside the blocked head');
-# Each of the 200 was found through the claim index, so the claims that sent them read
-# at least 200 entries: wait (bounded) until the counters show that many, i.e. until
-# the worker has flushed the statistics of those claims; a claim that read the 20,000
-# shows at once (any flush of it puts 20,000 or more here).
-ok(wait_until(sub { $node->safe_psql('postgres', $IDX_READ) - $read_before >= 200 }, 60,
-		'the claims of the 200 in pg_stat_user_indexes'),
-	'8. the statistics show the claims that sent the 200 (at least 200 index entries read)');
+ok(wait_sql($node, $SESSIONS_GONE, 60), '8. the sessions that enqueued the 200 have gone (their statistics with them)');
+ok(wait_until(sub { $node->safe_psql('postgres', $HIST_INS) - $hist_before >= 200 }, 60,
+		"the worker's statistics of the 200"),
+	"8. the worker's statistics of the 200 have reached the shared counters");
 my $read = $node->safe_psql('postgres', $IDX_READ) - $read_before;
 note "claim index entries read while 200 messages flowed beside the blocked key: $read";
 # Were the 20,000 in the claim index, every claim would read them all: the claims
