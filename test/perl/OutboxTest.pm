@@ -118,6 +118,41 @@ is the arrayref of them, in arrival order (hashrefs: channel, payload (raw text)
 envelope (the payload decoded as JSON, or undef)); C<< $l->wait($n, $timeout) >> waits
 until C<$n> have arrived; C<< $l->quit >> ends the session.
 
+=item sql($node, $query, $db = 'postgres')
+
+C<< $node->safe_psql($db, $query) >>: the query's output (dies on an error).
+
+=item endpoint($node, $recv, $name, $path, OPTION => SQL, ...)
+
+C<create_endpoint> of an endpoint whose URL is C<< $recv->url($path) >>.
+
+=item states($node, @ids)
+
+Where the messages stand, wherever their rows live (C<outbox.message()>): their
+C<status/attempts>, comma-separated, in id order; C<''> for no ids.
+
+=item count_sent($node, $endpoint)
+
+How many messages of C<$endpoint> are in C<outbox.history> (delivered).
+
+=item breaker_state($node, $endpoint)
+
+C<outbox.endpoint_stats.breaker_state> of C<$endpoint>.
+
+=item log_since($node, $offset = 0)
+
+The server log from byte C<$offset> on (take the offset as C<< -s $node->logfile >>).
+
+=item log_count($node, $regex)
+
+How many times C<$regex> matches in the whole server log (a C</g> match in list
+context: with capture groups, the number of captures).
+
+=item poll_notifications($listener, \@notes)
+
+C<< $listener->poll >>, then copies what has arrived so far into C<@notes> (when
+given); returns how many have arrived.
+
 =back
 
 =head1 RECEIVER METHODS (OutboxTest::Receiver)
@@ -207,6 +242,7 @@ use IO::Socket::INET;
 use IPC::Run;
 use JSON::PP;
 use MIME::Base64 qw(encode_base64 decode_base64);
+use Scalar::Util ();
 use Time::HiRes ();
 
 use PostgreSQL::Test::Cluster;
@@ -214,7 +250,8 @@ use PostgreSQL::Test::Utils ();
 
 our @EXPORT = qw(start_receiver wait_until verify_webhook_signature
   new_outbox_node worker_pid wait_for_worker wait_sql reload_conf create_endpoint
-  listen_for_notifications webhook_prefix);
+  listen_for_notifications webhook_prefix sql endpoint states count_sent
+  breaker_state log_since log_count poll_notifications);
 
 # test/perl/OutboxTest.pm -> test/webhook_receiver.py
 our $RECEIVER_SCRIPT =
@@ -411,6 +448,79 @@ sub listen_for_notifications
 	my $session = $node->background_psql('postgres');
 	$session->query_safe("LISTEN $_") for @channels;
 	return bless { session => $session, notes => [], json => JSON::PP->new->utf8 }, 'OutboxTest::Listener';
+}
+
+# The shared helpers take the node first: a call that misses it (or passes it twice)
+# dies here instead of quietly asking about something else.
+sub _check_args
+{
+	my ($what, $node, @plain) = @_;
+	croak "$what: the first argument must be a PostgreSQL::Test::Cluster"
+	  unless Scalar::Util::blessed($node) && $node->isa('PostgreSQL::Test::Cluster');
+	croak "$what: unexpected reference argument" if grep { ref $_ } @plain;
+	return;
+}
+
+sub sql
+{
+	my ($node, $query, $db) = @_;
+	_check_args('sql', $node, $query, $db);
+	return $node->safe_psql($db // 'postgres', $query);
+}
+
+sub endpoint
+{
+	my ($node, $recv, $name, $path, %opt) = @_;
+	_check_args('endpoint', $node, $name, $path);
+	croak 'endpoint: the second argument must be a receiver' unless Scalar::Util::blessed($recv) && $recv->can('url');
+	return create_endpoint($node, $name, $recv->url($path), %opt);
+}
+
+sub states
+{
+	my ($node, @ids) = @_;
+	_check_args('states', $node, @ids);
+	return sql($node,
+		sprintf(q{SELECT coalesce(string_agg(s.status || '/' || s.attempts, ',' ORDER BY i.id), '')
+		            FROM unnest('{%s}'::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s},
+			join(',', @ids)));
+}
+
+sub count_sent
+{
+	my ($node, $endpoint) = @_;
+	_check_args('count_sent', $node, $endpoint);
+	return sql($node, "SELECT count(*) FROM outbox.history WHERE endpoint = '$endpoint'");
+}
+
+sub breaker_state
+{
+	my ($node, $endpoint) = @_;
+	_check_args('breaker_state', $node, $endpoint);
+	return sql($node, "SELECT breaker_state FROM outbox.endpoint_stats WHERE endpoint = '$endpoint'");
+}
+
+sub log_since
+{
+	my ($node, $offset) = @_;
+	_check_args('log_since', $node, $offset);
+	return PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset // 0);
+}
+
+sub log_count
+{
+	my ($node, $re) = @_;
+	_check_args('log_count', $node);
+	my @m = PostgreSQL::Test::Utils::slurp_file($node->logfile) =~ /$re/g;
+	return scalar @m;
+}
+
+sub poll_notifications
+{
+	my ($listener, $notes) = @_;
+	my $n = $listener->poll;
+	@$notes = @{ $listener->notes } if $notes;
+	return $n;
 }
 
 END

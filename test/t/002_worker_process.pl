@@ -33,27 +33,25 @@ my $node = new_outbox_node('worker_process', 'pg_outbox.breaker_threshold' => '1
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
 my $recv = start_receiver();
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
 my $pid = wait_for_worker($node);
 ok(defined $pid, 'a pg_outbox worker runs');
-is(sql('SHOW pg_outbox.lease'), '5min', 'pg_outbox.lease is the default 5min');
+is(sql($node, 'SHOW pg_outbox.lease'), '5min', 'pg_outbox.lease is the default 5min');
 
 # ---------------------------------------------------------------------------
 # 1. The role: the bootstrap superuser (BackgroundWorkerInitializeConnectionByOid with no
 #    user name), connected to its database.
 
-my $bootstrap = sql('SELECT rolname FROM pg_roles WHERE oid = 10');
+my $bootstrap = sql($node, 'SELECT rolname FROM pg_roles WHERE oid = 10');
 isnt($bootstrap, '', "the bootstrap superuser is '$bootstrap'");
-is(sql("SELECT usename FROM pg_stat_activity WHERE pid = $pid"), $bootstrap,
+is(sql($node, "SELECT usename FROM pg_stat_activity WHERE pid = $pid"), $bootstrap,
 	'the worker connects as the bootstrap superuser (pg_stat_activity.usename)');
-is(sql("SELECT usesysid, datname FROM pg_stat_activity WHERE pid = $pid"), '10|postgres',
+is(sql($node, "SELECT usesysid, datname FROM pg_stat_activity WHERE pid = $pid"), '10|postgres',
 	'... role oid 10, its database');
 
 # ---------------------------------------------------------------------------
 # 2. worker_status(): identity and clocks.
 
-is(sql('SELECT pid, database FROM outbox.worker_status()'), "$pid|postgres",
+is(sql($node, 'SELECT pid, database FROM outbox.worker_status()'), "$pid|postgres",
 	'worker_status(): pid and database');
 
 # started_at is taken when the worker's main loop begins, right after the connection
@@ -62,7 +60,7 @@ is(sql('SELECT pid, database FROM outbox.worker_status()'), "$pid|postgres",
 sub start_gap
 {
 	my ($p) = @_;
-	return sql(qq{SELECT extract(epoch FROM s.started_at - a.backend_start)
+	return sql($node, qq{SELECT extract(epoch FROM s.started_at - a.backend_start)
 	                FROM outbox.worker_status() s JOIN pg_stat_activity a ON a.pid = s.pid
 	               WHERE s.pid = $p});
 }
@@ -72,9 +70,9 @@ ok($gap ne '' && $gap >= 0 && $gap < 1,
 	'worker_status().started_at is the worker\'s backend_start, to the second');
 
 # last_loop_at advances on its own (poll_interval 200 ms here, nothing to deliver).
-my $loop1 = sql('SELECT last_loop_at FROM outbox.worker_status()');
+my $loop1 = sql($node, 'SELECT last_loop_at FROM outbox.worker_status()');
 ok($loop1 ne '', "last_loop_at is set ($loop1)");
-is(sql("SELECT '$loop1' >= started_at AND '$loop1' <= clock_timestamp() FROM outbox.worker_status()"),
+is(sql($node, "SELECT '$loop1' >= started_at AND '$loop1' <= clock_timestamp() FROM outbox.worker_status()"),
 	't', 'last_loop_at lies between started_at and now');
 ok(wait_sql($node, "SELECT last_loop_at > '$loop1' FROM outbox.worker_status()", 30),
 	'last_loop_at advances');
@@ -83,18 +81,18 @@ ok(wait_sql($node, "SELECT last_loop_at > '$loop1' FROM outbox.worker_status()",
 # before any reload, the load it inherited from the postmaster, which a fresh session
 # inherits too, so it precedes started_at; after a reload, the worker's own re-read,
 # which comes after the postmaster's (a fresh session then shows the postmaster's).
-my $conf1 = sql('SELECT config_loaded_at FROM outbox.worker_status()');
+my $conf1 = sql($node, 'SELECT config_loaded_at FROM outbox.worker_status()');
 ok($conf1 ne '', "config_loaded_at is set ($conf1)");
-is(sql("SELECT '$conf1' = pg_conf_load_time(), '$conf1' <= started_at FROM outbox.worker_status()"),
+is(sql($node, "SELECT '$conf1' = pg_conf_load_time(), '$conf1' <= started_at FROM outbox.worker_status()"),
 	't|t', 'at start: config_loaded_at is the server\'s configuration load, before started_at');
-my $before_reload = sql('SELECT clock_timestamp()');
+my $before_reload = sql($node, 'SELECT clock_timestamp()');
 ok(reload_conf($node, 'pg_outbox.batch_size' => '400'), 'reload of pg_outbox.batch_size seen by the worker');
-is( sql(qq{SELECT config_loaded_at > '$conf1', config_loaded_at > '$before_reload',
+is( sql($node, qq{SELECT config_loaded_at > '$conf1', config_loaded_at > '$before_reload',
                   config_loaded_at >= pg_conf_load_time(), config_loaded_at <= clock_timestamp()
              FROM outbox.worker_status()}),
 	't|t|t|t',
 	'after the reload: config_loaded_at is later than before, and than the reload request');
-is(sql('SELECT pid FROM outbox.worker_status()'), $pid, '... same worker (a reload is no restart)');
+is(sql($node, 'SELECT pid FROM outbox.worker_status()'), $pid, '... same worker (a reload is no restart)');
 
 # ---------------------------------------------------------------------------
 # 3. One request held at the receiver: the claim (outbox.claims), in_flight, and
@@ -103,10 +101,10 @@ is(sql('SELECT pid FROM outbox.worker_status()'), $pid, '... same worker (a relo
 #    worker is waiting on the network the whole time, and the request ends answered.
 #    The endpoint's timeout is far longer, so the worker never gives up first.
 
-sql(sprintf(q{SELECT outbox.create_endpoint('slow', url => '%s', timeout_ms => 60000)},
+sql($node, sprintf(q{SELECT outbox.create_endpoint('slow', url => '%s', timeout_ms => 60000)},
 		$recv->url('/hooks/slow')));
 $recv->add_rule(path => '/hooks/slow', status => 200, delay_ms => $HOLD_MS, times => 1);
-my $id = sql(q{SELECT outbox.enqueue('slow', '{"held": true}')});
+my $id = sql($node, q{SELECT outbox.enqueue('slow', '{"held": true}')});
 ok(wait_until(sub { @{ $recv->requests(path => '/hooks/slow') } >= 1 }, 30, 'the slow request'),
 	'the request reached the receiver');
 
@@ -114,17 +112,17 @@ ok(wait_until(sub { @{ $recv->requests(path => '/hooks/slow') } >= 1 }, 30, 'the
 # right after the request arrived, so the claim is at most seconds old: claimed_at
 # lies in (now() - 10 s, now()].  The queue row still shows the attempts already
 # recorded (none): this one is recorded when the message settles.
-is( sql(qq{SELECT count(*), min(c.attempts[array_position(c.message_ids, ${id}::bigint)]),
+is( sql($node, qq{SELECT count(*), min(c.attempts[array_position(c.message_ids, ${id}::bigint)]),
                   bool_and(c.claimed_at > now() - interval '10 s' AND c.claimed_at <= now())
              FROM outbox.claims c WHERE $id = ANY (c.message_ids)}),
 	'1|1|t',
 	'while the request hangs: one claim lists the message, on attempt 1, claimed just now');
-is(sql("SELECT status, attempts FROM outbox.message($id)"), 'in_flight|0',
+is(sql($node, "SELECT status, attempts FROM outbox.message($id)"), 'in_flight|0',
 	'... outbox.message(): in_flight, no attempt recorded yet');
-is(sql("SELECT count(*) FROM outbox.messages WHERE id = $id"), '1',
+is(sql($node, "SELECT count(*) FROM outbox.messages WHERE id = $id"), '1',
 	'... the message is still in the queue');
 note('claim age: '
-	  . sql("SELECT now() - claimed_at FROM outbox.claims WHERE $id = ANY (message_ids)"));
+	  . sql($node, "SELECT now() - claimed_at FROM outbox.claims WHERE $id = ANY (message_ids)"));
 ok(wait_sql($node, 'SELECT in_flight = 1 FROM outbox.worker_status()', 30),
 	'worker_status().in_flight = 1 while the request hangs');
 
@@ -135,7 +133,7 @@ ok(wait_sql($node, 'SELECT in_flight = 1 FROM outbox.worker_status()', 30),
 # seconds old, and it would be visible in every sample. Its own short transactions
 # (claims, housekeeping) show up at most as an xact_start a few milliseconds old.
 # pg_stat_clear_snapshot() makes each sample a fresh reading within the DO block.
-my $samples = sql(qq{
+my $samples = sql($node, qq{
 	CREATE TEMP TABLE samples (n int, at timestamptz, xact_start timestamptz, xid xid, state text);
 	DO \$\$
 	BEGIN
@@ -169,10 +167,10 @@ cmp_ok($idle, '>=', 1, 'the worker was seen with no transaction open (xact_start
 
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($id)", 60),
 	'the held request is answered and the message sent');
-is(sql("SELECT attempts FROM outbox.message($id)"), '1', '... after one attempt (history.attempts)');
-is(sql("SELECT count(*) FROM outbox.messages WHERE id = $id"), '0',
+is(sql($node, "SELECT attempts FROM outbox.message($id)"), '1', '... after one attempt (history.attempts)');
+is(sql($node, "SELECT count(*) FROM outbox.messages WHERE id = $id"), '0',
 	'... it left the queue');
-is(sql("SELECT count(*) FROM outbox.claims WHERE $id = ANY (message_ids)"), '0',
+is(sql($node, "SELECT count(*) FROM outbox.claims WHERE $id = ANY (message_ids)"), '0',
 	'... and no claim lists it any more');
 ok(wait_until(sub { defined $recv->requests(path => '/hooks/slow')->[0]{answered} }, 30),
 	'the receiver recorded its answer');
@@ -193,31 +191,31 @@ is(scalar @{ $recv->requests(path => '/hooks/slow') }, 1, 'one request in all');
 # (libcurl) must be stopped and joined on the way out (before_shmem_exit), or the exit
 # would hang or crash; the message's attempt was recorded by its claim, and the next
 # worker sends it again.
-sql(sprintf(q{SELECT outbox.create_endpoint('hanging', url => '%s', timeout_ms => 60000)},
+sql($node, sprintf(q{SELECT outbox.create_endpoint('hanging', url => '%s', timeout_ms => 60000)},
 		$recv->url('/hooks/hanging')));
 $recv->add_rule(path => '/hooks/hanging', action => 'hang', hang_ms => 20000, times => 1);
-my $hanging = sql(q{SELECT outbox.enqueue('hanging', '{"hang": true}')});
+my $hanging = sql($node, q{SELECT outbox.enqueue('hanging', '{"hang": true}')});
 ok(wait_until(sub { @{ $recv->requests(path => '/hooks/hanging') } >= 1 }, 30, 'the hanging request'),
 	'a request hangs at the receiver when the worker is terminated');
 
 my $t_wall = time;
 my (undef, $t_after) = split /\n/,
-  sql("SELECT pg_terminate_backend($pid); SELECT clock_timestamp()");
+  sql($node, "SELECT pg_terminate_backend($pid); SELECT clock_timestamp()");
 my $new = wait_for_worker($node, $pid, 30);
 my $wall = time - $t_wall;
 ok(defined $new, 'the launcher started a new worker');
 $new //= 0;
-my $delay = sql(qq{SELECT extract(epoch FROM backend_start - '$t_after')
+my $delay = sql($node, qq{SELECT extract(epoch FROM backend_start - '$t_after')
                      FROM pg_stat_activity WHERE pid = $new});
 note(sprintf('new worker forked %.3f s after pg_terminate_backend (server clock); '
 	  . 'visible %.3f s after it (wall clock)', $delay || 0, $wall));
 cmp_ok($delay, '>=', 0.8, 'the new worker starts about 1 s later, not at once');
 cmp_ok($wall, '<', 30, '... and well within 30 s');
-is(sql('SELECT pid FROM outbox.worker_status()'), $new, 'worker_status() reports the new pid');
+is(sql($node, 'SELECT pid FROM outbox.worker_status()'), $new, 'worker_status() reports the new pid');
 $gap = start_gap($new);
 ok($gap ne '' && $gap >= 0 && $gap < 1,
 	"the new worker's started_at is its backend_start, to the second ($gap s)");
-is(sql("SELECT usename FROM pg_stat_activity WHERE pid = $new"), $bootstrap,
+is(sql($node, "SELECT usename FROM pg_stat_activity WHERE pid = $new"), $bootstrap,
 	'the new worker is the bootstrap superuser too');
 
 cmp_ok(scalar @{ $recv->requests(path => '/hooks/hanging') }, '<=', 2,
@@ -226,8 +224,8 @@ ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($hanging)", 60),
 	'the message whose request hung is delivered by the new worker');
 
 # It still delivers.
-sql(sprintf(q{SELECT outbox.create_endpoint('after', url => '%s')}, $recv->url('/hooks/after')));
-my $id2 = sql(q{SELECT outbox.enqueue('after', '{"after": "restart"}')});
+sql($node, sprintf(q{SELECT outbox.create_endpoint('after', url => '%s')}, $recv->url('/hooks/after')));
+my $id2 = sql($node, q{SELECT outbox.enqueue('after', '{"after": "restart"}')});
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($id2)", 60),
 	'the restarted worker delivers');
 

@@ -33,8 +33,6 @@ $node->init;
 $node->start;
 my $recv = start_receiver();
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
 # Runs one statement in a fresh session with verbose errors; returns (exit code,
 # stdout, stderr). The stderr of a failure reads "ERROR:  55000: message".
 sub sql_verbose
@@ -46,7 +44,7 @@ sub sql_verbose
 	return ($rc, $out, $err);
 }
 
-is(sql('SHOW shared_preload_libraries'), '', 'the node does not preload anything');
+is(sql($node, 'SHOW shared_preload_libraries'), '', 'the node does not preload anything');
 
 # ---------------------------------------------------------------------------
 # 1. CREATE EXTENSION: works, and the operator who runs it is told that nothing
@@ -65,7 +63,7 @@ like($err,
 	'CREATE EXTENSION tells the client that nothing will be delivered');
 like($err, qr/HINT:  Add pg_outbox to shared_preload_libraries and restart the server\./,
 	'... with a HINT on how to fix it');
-is(sql(q{SELECT count(*) FROM pg_extension WHERE extname = 'pg_outbox'}), '1',
+is(sql($node, q{SELECT count(*) FROM pg_extension WHERE extname = 'pg_outbox'}), '1',
 	'the extension exists');
 if ($rc != 0)
 {
@@ -77,16 +75,16 @@ if ($rc != 0)
 	done_testing();
 	exit;
 }
-is(sql(q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'}), '0',
+is(sql($node, q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'}), '0',
 	'no pg_outbox worker runs');
-is(sql(q{SELECT count(*) FROM pg_stat_activity WHERE backend_type ILIKE '%outbox%'}), '0',
+is(sql($node, q{SELECT count(*) FROM pg_stat_activity WHERE backend_type ILIKE '%outbox%'}), '0',
 	'no other pg_outbox process either');
 
 # ---------------------------------------------------------------------------
 # 2. The SQL side works.
 
-sql(sprintf(q{SELECT outbox.create_endpoint('np', url => '%s')}, $recv->url('/hooks/np')));
-is(sql(q{SELECT url FROM outbox.endpoints WHERE name = 'np'}), $recv->url('/hooks/np'),
+sql($node, sprintf(q{SELECT outbox.create_endpoint('np', url => '%s')}, $recv->url('/hooks/np')));
+is(sql($node, q{SELECT url FROM outbox.endpoints WHERE name = 'np'}), $recv->url('/hooks/np'),
 	'create_endpoint works');
 ($rc, $out, $err) =
   sql_verbose(q{SELECT outbox.enqueue('np', '{"n": 1}', event_type => 'test.np')});
@@ -97,37 +95,37 @@ my $id = $out;
 # function), so every session that enqueues hears it too.
 like($err, qr/pg_outbox is not in shared_preload_libraries: messages will not be delivered/,
 	'a session that enqueues is told too');
-is(sql("SELECT status, attempts FROM outbox.message($id)"),
+is(sql($node, "SELECT status, attempts FROM outbox.message($id)"),
 	'pending|0', 'the committed message is pending, never attempted');
 
-sql(q{SELECT outbox.pause_endpoint('np')});
-is(sql(q{SELECT paused FROM outbox.endpoints WHERE name = 'np'}), 't', 'pause_endpoint works');
-sql(q{SELECT outbox.resume_endpoint('np')});
-is(sql(q{SELECT paused FROM outbox.endpoints WHERE name = 'np'}), 'f', 'resume_endpoint works');
-is(sql(q{SELECT pending, in_flight FROM outbox.endpoint_stats WHERE endpoint = 'np'}),
+sql($node, q{SELECT outbox.pause_endpoint('np')});
+is(sql($node, q{SELECT paused FROM outbox.endpoints WHERE name = 'np'}), 't', 'pause_endpoint works');
+sql($node, q{SELECT outbox.resume_endpoint('np')});
+is(sql($node, q{SELECT paused FROM outbox.endpoints WHERE name = 'np'}), 'f', 'resume_endpoint works');
+is(sql($node, q{SELECT pending, in_flight FROM outbox.endpoint_stats WHERE endpoint = 'np'}),
 	'1|0', 'outbox.endpoint_stats works (one pending)');
-is(sql(q{SELECT outbox.purge('1 hour')}), '0', 'outbox.purge works (nothing sent to purge)');
+is(sql($node, q{SELECT outbox.purge('1 hour')}), '0', 'outbox.purge works (nothing sent to purge)');
 
 # The DLQ side: a forced drop dead-letters the undelivered message; summary,
 # requeue and discard work on it.
-sql(sprintf(q{SELECT outbox.create_endpoint('gone', url => '%s')}, $recv->url('/hooks/gone')));
-my $gone_id = sql(q{SELECT outbox.enqueue('gone', '{"n": 2}')});
-sql(q{SELECT outbox.drop_endpoint('gone', force => true)});
-is(sql(qq{SELECT reason_code FROM dlq.dead_letters WHERE message_id = $gone_id}),
+sql($node, sprintf(q{SELECT outbox.create_endpoint('gone', url => '%s')}, $recv->url('/hooks/gone')));
+my $gone_id = sql($node, q{SELECT outbox.enqueue('gone', '{"n": 2}')});
+sql($node, q{SELECT outbox.drop_endpoint('gone', force => true)});
+is(sql($node, qq{SELECT reason_code FROM dlq.dead_letters WHERE message_id = $gone_id}),
 	'ENDPOINT_DROPPED', 'drop_endpoint(force) moves the message to the DLQ');
-is(sql(q{SELECT endpoint, reason_code, count FROM dlq.summary}),
+is(sql($node, q{SELECT endpoint, reason_code, count FROM dlq.summary}),
 	'gone|ENDPOINT_DROPPED|1', 'dlq.summary works');
-sql(sprintf(q{SELECT outbox.create_endpoint('gone', url => '%s')}, $recv->url('/hooks/gone')));
-my $dl = sql(qq{SELECT id FROM dlq.dead_letters WHERE message_id = $gone_id});
-my $requeued = sql(qq{SELECT dlq.requeue($dl)});
+sql($node, sprintf(q{SELECT outbox.create_endpoint('gone', url => '%s')}, $recv->url('/hooks/gone')));
+my $dl = sql($node, qq{SELECT id FROM dlq.dead_letters WHERE message_id = $gone_id});
+my $requeued = sql($node, qq{SELECT dlq.requeue($dl)});
 like($requeued, qr/^\d+$/, 'dlq.requeue works and returns the new id');
-is(sql(qq{SELECT status FROM outbox.message($requeued)}), 'pending',
+is(sql($node, qq{SELECT status FROM outbox.message($requeued)}), 'pending',
 	'... the requeued message is pending');
-my $gone_id2 = sql(q{SELECT outbox.enqueue('gone', '{"n": 3}')});
-sql(q{SELECT outbox.drop_endpoint('gone', force => true)});
-my $dl2 = sql(qq{SELECT id FROM dlq.dead_letters WHERE message_id = $gone_id2});
-sql(qq{SELECT dlq.discard($dl2, note => 'test')});
-is(sql(qq{SELECT discarded_at IS NOT NULL, note FROM dlq.dead_letters WHERE id = $dl2}),
+my $gone_id2 = sql($node, q{SELECT outbox.enqueue('gone', '{"n": 3}')});
+sql($node, q{SELECT outbox.drop_endpoint('gone', force => true)});
+my $dl2 = sql($node, qq{SELECT id FROM dlq.dead_letters WHERE message_id = $gone_id2});
+sql($node, qq{SELECT dlq.discard($dl2, note => 'test')});
+is(sql($node, qq{SELECT discarded_at IS NOT NULL, note FROM dlq.dead_letters WHERE id = $dl2}),
 	't|test', 'dlq.discard works');
 
 # ---------------------------------------------------------------------------
@@ -140,14 +138,14 @@ is(sql(qq{SELECT discarded_at IS NOT NULL, note FROM dlq.dead_letters WHERE id =
 my $moved = wait_until(
 	sub {
 		@{ $recv->requests } > 0
-		  || sql("SELECT status, attempts FROM outbox.message($id)") ne
+		  || sql($node, "SELECT status, attempts FROM outbox.message($id)") ne
 		  'pending|0';
 	},
 	2,
 	'a request or a claim (none expected)');
 ok(!$moved, 'nothing was delivered or claimed within the 2 s observation window');
 is(scalar @{ $recv->requests }, 0, 'the receiver got no request');
-is(sql("SELECT m.status, m.attempts, (SELECT count(*) FROM outbox.claims) FROM outbox.message($id) m"),
+is(sql($node, "SELECT m.status, m.attempts, (SELECT count(*) FROM outbox.claims) FROM outbox.message($id) m"),
 	'pending|0|0', 'the message is still pending, with no attempt and no claim');
 
 # ---------------------------------------------------------------------------
@@ -171,7 +169,7 @@ like($err, qr/_delivery_counters/, '... raised by its call of outbox._delivery_c
 # No backend crashed on the way (a NULL shared state dereferenced at commit, say).
 my $log = slurp_file($node->logfile);
 unlike($log, qr/terminated by signal|PANIC/, 'no crashed process, no PANIC in the server log');
-is(sql('SELECT 1'), '1', 'the server is up');
+is(sql($node, 'SELECT 1'), '1', 'the server is up');
 
 $node->stop;
 $recv->stop;

@@ -40,17 +40,15 @@ $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
 my $recv = start_receiver();
 my $PATH = '/hooks/wake';
 
-sub q1 { return $node->safe_psql('postgres', $_[0]) }
-
 # Executions of the worker's claim statement so far.
 my $CLAIMS_SQL = q{SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE 'WITH due AS (%'};
-sub claims { return q1($CLAIMS_SQL) }
+sub claims { return sql($node, $CLAIMS_SQL) }
 
 sub delivered { return scalar keys %{ $recv->answered_2xx($PATH) } }
 
 # The endpoint functions wake the worker at commit too: this first claim makes the
 # claim statement appear in pg_stat_statements.
-q1(sprintf(q{SELECT outbox.create_endpoint('wake', url => '%s')}, $recv->url($PATH)));
+sql($node, sprintf(q{SELECT outbox.create_endpoint('wake', url => '%s')}, $recv->url($PATH)));
 ok(wait_sql($node, "SELECT ($CLAIMS_SQL) >= 1", 60),
 	"pg_stat_statements sees the worker's claim statement (the commit of create_endpoint woke it)");
 ok(wait_sql($node, q{SELECT state = 'idle' FROM outbox.worker_status()}, 60), 'the worker is idle');
@@ -66,20 +64,20 @@ ok(wait_sql($node, q{SELECT state = 'idle' FROM outbox.worker_status()}, 60), 't
 # at most once in these few seconds; 2 allows for one more.
 my $c0 = claims();
 my $t0 = time();
-q1(join '', map {
+sql($node, join '', map {
 		"BEGIN; SELECT outbox.enqueue('wake', '{\"rolled\": $_}'); SELECT pg_sleep(0.06); ROLLBACK;\n"
 } 1 .. $ROLLBACKS);
 my $c1 = claims();
 note sprintf('%d rolled-back enqueues in %.2f s: claim calls %d -> %d', $ROLLBACKS, time() - $t0, $c0, $c1);
 cmp_ok($c1 - $c0, '<=', 2, "$ROLLBACKS rolled-back enqueues do not wake the worker (claims grew by " . ($c1 - $c0) . ')');
-is(q1('SELECT (SELECT count(*) FROM outbox.messages) + (SELECT count(*) FROM outbox.history)'), '0',
+is(sql($node, 'SELECT (SELECT count(*) FROM outbox.messages) + (SELECT count(*) FROM outbox.history)'), '0',
 	'nothing in the outbox (neither in the queue nor in the history)');
 
 ###############################################################################
 # Control: a committed enqueue wakes the worker (and the claim is counted).
 ###############################################################################
 my $t_commit = time();
-q1(q{SELECT outbox.enqueue('wake', '{"committed": 1}')});
+sql($node, q{SELECT outbox.enqueue('wake', '{"committed": 1}')});
 ok(wait_until(sub { delivered() >= 1 }, 10, 'delivery after the commit'),
 	'a committed enqueue is delivered within 10 s although the worker polls every 30 s');
 note sprintf('commit -> answered: %.3f s', (values %{ $recv->answered_2xx($PATH) })[0] - $t_commit)
@@ -105,20 +103,20 @@ cmp_ok($c2, '>', $c1, "the commit's wake shows as claims ($c1 -> $c2)");
 # every wake, a few tenths of a millisecond per empty claim, fails the second.
 my $c3 = claims();
 my $t3 = time();
-q1(join '', map {
+sql($node, join '', map {
 		"SELECT outbox.enqueue('wake', '{\"burst\": $_}', deliver_at => now() + interval '1 hour');\n"
 } 1 .. $COMMITS);
 my $burst_s = time() - $t3;
 # The last commits' wakes may still be on their way to a claim: wait until the worker
 # is idle again, reporting a loop after the burst ended.
-my $t3_end = q1('SELECT clock_timestamp()');
+my $t3_end = sql($node, 'SELECT clock_timestamp()');
 ok(wait_sql($node, qq{SELECT state = 'idle' AND last_loop_at > '$t3_end' FROM outbox.worker_status()}, 30),
 	'the worker is idle after the burst');
 my $c4 = claims();
 my $grew = $c4 - $c3;
 note sprintf('%d single-message commits in %.3f s: claim calls %d -> %d (+%d)', $COMMITS, $burst_s, $c3, $c4,
 	$grew);
-is( q1(q{SELECT count(*) FROM outbox.messages m WHERE payload ? 'burst'
+is( sql($node, q{SELECT count(*) FROM outbox.messages m WHERE payload ? 'burst'
 	         AND NOT EXISTS (SELECT FROM outbox.claims c WHERE m.id = ANY (c.message_ids))}),
 	$COMMITS,
 	"the $COMMITS messages were committed (and wait for their deliver_at)");
@@ -126,7 +124,7 @@ cmp_ok($grew, '>=', 1, 'the burst of commits woke the worker');
 cmp_ok($grew, '<', $COMMITS / 4, "$COMMITS commits collapse into far fewer claims ($grew)");
 cmp_ok($grew, '<=', int(1000 * $burst_s / 2) + 2,
 	sprintf('at most one claim per 2 ms of the %.3f s burst, plus 2 (%d)', $burst_s, $grew));
-q1(q{DELETE FROM outbox.messages WHERE payload ? 'burst'});
+sql($node, q{DELETE FROM outbox.messages WHERE payload ? 'burst'});
 
 ###############################################################################
 # #69: COMMIT PREPARED is found by the poll.
@@ -138,10 +136,10 @@ q1(q{DELETE FROM outbox.messages WHERE payload ? 'burst'});
 # interval plus a margin for a loaded machine.
 ok(reload_conf($node, 'pg_outbox.poll_interval' => '2s'), 'poll_interval reloaded to 2 s');
 my $before = delivered();
-q1(q{BEGIN; SELECT outbox.enqueue('wake', '{"prepared": 1}'); PREPARE TRANSACTION 'wake_p1';});
-is(q1(q{SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'wake_p1'}), '1', 'the transaction is prepared');
+sql($node, q{BEGIN; SELECT outbox.enqueue('wake', '{"prepared": 1}'); PREPARE TRANSACTION 'wake_p1';});
+is(sql($node, q{SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'wake_p1'}), '1', 'the transaction is prepared');
 my $t_cp = time();
-q1(q{COMMIT PREPARED 'wake_p1'});
+sql($node, q{COMMIT PREPARED 'wake_p1'});
 ok(wait_until(sub { delivered() > $before }, 2 + 8, 'delivery after COMMIT PREPARED'),
 	'a message committed by COMMIT PREPARED is delivered within poll_interval (2 s) + 8 s');
 my @after = sort { $b <=> $a } values %{ $recv->answered_2xx($PATH) };

@@ -27,9 +27,7 @@ my $node = new_outbox_node('history',
 	'pg_outbox.sent_retention' => '1h',
 	'pg_outbox.backoff_base'   => '100ms');
 my $recv = start_receiver();
-sub sql { return $node->safe_psql($_[1] // 'postgres', $_[0]) }
-
-sql('CREATE EXTENSION pg_outbox');
+sql($node, 'CREATE EXTENSION pg_outbox');
 create_endpoint($node, 'h', $recv->url('/hooks/h'));
 create_endpoint($node, 'slow', $recv->url('/hooks/slow'));
 create_endpoint($node, 'bad', $recv->url('/hooks/bad'));
@@ -37,49 +35,49 @@ $recv->add_rule(path => '/hooks/bad', status => 400);
 
 # ---------------------------------------------------------------------------
 # 1. Delivered messages leave the queue for a time partition.
-my @ids = split /\n/, sql(q{SELECT outbox.enqueue('h', jsonb_build_object('n', g)) FROM generate_series(1, 50) g});
+my @ids = split /\n/, sql($node, q{SELECT outbox.enqueue('h', jsonb_build_object('n', g)) FROM generate_series(1, 50) g});
 ok(wait_sql($node, q{SELECT count(*) = 50 FROM outbox.history WHERE endpoint = 'h'}),
 	'50 delivered messages are in the history');
-is(sql(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'h'}), '0', '... and none is left in the queue');
-is(sql(q{SELECT count(*) FROM outbox.history_default}), '0', '... none in the default partition');
-my $partitions = sql(q{SELECT count(DISTINCT tableoid) FROM outbox.history WHERE endpoint = 'h'});
+is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'h'}), '0', '... and none is left in the queue');
+is(sql($node, q{SELECT count(*) FROM outbox.history_default}), '0', '... none in the default partition');
+my $partitions = sql($node, q{SELECT count(DISTINCT tableoid) FROM outbox.history WHERE endpoint = 'h'});
 cmp_ok($partitions, '>=', 1, "... they are in time partitions ($partitions)");
-is(sql(q{SELECT p.to_at - p.from_at FROM outbox._history_partitions() p
+is(sql($node, q{SELECT p.to_at - p.from_at FROM outbox._history_partitions() p
           WHERE p.from_at <= now() AND p.to_at > now()}),
 	'00:15:00', 'the current partition is 15 minutes wide (a quarter of 1h of retention)');
-cmp_ok(sql(q{SELECT count(*) FROM outbox._history_partitions() WHERE from_at > now()}), '>=', 2,
+cmp_ok(sql($node, q{SELECT count(*) FROM outbox._history_partitions() WHERE from_at > now()}), '>=', 2,
 	'partitions are created ahead of need');
-is(sql(q{SELECT count(*) FROM outbox.history h JOIN outbox._history_partitions() p ON p.partition = h.tableoid
+is(sql($node, q{SELECT count(*) FROM outbox.history h JOIN outbox._history_partitions() p ON p.partition = h.tableoid
           WHERE h.sent_at < p.from_at OR h.sent_at >= p.to_at}), '0', 'every row is within its partition\'s bounds');
 
 # ---------------------------------------------------------------------------
 # 2. outbox.message(id), wherever the row lives.
-is(sql("SELECT status || ' ' || attempts || ' ' || (sent_at IS NOT NULL) || ' ' || last_http_status
+is(sql($node, "SELECT status || ' ' || attempts || ' ' || (sent_at IS NOT NULL) || ' ' || last_http_status
           FROM outbox.message($ids[0])"), 'sent 1 true 200', 'message(): a delivered message is sent, after 1 attempt');
-sql(q{SELECT outbox.pause_endpoint('slow')});
-my $pending = sql(q{SELECT outbox.enqueue('slow', '{"n": "held"}')});
-is(sql("SELECT status || ' ' || attempts FROM outbox.message($pending)"), 'pending 0',
+sql($node, q{SELECT outbox.pause_endpoint('slow')});
+my $pending = sql($node, q{SELECT outbox.enqueue('slow', '{"n": "held"}')});
+is(sql($node, "SELECT status || ' ' || attempts FROM outbox.message($pending)"), 'pending 0',
 	'message(): a message of a paused endpoint is pending');
 $recv->add_rule(path => '/hooks/slow', action => 'hang', hang_ms => 3000, times => 1);
-sql(q{SELECT outbox.resume_endpoint('slow')});
+sql($node, q{SELECT outbox.resume_endpoint('slow')});
 ok($recv->wait_requests('/hooks/slow', 1), 'the receiver holds the request of that message');
-is(sql("SELECT status FROM outbox.message($pending)"), 'in_flight', 'message(): while it is held, it is in_flight');
-is(sql(q{SELECT in_flight FROM outbox.endpoint_stats WHERE endpoint = 'slow'}), '1', '... and endpoint_stats says so');
-my $dead = sql(q{SELECT outbox.enqueue('bad', '{"n": "refused"}')});
+is(sql($node, "SELECT status FROM outbox.message($pending)"), 'in_flight', 'message(): while it is held, it is in_flight');
+is(sql($node, q{SELECT in_flight FROM outbox.endpoint_stats WHERE endpoint = 'slow'}), '1', '... and endpoint_stats says so');
+my $dead = sql($node, q{SELECT outbox.enqueue('bad', '{"n": "refused"}')});
 ok(wait_sql($node, "SELECT status = 'dead' FROM outbox.message($dead)"), 'message(): a refused message is dead');
-is(sql("SELECT dead_letter_id = (SELECT id FROM dlq.dead_letters WHERE message_id = $dead)
+is(sql($node, "SELECT dead_letter_id = (SELECT id FROM dlq.dead_letters WHERE message_id = $dead)
                AND last_http_status = 400 AND attempts = 1 FROM outbox.message($dead)"),
 	't', '... with its dead letter, the status the receiver gave and its attempt');
-is(sql('SELECT count(*) FROM outbox.message(987654321)'), '0', 'message(): no row for an unknown id');
+is(sql($node, 'SELECT count(*) FROM outbox.message(987654321)'), '0', 'message(): no row for an unknown id');
 
 # ---------------------------------------------------------------------------
 # 3. endpoint_stats counts the history without reading it.
-is(sql(q{SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'h'}), '50', 'endpoint_stats: 50 sent (retained)');
-is(sql(q{SELECT sum(sent) FROM outbox.history_counts WHERE endpoint = 'h'}), '50',
+is(sql($node, q{SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'h'}), '50', 'endpoint_stats: 50 sent (retained)');
+is(sql($node, q{SELECT sum(sent) FROM outbox.history_counts WHERE endpoint = 'h'}), '50',
 	'... from the per-partition counts the worker keeps');
-like(sql('SELECT outbox.metrics()'), qr/^pg_outbox_messages\{endpoint="h",status="sent"\} 50$/m,
+like(sql($node, 'SELECT outbox.metrics()'), qr/^pg_outbox_messages\{endpoint="h",status="sent"\} 50$/m,
 	'metrics(): the same count');
-my $batches = sql(q{SELECT count(*) FROM outbox.history_counts WHERE endpoint = 'h'});
+my $batches = sql($node, q{SELECT count(*) FROM outbox.history_counts WHERE endpoint = 'h'});
 is($batches, $partitions, 'one count row per partition and endpoint, not per message');
 
 # ---------------------------------------------------------------------------
@@ -116,52 +114,52 @@ $short->stop;
 
 # ---------------------------------------------------------------------------
 # 5. purge() empties the history on demand and counts what it removed.
-sql(q{SELECT outbox.enqueue('h', jsonb_build_object('n', g)) FROM generate_series(1, 7) g});
+sql($node, q{SELECT outbox.enqueue('h', jsonb_build_object('n', g)) FROM generate_series(1, 7) g});
 ok(wait_sql($node, q{SELECT count(*) = 57 FROM outbox.history WHERE endpoint = 'h'}), '7 more delivered');
-my $retained = sql('SELECT count(*) FROM outbox.history');
-is(sql(q{SELECT outbox.purge('0')}), $retained, "purge(0) removes every delivered message and says how many ($retained)");
-is(sql('SELECT count(*) FROM outbox.history'), '0', '... the history is empty');
-is(sql('SELECT coalesce(sum(sent), 0) FROM outbox.history_counts'), '0', '... and so are its counts');
+my $retained = sql($node, 'SELECT count(*) FROM outbox.history');
+is(sql($node, q{SELECT outbox.purge('0')}), $retained, "purge(0) removes every delivered message and says how many ($retained)");
+is(sql($node, 'SELECT count(*) FROM outbox.history'), '0', '... the history is empty');
+is(sql($node, 'SELECT coalesce(sum(sent), 0) FROM outbox.history_counts'), '0', '... and so are its counts');
 
 # ---------------------------------------------------------------------------
 # 6. sent_retention = 0 keeps nothing.
-reload_conf($node, 'pg_outbox.sent_retention' => '0');
-my $gone = sql(q{SELECT outbox.enqueue('h', '{"n": "not kept"}')});
+ok(reload_conf($node, 'pg_outbox.sent_retention' => '0'), 'sent_retention = 0 (reloaded)');
+my $gone = sql($node, q{SELECT outbox.enqueue('h', '{"n": "not kept"}')});
 ok($recv->wait_requests('/hooks/h', 58), 'delivered with retention 0');
 ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $gone"), '... it left the queue');
-is(sql("SELECT count(*) FROM outbox.history WHERE id = $gone"), '0', '... and was not kept');
-is(sql("SELECT count(*) FROM outbox.message($gone)"), '0', 'message(): a message not kept is unknown');
+is(sql($node, "SELECT count(*) FROM outbox.history WHERE id = $gone"), '0', '... and was not kept');
+is(sql($node, "SELECT count(*) FROM outbox.message($gone)"), '0', 'message(): a message not kept is unknown');
 
 # ---------------------------------------------------------------------------
 # 7. pg_dump / pg_restore keeps the history and its partitions.
-reload_conf($node, 'pg_outbox.sent_retention' => '1h');
-sql(q{SELECT outbox.enqueue('h', jsonb_build_object('n', g)) FROM generate_series(1, 20) g});
+ok(reload_conf($node, 'pg_outbox.sent_retention' => '1h'), 'sent_retention = 1h (reloaded)');
+sql($node, q{SELECT outbox.enqueue('h', jsonb_build_object('n', g)) FROM generate_series(1, 20) g});
 ok(wait_sql($node, q{SELECT count(*) = 20 FROM outbox.history WHERE endpoint = 'h'}), '20 delivered before the dump');
-sql(q{SELECT outbox.pause_endpoint('h')});
-sql(q{SELECT outbox.enqueue('h', '{"n": "pending at dump"}')});
+sql($node, q{SELECT outbox.pause_endpoint('h')});
+sql($node, q{SELECT outbox.enqueue('h', '{"n": "pending at dump"}')});
 my $describe = q{SELECT (SELECT count(*) FROM outbox.history) || ' history, '
                      || (SELECT count(*) FROM outbox._history_partitions()) || ' partitions, '
                      || (SELECT sum(sent) FROM outbox.history_counts) || ' counted, '
                      || (SELECT count(*) FROM outbox.messages) || ' queued, '
                      || (SELECT count(*) FROM dlq.dead_letters) || ' dead, '
                      || (SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'h') || ' sent in stats'};
-my $before = sql($describe);
-my $next_id = sql(q{SELECT last_value FROM outbox.messages_id_seq});
+my $before = sql($node, $describe);
+my $next_id = sql($node, q{SELECT last_value FROM outbox.messages_id_seq});
 my $dump = $node->basedir . '/outbox.dump';
 $node->command_ok([ 'pg_dump', '-Fc', '-d', $node->connstr('postgres'), '-f', $dump ], 'pg_dump of the database');
-sql('CREATE DATABASE restored');
+sql($node, 'CREATE DATABASE restored');
 $node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored'), $dump ], 'pg_restore into a new database');
-is(sql($describe, 'restored'), $before, "the restored database holds the same ($before)");
-is(sql(q{SELECT string_agg(p.partition::text || p.from_at || p.to_at, ',' ORDER BY p.from_at)
+is(sql($node, $describe, 'restored'), $before, "the restored database holds the same ($before)");
+is(sql($node, q{SELECT string_agg(p.partition::text || p.from_at || p.to_at, ',' ORDER BY p.from_at)
            FROM outbox._history_partitions() p}, 'restored'),
-	sql(q{SELECT string_agg(p.partition::text || p.from_at || p.to_at, ',' ORDER BY p.from_at)
+	sql($node, q{SELECT string_agg(p.partition::text || p.from_at || p.to_at, ',' ORDER BY p.from_at)
            FROM outbox._history_partitions() p}), '... the same partitions, with the same bounds');
-is(sql(q{SELECT count(*) FROM outbox.history h JOIN outbox.history_counts c ON c.partition = h.tableoid::regclass
+is(sql($node, q{SELECT count(*) FROM outbox.history h JOIN outbox.history_counts c ON c.partition = h.tableoid::regclass
           WHERE h.endpoint = c.endpoint}, 'restored'),
-	sql(q{SELECT count(*) FROM outbox.history WHERE endpoint IN (SELECT endpoint FROM outbox.history_counts)}, 'restored'),
+	sql($node, q{SELECT count(*) FROM outbox.history WHERE endpoint IN (SELECT endpoint FROM outbox.history_counts)}, 'restored'),
 	'... and the counts point at the restored partitions');
-is(sql(q{SELECT last_value FROM outbox.messages_id_seq}, 'restored'), $next_id, '... and the id sequence');
-my $probe = sql(q{SELECT status FROM outbox.message((SELECT max(id) FROM outbox.history))}, 'restored');
+is(sql($node, q{SELECT last_value FROM outbox.messages_id_seq}, 'restored'), $next_id, '... and the id sequence');
+my $probe = sql($node, q{SELECT status FROM outbox.message((SELECT max(id) FROM outbox.history))}, 'restored');
 is($probe, 'sent', 'message() finds a delivered message in the restored history');
 
 $node->stop;

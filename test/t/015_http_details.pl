@@ -59,20 +59,9 @@ my $recv = start_receiver();
 # ---------------------------------------------------------------------------
 # helpers
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
-# An endpoint on the receiver; timeout_ms 30 s unless given (undef: omitted, so
+# The endpoints of this file take a 30 s timeout_ms (guc_timeout leaves it out, so
 # that the GUC applies).
-sub endpoint
-{
-	my ($name, $url, %opt) = @_;
-	$opt{timeout_ms} = 30000 unless exists $opt{timeout_ms};
-	return create_endpoint($node, $name, $url, %opt);
-}
-
-sub reqs { return $recv->requests(path => $_[0]) }
-
-sub wait_requests { return $recv->wait_requests(@_) }
+my %T30 = (timeout_ms => 30000);
 
 sub wait_dead
 {
@@ -88,7 +77,7 @@ sub wait_dead
 sub gap
 {
 	my ($path, $i, $j) = @_;
-	my @r = @{ reqs($path) };
+	my @r = @{ $recv->requests(path => $path) };
 	return undef unless @r > $j;
 	return $r[$j]{time} - $r[$i]{time};
 }
@@ -109,7 +98,7 @@ sub http_date
 sub response_body_bytes
 {
 	my ($id) = @_;
-	my $hex = sql("SELECT encode(convert_to(response_body, 'UTF8'), 'hex')
+	my $hex = sql($node, "SELECT encode(convert_to(response_body, 'UTF8'), 'hex')
 	                 FROM dlq.dead_letters WHERE message_id = $id");
 	return pack('H*', $hex);
 }
@@ -121,7 +110,7 @@ sub valid_utf8
 	return eval { Encode::decode('UTF-8', $copy, Encode::FB_CROAK); 1 } ? 1 : 0;
 }
 
-is(sql('SHOW server_encoding'), 'UTF8', 'the cluster is UTF8 (scenario 4 depends on it)');
+is(sql($node, 'SHOW server_encoding'), 'UTF8', 'the cluster is UTF8 (scenario 4 depends on it)');
 
 # ---------------------------------------------------------------------------
 # 2 (started first, checked later). An orphan message: its endpoint does not
@@ -129,9 +118,9 @@ is(sql('SHOW server_encoding'), 'UTF8', 'the cluster is UTF8 (scenario 4 depends
 #   checked once the rest is done.  In the same statement, a message for an
 #   existing but paused endpoint: the orphan check must not touch it.
 
-endpoint('parked', $recv->url('/parked'));
-sql(q{SELECT outbox.pause_endpoint('parked')});
-my ($orphan_id, $parked_id) = split /\n/, sql(q{
+endpoint($node, $recv, 'parked', '/parked', %T30);
+sql($node, q{SELECT outbox.pause_endpoint('parked')});
+my ($orphan_id, $parked_id) = split /\n/, sql($node, q{
 	INSERT INTO outbox.messages (endpoint, payload, event_type)
 	VALUES ('no_such_endpoint', '{"orphan": true}', 'orphan.test'),
 	       ('parked', '{"parked": true}', 'parked.test')
@@ -143,15 +132,15 @@ like($orphan_id, qr/^\d+$/, 'orphan: a plain INSERT for a missing endpoint is ac
 #    Without reuse every request would open its own connection (20); with
 #    reuse, at most max_concurrency connections carry them all.
 
-endpoint('ka', $recv->url('/ka'));
-sql(q{BEGIN;
+endpoint($node, $recv, 'ka', '/ka', %T30);
+sql($node, q{BEGIN;
 	SELECT outbox.enqueue('ka', format('{"n": %s}', g)::jsonb) FROM generate_series(1, 20) g;
 	COMMIT;});
-ok(wait_requests('/ka', 20), 'keep-alive: 20 requests received');
+ok($recv->wait_requests('/ka', 20), 'keep-alive: 20 requests received');
 ok(wait_sql($node, q{SELECT (SELECT count(*) FROM outbox.history WHERE endpoint = 'ka') = 20
                         AND NOT EXISTS (SELECT FROM outbox.messages WHERE endpoint = 'ka')}),
 	'keep-alive: all 20 messages sent (in the history, none left in the queue)');
-my @ka = @{ reqs('/ka') };
+my @ka = @{ $recv->requests(path => '/ka') };
 is(scalar(@ka), 20, 'keep-alive: exactly 20 requests (one per message)');
 my %ka_conns = map { $_->{conn} => 1 } @ka;
 note('keep-alive: 20 requests over ' . scalar(keys %ka_conns) . ' connection(s)');
@@ -162,7 +151,7 @@ cmp_ok(scalar(keys %ka_conns), '<=', 2,
 # closes after each request (HTTP::Tiny without keep-alive) shows as 3 ids.
 my $noreuse = HTTP::Tiny->new(keep_alive => 0, timeout => 30);
 $noreuse->post($recv->url('/noreuse'), { content => '{}' }) for 1 .. 3;
-my %nr_conns = map { $_->{conn} => 1 } @{ reqs('/noreuse') };
+my %nr_conns = map { $_->{conn} => 1 } @{ $recv->requests(path => '/noreuse') };
 is(scalar(keys %nr_conns), 3,
 	'keep-alive control: 3 requests without keep-alive arrive over 3 distinct connections');
 
@@ -171,17 +160,17 @@ is(scalar(keys %nr_conns), 3,
 # mostly waiting).
 
 # 3. Retry-After.
-endpoint('ra429', $recv->url('/ra429'));
+endpoint($node, $recv, 'ra429', '/ra429', %T30);
 $recv->add_rule(path => '/ra429', status => 429, retry_after => '2', times => 1);
-endpoint('ra429_none', $recv->url('/ra429_none'));
+endpoint($node, $recv, 'ra429_none', '/ra429_none', %T30);
 $recv->add_rule(path => '/ra429_none', status => 429, times => 1);
-endpoint('ra_date', $recv->url('/ra_date'));
+endpoint($node, $recv, 'ra_date', '/ra_date', %T30);
 # 4 s ahead, truncated to the second: the worker sees 3-4 s (minus the time until
 # it parses the answer), below the 4 s cap.
 my $ra_date = http_date(int(time) + 4);
 note("Retry-After HTTP date: $ra_date");
 $recv->add_rule(path => '/ra_date', status => 429, retry_after => $ra_date, times => 1);
-endpoint('ra_cap', $recv->url('/ra_cap'));
+endpoint($node, $recv, 'ra_cap', '/ra_cap', %T30);
 $recv->add_rule(path => '/ra_cap', status => 503, retry_after => '3600', times => 1);
 
 # 4. Response bodies of a 400 (dead at once, HTTP_CLIENT_ERROR).  The ASCII body
@@ -208,54 +197,54 @@ for my $case (sort keys %straddle)
 my %body_id;
 for my $case (sort keys %bodies)
 {
-	endpoint("body_$case", $recv->url("/body/$case"));
+	endpoint($node, $recv, "body_$case", "/body/$case", %T30);
 	$recv->add_rule(path => "/body/$case", status => 400, body => $bodies{$case});
 }
 
 # 5 and 7. Always 500, no max_attempts on the endpoint: pg_outbox.max_attempts (3)
 #    applies (the default would be 10).
-endpoint('guc_attempts', $recv->url('/guc_attempts'));
+endpoint($node, $recv, 'guc_attempts', '/guc_attempts', %T30);
 $recv->add_rule(path => '/guc_attempts', status => 500, body => 'always failing');
 
 # 7. No timeout_ms on the endpoint: pg_outbox.http_timeout (300 ms) applies (the
 #    default would be 5 s).  The first request hangs 5 s.  max_attempts 10, so
 #    that a 300 ms timeout on a loaded machine cannot exhaust it.
-endpoint('guc_timeout', $recv->url('/guc_timeout'), timeout_ms => undef, max_attempts => 10);
+endpoint($node, $recv, 'guc_timeout', '/guc_timeout', max_attempts => 10);    # the GUC's timeout
 $recv->add_rule(path => '/guc_timeout', action => 'hang', hang_ms => 5000, times => 1);
 
 my %id;
 for my $ep (qw(ra429 ra429_none ra_date ra_cap guc_attempts guc_timeout))
 {
-	$id{$ep} = sql("SELECT outbox.enqueue('$ep', '{\"ep\": \"$ep\"}', event_type => '$ep')");
+	$id{$ep} = sql($node, "SELECT outbox.enqueue('$ep', '{\"ep\": \"$ep\"}', event_type => '$ep')");
 }
 for my $case (sort keys %bodies)
 {
-	$body_id{$case} = sql("SELECT outbox.enqueue('body_$case', '{\"case\": \"$case\"}')");
+	$body_id{$case} = sql($node, "SELECT outbox.enqueue('body_$case', '{\"case\": \"$case\"}')");
 }
 
 # ---------------------------------------------------------------------------
 # 3. Retry-After: checks.
 
-ok(wait_requests('/ra429', 2), '429 Retry-After 2: second attempt arrives');
+ok($recv->wait_requests('/ra429', 2), '429 Retry-After 2: second attempt arrives');
 my $g = gap('/ra429', 0, 1);
 note(sprintf('429 Retry-After: 2 -> second attempt after %.3f s', $g // -1));
 cmp_ok($g // -1, '>=', 1.9, '429 Retry-After: 2 -> second attempt no sooner than 2 s after the first');
-is(reqs('/ra429')->[0]{answered}, 429, '429 Retry-After 2: the worker did get the 429');
+is($recv->requests(path => '/ra429')->[0]{answered}, 429, '429 Retry-After 2: the worker did get the 429');
 ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 2 FROM outbox.message($id{ra429})"),
 	'429 Retry-After 2: sent on the second attempt');
 
-ok(wait_requests('/ra429_none', 2), '429 without Retry-After: second attempt arrives');
+ok($recv->wait_requests('/ra429_none', 2), '429 without Retry-After: second attempt arrives');
 $g = gap('/ra429_none', 0, 1);
 note(sprintf('429 without Retry-After -> second attempt after %.3f s', $g // -1));
 cmp_ok($g // 9e9, '<', 1.5, '429 without Retry-After (control): retried after the short backoff (< 1.5 s)');
 
-ok(wait_requests('/ra_date', 2), '429 Retry-After HTTP date: second attempt arrives');
+ok($recv->wait_requests('/ra_date', 2), '429 Retry-After HTTP date: second attempt arrives');
 $g = gap('/ra_date', 0, 1);
 note(sprintf('429 Retry-After: <date ~4 s ahead> -> second attempt after %.3f s', $g // -1));
 cmp_ok($g // -1, '>=', 1.5, '429 Retry-After HTTP date ~3-4 s ahead: second attempt no sooner than 1.5 s');
-is(reqs('/ra_date')->[0]{answered}, 429, '429 Retry-After HTTP date: the worker did get the 429');
+is($recv->requests(path => '/ra_date')->[0]{answered}, 429, '429 Retry-After HTTP date: the worker did get the 429');
 
-ok(wait_requests('/ra_cap', 2, 60), '503 Retry-After 3600: second attempt arrives');
+ok($recv->wait_requests('/ra_cap', 2, 60), '503 Retry-After 3600: second attempt arrives');
 $g = gap('/ra_cap', 0, 1);
 note(sprintf('503 Retry-After: 3600 (backoff_max %d s) -> second attempt after %.3f s',
 	$BACKOFF_MAX, $g // -1));
@@ -273,13 +262,13 @@ for my $case (sort keys %bodies)
 {
 	ok(wait_dead($body_id{$case}), "body $case: dead letter created");
 }
-is(sql("SELECT concat_ws('|', reason_code, http_status, attempts)
+is(sql($node, "SELECT concat_ws('|', reason_code, http_status, attempts)
           FROM dlq.dead_letters WHERE message_id = $body_id{ascii}"),
 	'HTTP_CLIENT_ERROR|400|1', 'body ascii: HTTP_CLIENT_ERROR, 400, one attempt');
-is(reqs('/body/ascii')->[0]{answered}, 400, 'body ascii: the receiver sent the whole 400 answer');
+is($recv->requests(path => '/body/ascii')->[0]{answered}, 400, 'body ascii: the receiver sent the whole 400 answer');
 my $kept = response_body_bytes($body_id{ascii});
 is(length($kept), 1024, 'body ascii: response_body is 1024 bytes (of 5000)');
-is(sql("SELECT octet_length(response_body) FROM dlq.dead_letters WHERE message_id = $body_id{ascii}"),
+is(sql($node, "SELECT octet_length(response_body) FROM dlq.dead_letters WHERE message_id = $body_id{ascii}"),
 	'1024', 'body ascii: octet_length(response_body) = 1024');
 ok($kept eq substr($ascii, 0, 1024), 'body ascii: response_body is the first 1024 bytes of the body');
 
@@ -303,26 +292,26 @@ for my $case (sort keys %straddle)
 #   max_attempts.
 
 ok(wait_dead($id{guc_attempts}), 'GUC max_attempts: dead letter created');
-is(sql("SELECT concat_ws('|', reason_code, attempts, http_status)
+is(sql($node, "SELECT concat_ws('|', reason_code, attempts, http_status)
           FROM dlq.dead_letters WHERE message_id = $id{guc_attempts}"),
 	'RETRY_EXHAUSTED|3|500',
 	'GUC max_attempts: endpoint without max_attempts -> RETRY_EXHAUSTED after pg_outbox.max_attempts = 3');
 # The row is out of outbox.messages: no further attempt can start.
-is(sql("SELECT count(*) FROM outbox.messages WHERE id = $id{guc_attempts}"), '0',
+is(sql($node, "SELECT count(*) FROM outbox.messages WHERE id = $id{guc_attempts}"), '0',
 	'GUC max_attempts: message gone from outbox.messages');
-my @ga = @{ reqs('/guc_attempts') };
+my @ga = @{ $recv->requests(path => '/guc_attempts') };
 is(scalar(@ga), 3, 'GUC max_attempts: exactly 3 requests');
 is_deeply([ map { $_->{answered} } @ga ], [ 500, 500, 500 ],
 	'GUC max_attempts: the worker got 500 each time');
 
-is(sql("SELECT message_created_at <= first_failed_at AND first_failed_at < last_failed_at
+is(sql($node, "SELECT message_created_at <= first_failed_at AND first_failed_at < last_failed_at
                AND last_failed_at <= dead_at
           FROM dlq.dead_letters WHERE message_id = $id{guc_attempts}"),
 	't', 'DLQ timestamps: message_created_at <= first_failed_at < last_failed_at <= dead_at');
 # Tied to the requests themselves (same machine clock): the first failure was
 # written after the first request arrived and before the second was sent; the
 # last failure after the third request arrived.
-my ($ff, $lf) = split /\|/, sql("SELECT extract(epoch FROM first_failed_at) || '|' ||
+my ($ff, $lf) = split /\|/, sql($node, "SELECT extract(epoch FROM first_failed_at) || '|' ||
                                         extract(epoch FROM last_failed_at)
                                    FROM dlq.dead_letters WHERE message_id = $id{guc_attempts}");
 note(sprintf('requests at +0, +%.3f, +%.3f s; first_failed_at +%.3f, last_failed_at +%.3f s',
@@ -333,10 +322,10 @@ ok(@ga == 3 && $ff >= $ga[0]{time} && $ff <= $ga[1]{time},
 ok(@ga == 3 && $lf >= $ga[2]{time}, 'DLQ timestamps: last_failed_at is after the last attempt');
 
 # 7 (http_timeout).
-ok(wait_requests('/guc_timeout', 2), 'GUC http_timeout: second attempt arrives');
-ok(wait_until(sub { defined reqs('/guc_timeout')->[0]{outcome} }, 30, 'first request settled'),
+ok($recv->wait_requests('/guc_timeout', 2), 'GUC http_timeout: second attempt arrives');
+ok(wait_until(sub { defined $recv->requests(path => '/guc_timeout')->[0]{outcome} }, 30, 'first request settled'),
 	'GUC http_timeout: the receiver has settled the hanging request');
-my @gt = @{ reqs('/guc_timeout') };
+my @gt = @{ $recv->requests(path => '/guc_timeout') };
 ok(@gt && !defined $gt[0]{answered}, 'GUC http_timeout: the first request was never answered');
 is($gt[0]{outcome}, 'hang', 'GUC http_timeout: ... it hung until the client went away');
 $g = gap('/guc_timeout', 0, 1);
@@ -351,19 +340,19 @@ ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($id{guc_timeout})
 # 2. The orphan: checks (the check runs every 10 s; 60 s is generous).
 
 ok(wait_dead($orphan_id, 60), 'orphan: dead-lettered');
-is(sql("SELECT concat_ws('|', reason_code, error_message, endpoint, payload::text, event_type)
+is(sql($node, "SELECT concat_ws('|', reason_code, error_message, endpoint, payload::text, event_type)
           FROM dlq.dead_letters WHERE message_id = $orphan_id"),
 	'INVALID_MESSAGE|endpoint does not exist|no_such_endpoint|{"orphan": true}|orphan.test',
 	'orphan: INVALID_MESSAGE, "endpoint does not exist", message kept');
-is(sql("SELECT count(*) FROM outbox.messages WHERE id = $orphan_id"), '0',
+is(sql($node, "SELECT count(*) FROM outbox.messages WHERE id = $orphan_id"), '0',
 	'orphan: gone from outbox.messages');
 # Control: the check that removed the orphan saw this row too (same INSERT) and
 # left it: its endpoint exists.
-is(sql("SELECT concat_ws('|', status, attempts) FROM outbox.message($parked_id)"),
+is(sql($node, "SELECT concat_ws('|', status, attempts) FROM outbox.message($parked_id)"),
 	'pending|0', 'orphan control: a message of an existing (paused) endpoint stays pending');
-is(sql("SELECT count(*) FROM dlq.dead_letters WHERE message_id = $parked_id"), '0',
+is(sql($node, "SELECT count(*) FROM dlq.dead_letters WHERE message_id = $parked_id"), '0',
 	'orphan control: ... and is not dead-lettered');
-is(scalar(@{ reqs('/parked') }), 0, 'orphan control: ... nor delivered (paused)');
+is(scalar(@{ $recv->requests(path => '/parked') }), 0, 'orphan control: ... nor delivered (paused)');
 
 # ---------------------------------------------------------------------------
 # 6. TLS error: https:// to the receiver's plain-HTTP port.  Run alone, so that
@@ -374,11 +363,11 @@ ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages WHERE endpoint <> 
 	'TLS: nothing else in flight (the queue holds only the parked message)');
 my $before = $recv->stats;
 my $tls_url = sprintf('https://127.0.0.1:%d/tls', $recv->port);
-endpoint('tls', $tls_url, max_attempts => 2);
-my $tls_id = sql(q{SELECT outbox.enqueue('tls', '{"tls": 1}')});
+create_endpoint($node, 'tls', $tls_url, %T30, max_attempts => 2);
+my $tls_id = sql($node, q{SELECT outbox.enqueue('tls', '{"tls": 1}')});
 ok(wait_dead($tls_id), 'TLS: dead letter created');
 my ($tls_reason, $tls_attempts, $tls_status, $tls_error) = split /\|/,
-  sql("SELECT concat_ws('|', reason_code, attempts, coalesce(http_status::text, 'null'), error_message)
+  sql($node, "SELECT concat_ws('|', reason_code, attempts, coalesce(http_status::text, 'null'), error_message)
          FROM dlq.dead_letters WHERE message_id = $tls_id"), 4;
 note("TLS: error_message: $tls_error");
 is($tls_reason, 'RETRY_EXHAUSTED', 'TLS: the handshake error is retryable: RETRY_EXHAUSTED');
@@ -390,7 +379,7 @@ cmp_ok($after->{accepted} - $before->{accepted}, '>=', 2,
 	'TLS: both attempts did connect to the receiver');
 is($after->{requests}, $before->{requests},
 	'TLS: the receiver recorded no HTTP request (a ClientHello is not one)');
-is(scalar(@{ reqs('/tls') }), 0, 'TLS: nothing recorded on /tls');
+is(scalar(@{ $recv->requests(path => '/tls') }), 0, 'TLS: nothing recorded on /tls');
 
 # ---------------------------------------------------------------------------
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);

@@ -21,61 +21,47 @@ my $node = new_outbox_node('notify', 'pg_outbox.breaker_threshold' => '1000');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
 my $json = JSON::PP->new->utf8->canonical;
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
-# Where each message stands, wherever its row lives now (outbox.message(): the queue,
-# the history or the DLQ): "status/attempts" of each id, in id order; an id without a
-# row is left out.
-sub states
-{
-	return sql(sprintf(q{SELECT coalesce(string_agg(s.status || '/' || s.attempts, ',' ORDER BY i.id), '')
-	                       FROM unnest('{%s}'::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s},
-			join(',', @_)));
-}
-
-sql(q{SELECT outbox.create_endpoint('orders_feed', channel => 'orders')});
-sql(q{SELECT outbox.create_endpoint('other_feed', channel => 'other')});
+sql($node, q{SELECT outbox.create_endpoint('orders_feed', channel => 'orders')});
+sql($node, q{SELECT outbox.create_endpoint('other_feed', channel => 'other')});
 
 # A session that LISTENs.  psql prints the notifications that arrived after each
 # command it runs; they are collected here, in arrival order.
 my $listener = listen_for_notifications($node, 'orders');
 my @notes;    # what has arrived: { channel, payload (raw text), pid, envelope (decoded or undef) }
 
-sub poll_notifications { my $n = $listener->poll; @notes = @{ $listener->notes }; return $n }
-
-sub wait_notifications { my $ok = $listener->wait(@_); poll_notifications(); return $ok }
+sub wait_notifications { my $ok = $listener->wait(@_); poll_notifications($listener, \@notes); return $ok }
 
 # ---------------------------------------------------------------------------
 # 1. Committed messages arrive once each, with the envelope; a rolled-back one never.
 
 my @ids;
-push @ids, sql(q{SELECT outbox.enqueue('orders_feed', '{"order_id": 1, "total": 9.99}', event_type => 'order.created')});
-my $rolled = sql(q{
+push @ids, sql($node, q{SELECT outbox.enqueue('orders_feed', '{"order_id": 1, "total": 9.99}', event_type => 'order.created')});
+my $rolled = sql($node, q{
 	BEGIN;
 	SELECT outbox.enqueue('orders_feed', '{"order_id": 666, "fate": "rolled back"}', event_type => 'order.created');
 	ROLLBACK;});
 # Several in one transaction, and one without an event type.
-push @ids, split /\n/, sql(q{
+push @ids, split /\n/, sql($node, q{
 	BEGIN;
 	SELECT outbox.enqueue('orders_feed', '{"order_id": 2, "tags": ["a", "b"]}', event_type => 'order.paid');
 	SELECT outbox.enqueue('orders_feed', '{"order_id": 3, "note": "caf\u00e9 \"q\""}');
 	COMMIT;});
 # A message for another channel this session does not listen to.
-my $other = sql(q{SELECT outbox.enqueue('other_feed', '{"elsewhere": true}', event_type => 'x')});
+my $other = sql($node, q{SELECT outbox.enqueue('other_feed', '{"elsewhere": true}', event_type => 'x')});
 is(scalar(@ids), 3, 'three committed messages enqueued');
 
 ok(wait_notifications(3), 'three notifications received');
 ok( wait_until(
 		sub {
-			states(@ids, $other) eq join(',', ('sent/1') x 4);
+			states($node, @ids, $other) eq join(',', ('sent/1') x 4);
 		}),
 	'the messages are marked sent (outbox.message(): sent, one attempt each)');
-is(sql(sprintf('SELECT count(*) FROM outbox.messages WHERE id IN (%s)', join(',', @ids, $other))), '0',
+is(sql($node, sprintf('SELECT count(*) FROM outbox.messages WHERE id IN (%s)', join(',', @ids, $other))), '0',
 	'... and have left the queue');
 # An observation window, not a synchronisation: anything more that could still come
 # (a duplicate, the rolled-back one) has had several poll intervals.
 sleep(1.5);
-poll_notifications();
+poll_notifications($listener, \@notes);
 is(scalar(@notes), 3, 'exactly three notifications (no duplicate, nothing rolled back)');
 is_deeply([ map { $_->{channel} } @notes ], [ ('orders') x 3 ], 'all on channel "orders"');
 ok(!(grep { !defined $_->{envelope} } @notes), 'every payload is valid JSON');
@@ -92,7 +78,7 @@ for my $id (@ids)
 {
 	my $n = $by_id{$id} or next;
 	my ($et, $payload) = split /\|/,
-	  sql("SELECT coalesce(event_type, '<null>'), payload::text FROM outbox.history WHERE id = $id"), 2;
+	  sql($node, "SELECT coalesce(event_type, '<null>'), payload::text FROM outbox.history WHERE id = $id"), 2;
 	is_deeply(
 		[ sort keys %{ $n->{envelope} } ],
 		[ 'event_type', 'id', 'payload' ],
@@ -103,9 +89,9 @@ for my $id (@ids)
 }
 is($by_id{ $ids[2] }{envelope}{payload}{note}, "caf\x{e9} \"q\"",
 	'non-ASCII and quotes survive the envelope');
-is(sql("SELECT count(*) FROM outbox.message($rolled)"), '0',
+is(sql($node, "SELECT count(*) FROM outbox.message($rolled)"), '0',
 	'no outbox row for the rolled-back message (not in the queue, the history or the DLQ)');
-is( sql(sprintf("SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox.history WHERE id IN (%s)",
+is( sql($node, sprintf("SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox.history WHERE id IN (%s)",
 			join(',', @ids))),
 	'1,1,1', 'one attempt each (in the history)');
 
@@ -118,59 +104,59 @@ is_deeply([ map { $_->{pid} } @notes ], [ ($wpid) x 3 ], 'sent by the pg_outbox 
 #    The endpoint is paused while the payloads are sized to the exact envelope
 #    length (which depends on the id), then resumed.
 
-sql(q{SELECT outbox.pause_endpoint('orders_feed')});
-my ($fit, $big) = split /\n/, sql(q{
+sql($node, q{SELECT outbox.pause_endpoint('orders_feed')});
+my ($fit, $big) = split /\n/, sql($node, q{
 	SELECT outbox.enqueue('orders_feed', '{"pad": ""}', event_type => 'size.test');
 	SELECT outbox.enqueue('orders_feed', '{"pad": ""}', event_type => 'size.test');});
 my %target = ($fit => 7999, $big => 8000);
 for my $id ($fit, $big)
 {
-	sql(qq{
+	sql($node, qq{
 		UPDATE outbox.messages m
 		   SET payload = jsonb_build_object('pad', repeat('x', $target{$id} - length(
 		                     jsonb_build_object('id', m.id, 'event_type', m.event_type,
 		                                        'payload', m.payload)::text)))
 		 WHERE id = $id});
-	is( sql(qq{SELECT octet_length(jsonb_build_object('id', id, 'event_type', event_type,
+	is( sql($node, qq{SELECT octet_length(jsonb_build_object('id', id, 'event_type', event_type,
 	                                                   'payload', payload)::text)
 	             FROM outbox.messages WHERE id = $id}),
 		$target{$id}, "message $id: envelope is $target{$id} bytes");
 }
 sleep(0.5);    # an observation window: a paused endpoint's message would show here
-poll_notifications();
+poll_notifications($listener, \@notes);
 is(scalar(@notes), 3, 'nothing delivered while the endpoint is paused');
-is(states($fit, $big), 'pending/0,pending/0', 'both pending while paused');
-sql(q{SELECT outbox.resume_endpoint('orders_feed')});
+is(states($node, $fit, $big), 'pending/0,pending/0', 'both pending while paused');
+sql($node, q{SELECT outbox.resume_endpoint('orders_feed')});
 
-ok(wait_until(sub { sql("SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $big") eq 't' }),
+ok(wait_until(sub { sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $big") eq 't' }),
 	'8000-byte envelope: dead-lettered');
 # dlq.dead_letters.attempts is the number of attempts made (0.3.0): the envelope was
 # never handed to pg_notify, so none was (0.2.0 counted one at claim).
-is( sql("SELECT concat_ws('|', reason_code, attempts, endpoint, event_type) FROM dlq.dead_letters WHERE message_id = $big"),
+is( sql($node, "SELECT concat_ws('|', reason_code, attempts, endpoint, event_type) FROM dlq.dead_letters WHERE message_id = $big"),
 	'PAYLOAD_TOO_LARGE|0|orders_feed|size.test',
 	'8000-byte envelope: PAYLOAD_TOO_LARGE without an attempt (never notified)');
-like(sql("SELECT error_message FROM dlq.dead_letters WHERE message_id = $big"), qr/8000|NOTIFY/i,
+like(sql($node, "SELECT error_message FROM dlq.dead_letters WHERE message_id = $big"), qr/8000|NOTIFY/i,
 	'8000-byte envelope: error_message explains');
-is(sql("SELECT count(*) FROM outbox.messages WHERE id = $big"), '0',
+is(sql($node, "SELECT count(*) FROM outbox.messages WHERE id = $big"), '0',
 	'8000-byte envelope: gone from outbox.messages');
-is(sql("SELECT status FROM outbox.message($big)"), 'dead', '8000-byte envelope: outbox.message() says dead');
+is(sql($node, "SELECT status FROM outbox.message($big)"), 'dead', '8000-byte envelope: outbox.message() says dead');
 
 ok(wait_notifications(4), '7999-byte envelope: notification received');
-ok(wait_until(sub { states($fit) eq 'sent/1' }),
+ok(wait_until(sub { states($node, $fit) eq 'sent/1' }),
 	'7999-byte envelope: marked sent (after one attempt)');
 sleep(0.5);    # an observation window: a duplicate would show here
-poll_notifications();
+poll_notifications($listener, \@notes);
 is(scalar(@notes), 4, 'exactly one more notification');
 is(length($notes[3]{payload}), 7999, 'the received envelope is 7999 bytes');
 is(($notes[3]{envelope} // {})->{id}, $fit, '... and is the message that fits');
 
 # The worker is still there and still delivers after the dead letter.
-my $last = sql(q{SELECT outbox.enqueue('orders_feed', '{"order_id": 4}', event_type => 'order.created')});
+my $last = sql($node, q{SELECT outbox.enqueue('orders_feed', '{"order_id": 4}', event_type => 'order.created')});
 ok(wait_notifications(5), 'delivery goes on after the too-large envelope');
 is(($notes[4]{envelope} // {})->{id}, $last, '... with the next message');
 is(worker_pid($node), $wpid, 'same worker throughout');
 
-my $counters = sql('SELECT sent, dead_lettered FROM outbox.worker_status()');
+my $counters = sql($node, 'SELECT sent, dead_lettered FROM outbox.worker_status()');
 is($counters, '6|1', 'worker_status(): 6 sent (5 on orders, 1 on other), 1 dead-lettered');
 
 $listener->quit;

@@ -32,14 +32,12 @@ my $N = 5;    # messages enqueued while the settle fails
 my $node = new_outbox_node('notify_atomic', 'pg_outbox.breaker_threshold' => '1000');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
-sql(q{SELECT outbox.create_endpoint('feed', channel => 'atomic_feed')});
+sql($node, q{SELECT outbox.create_endpoint('feed', channel => 'atomic_feed')});
 
 # The injected failure, installed by the superuser: a BEFORE DELETE row trigger that
 # raises disk_full on the statement that takes a message out of the queue (marks it
 # sent), while the flag says so.
-sql(q{
+sql($node, q{
 	CREATE TABLE public.fault_flag (fail_settle boolean NOT NULL);
 	INSERT INTO public.fault_flag VALUES (false);
 	CREATE FUNCTION public.fault_inject() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -52,34 +50,15 @@ sql(q{
 	CREATE TRIGGER fault_inject BEFORE DELETE ON outbox.messages FOR EACH ROW
 	  EXECUTE FUNCTION public.fault_inject();});
 
-# Where each message stands, wherever its row lives now (outbox.message(): the queue,
-# the history or the DLQ): "status/attempts" of each id, in id order; an id without a
-# row is left out.
-sub states
-{
-	return sql(sprintf(q{SELECT coalesce(string_agg(s.status || '/' || s.attempts, ',' ORDER BY i.id), '')
-	                       FROM unnest('{%s}'::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s},
-			join(',', @_)));
-}
-
 # A session that LISTENs.  psql prints the notifications that arrived after each
 # command it runs; they are collected here, in arrival order.
 my $listener = listen_for_notifications($node, 'atomic_feed');
 my @notes;    # what has arrived: { channel, payload (raw text), pid, envelope (decoded or undef) }
 
-sub poll_notifications { my $n = $listener->poll; @notes = @{ $listener->notes }; return $n }
-
-sub log_since
-{
-	my ($offset) = @_;
-	my $log = slurp_file($node->logfile);
-	return substr($log, $offset);
-}
-
 # ---------------------------------------------------------------------------
 # 0. Sanity: with the flag off, the trigger is harmless and a message is notified.
-my $first = sql(q{SELECT outbox.enqueue('feed', '{"n": 0}', event_type => 'atomic.test')});
-ok(wait_until(sub { poll_notifications() >= 1 }, 30, 'the first notification'),
+my $first = sql($node, q{SELECT outbox.enqueue('feed', '{"n": 0}', event_type => 'atomic.test')});
+ok(wait_until(sub { poll_notifications($listener, \@notes) >= 1 }, 30, 'the first notification'),
 	'flag off: the first message is notified');
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($first)", 30),
 	'flag off: the first message is marked sent');
@@ -89,17 +68,17 @@ my $wpid = worker_pid($node);
 # ---------------------------------------------------------------------------
 # 1. The settle fails: the worker's transaction that would mark the messages sent
 #    rolls back again and again, and no notification leaves it.
-sql('UPDATE public.fault_flag SET fail_settle = true');
+sql($node, 'UPDATE public.fault_flag SET fail_settle = true');
 my $log_offset = -s $node->logfile;
 my @ids;
-push @ids, split /\n/, sql(join '',
+push @ids, split /\n/, sql($node, join '',
 	map { "SELECT outbox.enqueue('feed', '{\"n\": $_}', event_type => 'atomic.test');" } 1 .. 3);
-push @ids, sql("SELECT outbox.enqueue('feed', '{\"n\": $_}', event_type => 'atomic.test')") for 4 .. $N;
+push @ids, sql($node, "SELECT outbox.enqueue('feed', '{\"n\": $_}', event_type => 'atomic.test')") for 4 .. $N;
 is(scalar(@ids), $N, "$N messages enqueued while the settle fails");
 
 sub settle_errors
 {
-	my @m = log_since($log_offset) =~ /endpoint "feed" is (?:still )?held up: injected settle failure \(notify atomicity\)/g;
+	my @m = log_since($node, $log_offset) =~ /endpoint "feed" is (?:still )?held up: injected settle failure \(notify atomicity\)/g;
 	return scalar @m;
 }
 
@@ -107,53 +86,53 @@ sub settle_errors
 # failed settles (the endpoint is parked and tried again after 1 s, then 2 s), polling
 # the listener all along.  A pg_notify committed in a transaction of its own before
 # the failing one would have reached the listener by the third failure.
-ok( wait_until(sub { poll_notifications(); settle_errors() >= 3 }, 60, 'three failed settles'),
+ok( wait_until(sub { poll_notifications($listener, \@notes); settle_errors() >= 3 }, 60, 'three failed settles'),
 	'the worker logged at least 3 failed settles (endpoint "feed" is held up: injected settle failure)');
 my $errors_seen = settle_errors();
 note "failed settles logged while the flag was on: $errors_seen";
-poll_notifications();
+poll_notifications($listener, \@notes);
 is(scalar(@notes), 1, 'no notification arrives while the transaction that marks the messages sent fails')
   or diag explain [ map { $_->{payload} } @notes[ 1 .. $#notes ] ];
-is(states(@ids), join(',', ('pending/0') x $N),
+is(states($node, @ids), join(',', ('pending/0') x $N),
 	'none of the messages is marked sent while the settle fails (outbox.message(): pending)');
-is( sql(sprintf("SELECT count(*) || '/' || max(attempts) FROM outbox.messages WHERE id IN (%s)", join ',', @ids)),
+is( sql($node, sprintf("SELECT count(*) || '/' || max(attempts) FROM outbox.messages WHERE id IN (%s)", join ',', @ids)),
 	"$N/0", 'the failed attempts rolled back with their transaction (all still queued, attempts still 0)');
-is(sql('SELECT count(*) FROM outbox.history WHERE id IN (' . join(',', @ids) . ')'), '0',
+is(sql($node, 'SELECT count(*) FROM outbox.history WHERE id IN (' . join(',', @ids) . ')'), '0',
 	'... and none of them reached the history');
 
 # ---------------------------------------------------------------------------
 # 2. The failure stops: each message is notified exactly once and marked sent.
-sql('UPDATE public.fault_flag SET fail_settle = false');
+sql($node, 'UPDATE public.fault_flag SET fail_settle = false');
 # The worker is in its error backoff (at most 6.4 s after a long streak).
-ok( wait_until(sub { states(@ids) eq join(',', ('sent/1') x $N) }, 60, "$N messages sent"),
+ok( wait_until(sub { states($node, @ids) eq join(',', ('sent/1') x $N) }, 60, "$N messages sent"),
 	"after the failure stops, the $N messages are marked sent");
-is(sql(sprintf('SELECT count(*) FROM outbox.messages WHERE id IN (%s)', join ',', @ids)), '0',
+is(sql($node, sprintf('SELECT count(*) FROM outbox.messages WHERE id IN (%s)', join ',', @ids)), '0',
 	'... and have left the queue');
-ok(wait_until(sub { poll_notifications() >= 1 + $N }, 30, "$N more notifications"),
+ok(wait_until(sub { poll_notifications($listener, \@notes) >= 1 + $N }, 30, "$N more notifications"),
 	"$N notifications arrive after the failure stops");
 # Duplicates could only come from a transaction that already committed (the rows are
 # sent); this short, bounded window lets any straggler reach the listener.
-wait_until(sub { poll_notifications() > 1 + $N }, 1);
+ok(!wait_until(sub { poll_notifications($listener, \@notes) > 1 + $N }, 1), 'no straggler arrives within the window');
 is(scalar(@notes), 1 + $N, 'no more notifications than messages');
 my %count;
 $count{ ($_->{envelope} // {})->{id} // 'undef' }++ for @notes[ 1 .. $#notes ];
 is_deeply(\%count, { map { $_ => 1 } @ids }, 'each message is notified exactly once, by its id');
 is_deeply([ map { $_->{pid} } @notes ], [ ($wpid) x @notes ], 'every notification comes from the worker');
 is_deeply([ map { $_->{channel} } @notes ], [ ('atomic_feed') x @notes ], 'all on channel "atomic_feed"');
-is( sql(sprintf("SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox.history WHERE id IN (%s)",
+is( sql($node, sprintf("SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox.history WHERE id IN (%s)",
 			join ',', @ids)),
 	join(',', ('1') x $N), 'one attempt each (the failed ones were rolled back)');
-is(sql('SELECT count(*) FROM dlq.dead_letters'), '0', 'no dead letters');
+is(sql($node, 'SELECT count(*) FROM dlq.dead_letters'), '0', 'no dead letters');
 is(worker_pid($node), $wpid, 'the worker survived its errors (same pid)');
 # The counters count what committed: the rolled-back NOTIFY transactions count nothing.
-is(sql(q{SELECT sent FROM outbox.worker_status()}), sql(q{SELECT count(*) FROM outbox.history}),
+is(sql($node, q{SELECT sent FROM outbox.worker_status()}), sql($node, q{SELECT count(*) FROM outbox.history}),
 	'worker_status().sent counts each notified message once (none of the rolled-back tries)');
 
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);
 ok(!@bad, 'no PANIC, no crash in the server log') or diag(join "\n", @bad);
 
 $listener->quit;
-sql(q{DROP TRIGGER fault_inject ON outbox.messages; DROP FUNCTION public.fault_inject();
+sql($node, q{DROP TRIGGER fault_inject ON outbox.messages; DROP FUNCTION public.fault_inject();
 	DROP TABLE public.fault_flag;});
 $node->stop;
 done_testing();

@@ -32,20 +32,12 @@ $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
 my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $recv = start_receiver();
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
-sub endpoint { my ($name, $path) = @_; return create_endpoint($node, $name, $recv->url($path)) }
-
-sub reqs { return $recv->requests(path => $_[0]) }
-
-sub wait_requests { return $recv->wait_requests(@_) }
-
 # Where the messages stand, wherever their rows live now (outbox.message(): the queue,
 # the history or the DLQ): "N:S", N the number of the ids that have a row, S their
 # distinct "status/attempts", e.g. "5:pending/0".
 sub states_of
 {
-	return sql(sprintf(q{SELECT count(*) || ':' || coalesce(string_agg(DISTINCT s.status || '/' || s.attempts, ','), '')
+	return sql($node, sprintf(q{SELECT count(*) || ':' || coalesce(string_agg(DISTINCT s.status || '/' || s.attempts, ','), '')
 	                       FROM unnest('{%s}'::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s},
 			join(',', @_)));
 }
@@ -65,49 +57,49 @@ like($pid_start, qr/^\d+$/, 'worker running');
 # ---------------------------------------------------------------------------
 # 1. A paused endpoint keeps accepting messages and delivers none until resumed.
 
-endpoint('paused', '/hooks/paused');
-sql(q{SELECT outbox.pause_endpoint('paused')});
-my @paused_ids = split /\n/, sql(q{
+endpoint($node, $recv, 'paused', '/hooks/paused');
+sql($node, q{SELECT outbox.pause_endpoint('paused')});
+my @paused_ids = split /\n/, sql($node, q{
 	SELECT outbox.enqueue('paused', jsonb_build_object('n', g)) FROM generate_series(1, 5) g});
 is(scalar(@paused_ids), 5, 'paused endpoint accepts messages');
 # A control endpoint proves the worker is busy delivering meanwhile.
-endpoint('control', '/hooks/control');
-sql(q{SELECT outbox.enqueue('control', '{"control": 1}')});
-ok(wait_requests('/hooks/control', 1), 'another endpoint delivers meanwhile');
+endpoint($node, $recv, 'control', '/hooks/control');
+sql($node, q{SELECT outbox.enqueue('control', '{"control": 1}')});
+ok($recv->wait_requests('/hooks/control', 1), 'another endpoint delivers meanwhile');
 sleep(2);    # an observation window: a paused endpoint's message would show here
-is(scalar(@{ reqs('/hooks/paused') }), 0, 'nothing sent while paused (2 s)');
+is(scalar(@{ $recv->requests(path => '/hooks/paused') }), 0, 'nothing sent while paused (2 s)');
 is(states_of(@paused_ids), '5:pending/0', 'paused messages stay pending, no attempt spent');
-is(sql(q{SELECT paused || '/' || pending FROM outbox.endpoint_stats WHERE endpoint = 'paused'}),
+is(sql($node, q{SELECT paused || '/' || pending FROM outbox.endpoint_stats WHERE endpoint = 'paused'}),
 	'true/5', 'endpoint_stats shows it paused with 5 pending');
 
 my $t_resume = time;
-sql(q{SELECT outbox.resume_endpoint('paused')});
-ok(wait_requests('/hooks/paused', 5), 'all five delivered after resume_endpoint');
+sql($node, q{SELECT outbox.resume_endpoint('paused')});
+ok($recv->wait_requests('/hooks/paused', 5), 'all five delivered after resume_endpoint');
 note(sprintf('five paused messages delivered %.3f s after resume', time - $t_resume));
 ok(wait_until(sub { states_of(@paused_ids) eq '5:sent/1' }, undef, 'the paused messages sent'),
 	'all five sent after one attempt');
-is(sql(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'paused'}), '0', '... and the queue holds none of them');
-is_deeply([ sort map { $_->{headers}{'webhook-id'} } @{ reqs('/hooks/paused') } ],
+is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'paused'}), '0', '... and the queue holds none of them');
+is_deeply([ sort map { $_->{headers}{'webhook-id'} } @{ $recv->requests(path => '/hooks/paused') } ],
 	[ sort map { "$W$_" } @paused_ids ], 'each paused message exactly once');
 
 # ---------------------------------------------------------------------------
 # 2. deliver_at: not before that time.
 
-endpoint('later', '/hooks/later');
-my $later_id = sql(q{SELECT outbox.enqueue('later', '{"later": true}',
+endpoint($node, $recv, 'later', '/hooks/later');
+my $later_id = sql($node, q{SELECT outbox.enqueue('later', '{"later": true}',
                                            deliver_at => now() + interval '3 seconds')});
-my $deliver_at = sql("SELECT extract(epoch FROM next_attempt_at) FROM outbox.messages WHERE id = $later_id");
-my $now_id = sql(q{SELECT outbox.enqueue('later', '{"later": false}')});
-ok(wait_requests('/hooks/later', 1), 'a message without deliver_at goes at once');
-is(reqs('/hooks/later')->[0]{headers}{'webhook-id'}, "$W$now_id", '... and it is that one');
+my $deliver_at = sql($node, "SELECT extract(epoch FROM next_attempt_at) FROM outbox.messages WHERE id = $later_id");
+my $now_id = sql($node, q{SELECT outbox.enqueue('later', '{"later": false}')});
+ok($recv->wait_requests('/hooks/later', 1), 'a message without deliver_at goes at once');
+is($recv->requests(path => '/hooks/later')->[0]{headers}{'webhook-id'}, "$W$now_id", '... and it is that one');
 # Before deliver_at, judged in one statement on the server's clock: whatever the
 # test's own delays, a row seen before its time must still be pending, untouched.
-my ($early, $state) = split /\|/, sql("SELECT clock_timestamp() < m.next_attempt_at, s.status || '/' || s.attempts
+my ($early, $state) = split /\|/, sql($node, "SELECT clock_timestamp() < m.next_attempt_at, s.status || '/' || s.attempts
 	FROM outbox.messages m CROSS JOIN LATERAL outbox.message(m.id) s WHERE m.id = $later_id");
 is($early, 't', 'checked before deliver_at');
 is($state, 'pending/0', 'before deliver_at it is still pending with no attempt');
-ok(wait_requests('/hooks/later', 2), 'the deferred message arrives');
-my $got = reqs('/hooks/later')->[1];
+ok($recv->wait_requests('/hooks/later', 2), 'the deferred message arrives');
+my $got = $recv->requests(path => '/hooks/later')->[1];
 is($got->{headers}{'webhook-id'}, "$W$later_id", '... the deferred one');
 note(sprintf('deliver_at message received %.3f s after deliver_at', $got->{time} - $deliver_at));
 ok($got->{time} >= $deliver_at, 'received no earlier than deliver_at');
@@ -116,20 +108,20 @@ ok($got->{time} < $deliver_at + 10, 'received soon after deliver_at (the worker 
 # ---------------------------------------------------------------------------
 # 3. pg_outbox.enabled = off stops delivery; on resumes it.
 
-endpoint('switch', '/hooks/switch');
+endpoint($node, $recv, 'switch', '/hooks/switch');
 reload_with('pg_outbox.enabled' => 'off');
 ok(wait_sql($node, q{SELECT state = 'disabled' FROM outbox.worker_status()}),
 	'worker_status() says disabled');
-my @switch_ids = split /\n/, sql(q{
+my @switch_ids = split /\n/, sql($node, q{
 	SELECT outbox.enqueue('switch', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
 sleep(1.5);    # an observation window: a delivery while disabled would show here
-is(scalar(@{ reqs('/hooks/switch') }), 0, 'nothing delivered while disabled (1.5 s)');
+is(scalar(@{ $recv->requests(path => '/hooks/switch') }), 0, 'nothing delivered while disabled (1.5 s)');
 is(states_of(@switch_ids), '3:pending/0', 'messages stay pending while disabled');
 reload_with('pg_outbox.enabled' => 'on');
-ok(wait_requests('/hooks/switch', 3), 'delivered once enabled again');
+ok($recv->wait_requests('/hooks/switch', 3), 'delivered once enabled again');
 ok(wait_until(sub { states_of(@switch_ids) eq '3:sent/1' }, undef, 'the switch messages sent'),
 	'all three sent');
-isnt(sql('SELECT state FROM outbox.worker_status()'), 'disabled', 'no longer disabled');
+isnt(sql($node, 'SELECT state FROM outbox.worker_status()'), 'disabled', 'no longer disabled');
 is(worker_pid($node), $pid_start, 'same worker: enabled was re-read without a restart');
 
 # ---------------------------------------------------------------------------
@@ -139,7 +131,7 @@ is(worker_pid($node), $pid_start, 'same worker: enabled was re-read without a re
 #    at any moment - bounded by the claim size - and requests in flight at the
 #    receiver - bounded by max_concurrency.
 
-endpoint('slow', '/hooks/slow');
+endpoint($node, $recv, 'slow', '/hooks/slow');
 $recv->add_rule(path => '/hooks/slow', status => 200, delay_ms => 200);
 my $sampler = $node->background_psql('postgres');
 
@@ -148,8 +140,8 @@ my $sampler = $node->background_psql('postgres');
 sub drain_slow
 {
 	my ($n, $tag) = @_;
-	my $before = @{ reqs('/hooks/slow') };
-	sql(qq{SELECT outbox.enqueue('slow', jsonb_build_object('tag', '$tag', 'n', g))
+	my $before = @{ $recv->requests(path => '/hooks/slow') };
+	sql($node, qq{SELECT outbox.enqueue('slow', jsonb_build_object('tag', '$tag', 'n', g))
 	         FROM generate_series(1, $n) g});
 	my $max_in_flight = 0;
 	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
@@ -165,7 +157,7 @@ sub drain_slow
 		last if $sent == $n;
 		sleep(0.02);
 	}
-	my @r = @{ reqs('/hooks/slow') };
+	my @r = @{ $recv->requests(path => '/hooks/slow') };
 	return ($max_in_flight, [ @r[ $before .. $#r ] ]);
 }
 
@@ -221,25 +213,25 @@ reload_with('pg_outbox.batch_size' => undef, 'pg_outbox.max_concurrency' => unde
 # ---------------------------------------------------------------------------
 # 5. sent_retention = 0: a delivered message leaves the queue and is kept nowhere.
 
-endpoint('ret0', '/hooks/ret0');
+endpoint($node, $recv, 'ret0', '/hooks/ret0');
 reload_with('pg_outbox.sent_retention' => '0');
-my @ret0 = split /\n/, sql(q{SELECT outbox.enqueue('ret0', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
-ok(wait_requests('/hooks/ret0', 3), 'sent_retention 0: three delivered');
+my @ret0 = split /\n/, sql($node, q{SELECT outbox.enqueue('ret0', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
+ok($recv->wait_requests('/hooks/ret0', 3), 'sent_retention 0: three delivered');
 ok(wait_sql($node, q{SELECT NOT EXISTS (SELECT FROM outbox.messages WHERE endpoint = 'ret0')
                       AND NOT EXISTS (SELECT FROM outbox.history WHERE endpoint = 'ret0')}),
 	'sent_retention 0: their rows are gone (from the queue, and none in the history)');
 is(states_of(@ret0), '0:', 'sent_retention 0: outbox.message() knows none of them');
-is(sql(q{SELECT count(*) FROM dlq.dead_letters WHERE endpoint = 'ret0'}), '0',
+is(sql($node, q{SELECT count(*) FROM dlq.dead_letters WHERE endpoint = 'ret0'}), '0',
 	'sent_retention 0: (not dead-lettered)');
-is(scalar(@{ reqs('/hooks/ret0') }), 3, 'sent_retention 0: each delivered once');
+is(scalar(@{ $recv->requests(path => '/hooks/ret0') }), 3, 'sent_retention 0: each delivered once');
 is(worker_pid($node), $pid_start, 'same worker pid');
 
 reload_with('pg_outbox.sent_retention' => undef);
-my $kept = sql(q{SELECT outbox.enqueue('ret0', '{"kept": true}')});
-ok(wait_requests('/hooks/ret0', 4), 'default retention again: delivered');
+my $kept = sql($node, q{SELECT outbox.enqueue('ret0', '{"kept": true}')});
+ok($recv->wait_requests('/hooks/ret0', 4), 'default retention again: delivered');
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($kept)"),
 	'default retention again: the sent row is kept');
-is(sql("SELECT count(*) FROM outbox.history WHERE id = $kept"), '1', '... in the history');
+is(sql($node, "SELECT count(*) FROM outbox.history WHERE id = $kept"), '1', '... in the history');
 
 # ---------------------------------------------------------------------------
 # 6. outbox.purge(): retained sent messages older than the interval are deleted from
@@ -251,7 +243,7 @@ is(sql("SELECT count(*) FROM outbox.history WHERE id = $kept"), '1', '... in the
 sub sent_ago
 {
 	my ($id, $ago) = @_;
-	sql(qq{
+	sql($node, qq{
 		BEGIN;
 		CREATE TEMP TABLE aged ON COMMIT DROP AS
 		  SELECT tableoid::regclass AS part, endpoint FROM outbox.history WHERE id = $id;
@@ -265,36 +257,36 @@ sub sent_ago
 		COMMIT;});
 }
 
-endpoint('keep', '/hooks/keep');
-endpoint('hold', '/hooks/hold');
-sql(q{SELECT outbox.pause_endpoint('hold')});
-my $held = sql(q{SELECT outbox.enqueue('hold', '{"held": true}')});
-my ($k1, $k2, $k3) = split /\n/, sql(q{SELECT outbox.enqueue('keep', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
+endpoint($node, $recv, 'keep', '/hooks/keep');
+endpoint($node, $recv, 'hold', '/hooks/hold');
+sql($node, q{SELECT outbox.pause_endpoint('hold')});
+my $held = sql($node, q{SELECT outbox.enqueue('hold', '{"held": true}')});
+my ($k1, $k2, $k3) = split /\n/, sql($node, q{SELECT outbox.enqueue('keep', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
 ok(wait_sql($node, q{SELECT count(*) = 3 FROM outbox.history WHERE endpoint = 'keep'}),
 	'three kept messages sent');
 sent_ago($k1, '2 hours');
 sent_ago($k2, '30 minutes');
-is(sql(q{SELECT outbox.purge(interval '1 hour')}), '1', 'purge(1 hour) deletes one row');
-is(sql("SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox.history WHERE endpoint = 'keep'"),
+is(sql($node, q{SELECT outbox.purge(interval '1 hour')}), '1', 'purge(1 hour) deletes one row');
+is(sql($node, "SELECT string_agg(id::text, ',' ORDER BY id) FROM outbox.history WHERE endpoint = 'keep'"),
 	"$k2,$k3", '... the one sent two hours ago');
-is(sql("SELECT count(*) FROM outbox.message($k1)"), '0', '... which outbox.message() no longer knows');
-is(sql(q{SELECT outbox.purge()}), '0', 'purge() with the default retention (1 day) deletes none');
-my $all_sent = sql(q{SELECT count(*) FROM outbox.history});
+is(sql($node, "SELECT count(*) FROM outbox.message($k1)"), '0', '... which outbox.message() no longer knows');
+is(sql($node, q{SELECT outbox.purge()}), '0', 'purge() with the default retention (1 day) deletes none');
+my $all_sent = sql($node, q{SELECT count(*) FROM outbox.history});
 cmp_ok($all_sent, '>', 2, "there are $all_sent sent rows");
-is(sql(q{SELECT outbox.purge(interval '0')}), $all_sent, 'purge(0) deletes every sent row');
-is(sql(q{SELECT count(*) FROM outbox.history}), '0', 'no sent row left');
-is(sql("SELECT status || '/' || attempts FROM outbox.message($held)"), 'pending/0',
+is(sql($node, q{SELECT outbox.purge(interval '0')}), $all_sent, 'purge(0) deletes every sent row');
+is(sql($node, q{SELECT count(*) FROM outbox.history}), '0', 'no sent row left');
+is(sql($node, "SELECT status || '/' || attempts FROM outbox.message($held)"), 'pending/0',
 	'the pending message of a paused endpoint survives purge');
-is(sql("SELECT count(*) FROM outbox.messages WHERE id = $held"), '1', '... in the queue');
+is(sql($node, "SELECT count(*) FROM outbox.messages WHERE id = $held"), '1', '... in the queue');
 my ($rc, $out, $err) = $node->psql('postgres', q{SELECT outbox.purge(interval '-1 hour')});
 isnt($rc, 0, 'purge of a negative interval is refused');
 like($err, qr/negative/, '... with a clear error');
 
 # The worker purges by sent_retention on its own.
-my @auto = split /\n/, sql(q{SELECT outbox.enqueue('keep', jsonb_build_object('auto', g)) FROM generate_series(1, 4) g});
+my @auto = split /\n/, sql($node, q{SELECT outbox.enqueue('keep', jsonb_build_object('auto', g)) FROM generate_series(1, 4) g});
 ok(wait_sql($node, sprintf(q{SELECT count(*) = 4 FROM outbox.history WHERE id IN (%s)}, join(',', @auto))),
 	'four more sent and retained');
-my @auto_parts = split /\n/, sql(sprintf(q{SELECT DISTINCT tableoid::regclass FROM outbox.history WHERE id IN (%s)},
+my @auto_parts = split /\n/, sql($node, sprintf(q{SELECT DISTINCT tableoid::regclass FROM outbox.history WHERE id IN (%s)},
 		join(',', @auto)));
 note('the history partitions that hold them: ' . join(', ', @auto_parts));
 reload_with('pg_outbox.sent_retention' => '1s');
@@ -304,7 +296,7 @@ is(states_of(@auto), '0:', '... outbox.message() knows none of them');
 # They sat in a partition made for the default retention (6 h wide): a shorter retention
 # does not wait for its end, the worker trims such a partition row by row, and drops
 # whole the 10 s partitions made for the new retention.
-is(sql(sprintf(q{SELECT count(*) FROM unnest('{%s}'::text[]) AS p(name)
+is(sql($node, sprintf(q{SELECT count(*) FROM unnest('{%s}'::text[]) AS p(name)
                   JOIN outbox._history_partitions() hp ON hp.partition = to_regclass(p.name)
                  WHERE hp.to_at - hp.from_at > interval '10 s'},
 			join(',', map { qq{"$_"} } grep { $_ ne 'outbox.history_default' } @auto_parts))),
@@ -313,7 +305,7 @@ is(sql(sprintf(q{SELECT count(*) FROM unnest('{%s}'::text[]) AS p(name)
 ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox._history_partitions() p
                      WHERE p.from_at > now() AND p.to_at - p.from_at > interval '10 s'}),
 	'the empty partitions made ahead for the old retention are dropped');
-is(sql("SELECT status || '/' || attempts FROM outbox.message($held)"), 'pending/0',
+is(sql($node, "SELECT status || '/' || attempts FROM outbox.message($held)"), 'pending/0',
 	'... but not the pending one');
 reload_with('pg_outbox.sent_retention' => undef);
 is(worker_pid($node), $pid_start, 'one worker for the whole file');

@@ -39,14 +39,6 @@ my $recv = start_receiver();
 # ---------------------------------------------------------------------------
 # helpers
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
-sub endpoint { my ($name, $path, %opt) = @_; return create_endpoint($node, $name, $recv->url($path), %opt) }
-
-sub reqs { return $recv->requests(path => $_[0]) }
-
-sub wait_requests { return $recv->wait_requests(@_) }
-
 # One session kept open for the polls that must be quick (a new psql per sample
 # would take longer than the states it samples).
 my $probe = $node->background_psql('postgres');
@@ -63,7 +55,7 @@ sub housekeeping_round
 {
 	my ($what) = @_;
 	my $canary = ++$canary_id;
-	sql(qq{INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
+	sql($node, qq{INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
 	       VALUES ($canary, 'paused', '{"canary": true}', 1, now() - interval '4 days', now() - interval '4 days')});
 	return wait_sql($node, "SELECT NOT EXISTS (SELECT 1 FROM outbox.history WHERE id = $canary)",
 		30);
@@ -71,10 +63,10 @@ sub housekeeping_round
 
 my $pid_start = wait_for_worker($node);
 like($pid_start, qr/^\d+$/, 'worker running');
-like(sql('SHOW pg_outbox.lease'), qr/^${LEASE}s$/, "pg_outbox.lease is ${LEASE}s");
+like(sql($node, 'SHOW pg_outbox.lease'), qr/^${LEASE}s$/, "pg_outbox.lease is ${LEASE}s");
 
-endpoint('paused', '/hooks/paused');
-sql(q{SELECT outbox.pause_endpoint('paused')});
+endpoint($node, $recv, 'paused', '/hooks/paused');
+sql($node, q{SELECT outbox.pause_endpoint('paused')});
 
 # ---------------------------------------------------------------------------
 # 1. One copy in flight: a claim lasts as long as its request can.
@@ -95,7 +87,7 @@ sql(q{SELECT outbox.pause_endpoint('paused')});
 # answered 200.  The hang runs on while sections 2 to 4 do; its end is checked at the
 # end of the file.
 
-endpoint('lease', '/hooks/lease', timeout_ms => 20000);
+endpoint($node, $recv, 'lease', '/hooks/lease', timeout_ms => 20000);
 $recv->add_rule(path => '/hooks/lease', action => 'hang', hang_ms => 15000, times => 1);
 
 # The message's state (outbox.message()) and its claim: "status|attempts|claimed_at
@@ -108,8 +100,8 @@ sub lease_state
 	                  FROM outbox.message($_[0]) s});
 }
 
-my $t_enqueue = sql('SELECT extract(epoch FROM clock_timestamp())');
-my $lease_id = sql(q{SELECT outbox.enqueue('lease', '{"lease": true}')});
+my $t_enqueue = sql($node, 'SELECT extract(epoch FROM clock_timestamp())');
+my $lease_id = sql($node, q{SELECT outbox.enqueue('lease', '{"lease": true}')});
 my ($claim_status, $claim_attempts, $claimed_at, $claim_attempt) = ('', '', '', '');
 ok( wait_until(
 		sub {
@@ -124,8 +116,8 @@ ok( wait_until(
 is("$claim_status/$claim_attempts/$claim_attempt", 'in_flight/0/1',
 	'claimed: in_flight, its claim records attempt 1');
 
-ok(wait_requests('/hooks/lease', 1), 'the first request arrives (and hangs)');
-my $first = reqs('/hooks/lease')->[0];
+ok($recv->wait_requests('/hooks/lease', 1), 'the first request arrives (and hangs)');
+my $first = $recv->requests(path => '/hooks/lease')->[0];
 is($first->{headers}{'webhook-id'}, "$W$lease_id", '... it is the lease message');
 is($first->{headers}{'outbox-attempt'}, '1', '... as attempt 1');
 is($first->{response}, 'hang', '... and the receiver holds it without answering');
@@ -145,12 +137,12 @@ cmp_ok($claimed_at, '<=', $first->{time} + 0.05, 'claimed_at: no later than the 
 ok( wait_sql($node, "SELECT clock_timestamp() > to_timestamp($claimed_at) + interval '3 seconds'", 30),
 	'three leases have passed since the claim');
 ok(housekeeping_round(), 'a housekeeping round ran meanwhile');
-ok(!defined reqs('/hooks/lease')->[0]{answered_at}, '... while the first request is still unanswered');
+ok(!defined $recv->requests(path => '/hooks/lease')->[0]{answered_at}, '... while the first request is still unanswered');
 my ($held_status, $held_attempts, $held_claimed_at, $held_attempt) = split /\|/, lease_state($lease_id), 4;
 is("$held_status/$held_attempts/$held_attempt", 'in_flight/0/1',
 	'the message is still in flight under its first claim (the lease released nothing)');
 is($held_claimed_at, $claimed_at, '... the same claim');
-is(scalar(@{ reqs('/hooks/lease') }), 1, '... and no second copy was sent');
+is(scalar(@{ $recv->requests(path => '/hooks/lease') }), 1, '... and no second copy was sent');
 # The first request ends (the receiver gives up after 15 s) while the next sections
 # run; the message's delivery is checked at the end of the file.
 
@@ -162,7 +154,7 @@ is(scalar(@{ reqs('/hooks/lease') }), 1, '... and no second copy was sent');
 # each kind.  Old handled ones were handled two hours ago too, so the test holds
 # whether the age counts from dead_at or from the handling.
 
-sql(q{
+sql($node, q{
 	INSERT INTO dlq.dead_letters (message_id, endpoint, payload, reason_code, attempts,
 	                              message_created_at, dead_at, requeued_at, requeued_as,
 	                              discarded_at, note)
@@ -178,16 +170,16 @@ sql(q{
 
 sub dlq_counts
 {
-	return sql(q{SELECT string_agg(note || '=' || n, ' ' ORDER BY note)
+	return sql($node, q{SELECT string_agg(note || '=' || n, ' ' ORDER BY note)
 	               FROM (SELECT note, count(*) AS n FROM dlq.dead_letters GROUP BY note) c});
 }
 my $all_there = 'fresh-discarded=3 fresh-open=3 fresh-requeued=3 old-discarded=3 old-open=3 old-requeued=3';
 is(dlq_counts(), $all_there, 'eighteen dead letters inserted (old and fresh, open and handled)');
-is(sql('SHOW pg_outbox.dlq_retention'), '-1', 'dlq_retention is -1 by default');
+is(sql($node, 'SHOW pg_outbox.dlq_retention'), '-1', 'dlq_retention is -1 by default');
 
 # Several housekeeping rounds: two proven one after the other, and the worker's loop
 # at least 2 s past the insertion.
-my $t_dlq = sql('SELECT clock_timestamp()');
+my $t_dlq = sql($node, 'SELECT clock_timestamp()');
 ok(housekeeping_round(), 'dlq_retention -1: a housekeeping round ran');
 ok(housekeeping_round(), 'dlq_retention -1: another housekeeping round ran');
 ok(wait_sql($node, "SELECT last_loop_at > '$t_dlq'::timestamptz + interval '2 seconds'
@@ -201,9 +193,9 @@ ok( wait_sql($node,
 		30),
 	'dlq_retention 1h: the handled dead letters older than 1 h are purged by the worker');
 ok(housekeeping_round(), 'dlq_retention 1h: one more housekeeping round ran');
-is(sql(q{SELECT count(*) FROM dlq.dead_letters WHERE note = 'old-open'}), '3',
+is(sql($node, q{SELECT count(*) FROM dlq.dead_letters WHERE note = 'old-open'}), '3',
 	'dlq_retention 1h: the OPEN dead letters older than 1 h stay (never deleted automatically)');
-is(sql(q{SELECT count(*) FROM dlq.dead_letters WHERE note LIKE 'fresh-%'}), '9',
+is(sql($node, q{SELECT count(*) FROM dlq.dead_letters WHERE note LIKE 'fresh-%'}), '9',
 	'dlq_retention 1h: the fresh dead letters stay, open or handled');
 
 # ---------------------------------------------------------------------------
@@ -224,7 +216,7 @@ is(sql(q{SELECT count(*) FROM dlq.dead_letters WHERE note LIKE 'fresh-%'}), '9',
 
 ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.history WHERE payload ? 'canary'}, 30),
 	'no canary left');
-sql(q{
+sql($node, q{
 	DO $$
 	BEGIN
 	  EXECUTE format('CREATE TABLE outbox.history_two_days_ago PARTITION OF outbox.history FOR VALUES FROM (%L) TO (%L)',
@@ -241,7 +233,7 @@ sql(q{
 	SELECT 710000000 + g, 'paused', jsonb_build_object('bulk_default', g), 1,
 	       now() - interval '36 hours', now() - interval '36 hours'
 	  FROM generate_series(1, 500) g;});
-is( sql(q{SELECT tableoid::regclass::text || '=' || count(*) FROM outbox.history
+is( sql($node, q{SELECT tableoid::regclass::text || '=' || count(*) FROM outbox.history
            WHERE payload ? 'bulk' OR payload ? 'bulk_default' GROUP BY tableoid ORDER BY 1}),
 	"outbox.history_default=500\noutbox.history_two_days_ago=2500",
 	'2,500 messages sent two days ago in their partition, 500 sent 36 hours ago in the default partition');
@@ -251,8 +243,8 @@ my $bulk_count = sub {
 };
 ok(housekeeping_round(), 'sent_retention 3d: a housekeeping round ran');
 is($bulk_count->(), '2500/500', 'sent_retention 3d keeps the 3,000 messages sent up to two days ago');
-is(sql(q{SELECT to_regclass('outbox.history_two_days_ago') IS NOT NULL}), 't', '... and their partition');
-is(sql(q{SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'paused'}), '3000',
+is(sql($node, q{SELECT to_regclass('outbox.history_two_days_ago') IS NOT NULL}), 't', '... and their partition');
+is(sql($node, q{SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'paused'}), '3000',
 	'endpoint_stats counts them as sent (retained)');
 
 my $t_reload = time;
@@ -271,14 +263,14 @@ my $took = time - $t_reload;
 note(sprintf('counts seen (partition/default): %s; zero %.3f s after the reload', join(' -> ', @samples), $took));
 is_deeply([ grep { !m{^(2500/500|0/0)$} } @samples ], [],
 	'every count seen is 2500/500 or 0/0: the partition went whole, with the default partition\'s rows, in one round');
-is(sql(q{SELECT to_regclass('outbox.history_two_days_ago') IS NULL}), 't',
+is(sql($node, q{SELECT to_regclass('outbox.history_two_days_ago') IS NULL}), 't',
 	'the expired partition was dropped');
-is(sql(q{SELECT count(*) FROM outbox.history_counts WHERE partition::text = 'outbox.history_two_days_ago'}), '0',
+is(sql($node, q{SELECT count(*) FROM outbox.history_counts WHERE partition::text = 'outbox.history_two_days_ago'}), '0',
 	'... and its count went with it');
-is(sql(q{SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'paused'}), '0',
+is(sql($node, q{SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'paused'}), '0',
 	'endpoint_stats no longer counts them');
 ok(housekeeping_round(), 'sent_retention 1d: another housekeeping round ran');
-cmp_ok(sql(q{SELECT count(*) FROM outbox._history_partitions()}), '>', 0,
+cmp_ok(sql($node, q{SELECT count(*) FROM outbox._history_partitions()}), '>', 0,
 	'the worker\'s own partitions (for now and ahead) are still there');
 
 # ---------------------------------------------------------------------------
@@ -286,26 +278,26 @@ cmp_ok(sql(q{SELECT count(*) FROM outbox._history_partitions()}), '>', 0,
 #    X is enqueued before Y, so a claim that waited for locks would wait on X and
 #    deliver nothing.
 
-endpoint('locked', '/hooks/locked');
-sql(q{SELECT outbox.pause_endpoint('locked')});
-my $x = sql(q{SELECT outbox.enqueue('locked', '{"which": "x"}')});
-my $y = sql(q{SELECT outbox.enqueue('locked', '{"which": "y"}')});
+endpoint($node, $recv, 'locked', '/hooks/locked');
+sql($node, q{SELECT outbox.pause_endpoint('locked')});
+my $x = sql($node, q{SELECT outbox.enqueue('locked', '{"which": "x"}')});
+my $y = sql($node, q{SELECT outbox.enqueue('locked', '{"which": "y"}')});
 cmp_ok($x, '<', $y, 'X is older than Y');
 my $locker = $node->background_psql('postgres');
 $locker->query_safe('BEGIN');
 is($locker->query_safe("SELECT id FROM outbox.messages WHERE id = $x FOR UPDATE"), $x,
 	'another transaction locks X');
-sql(q{SELECT outbox.resume_endpoint('locked')});
+sql($node, q{SELECT outbox.resume_endpoint('locked')});
 ok(wait_until(sub { exists $recv->answered_2xx('/hooks/locked')->{"$W$y"} }, 30, 'Y answered'),
 	'Y is delivered (answered 2xx) while X is locked');
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($y)", 30),
 	'... and Y is sent')
   or diag('the worker meanwhile: '
-	  . sql(q{SELECT concat_ws(' ', state, wait_event_type, wait_event, query) FROM pg_stat_activity
+	  . sql($node, q{SELECT concat_ws(' ', state, wait_event_type, wait_event, query) FROM pg_stat_activity
 	           WHERE backend_type = 'pg_outbox worker'}));
-is_deeply([ grep { $_->{headers}{'webhook-id'} eq "$W$x" } @{ reqs('/hooks/locked') } ], [],
+is_deeply([ grep { $_->{headers}{'webhook-id'} eq "$W$x" } @{ $recv->requests(path => '/hooks/locked') } ], [],
 	'X was never sent while locked');
-is(sql("SELECT status || '/' || attempts FROM outbox.message($x)"), 'pending/0',
+is(sql($node, "SELECT status || '/' || attempts FROM outbox.message($x)"), 'pending/0',
 	'X stays pending with no attempt while locked');
 
 $locker->query_safe('ROLLBACK');
@@ -320,13 +312,13 @@ ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 1 FROM outbox.message(
 # it after 15 s, the endpoint's 20 s timeout not reached), unanswered: a retryable
 # failure.  Only then may the message go again, as attempt 2, and it is answered 200.
 
-ok(wait_until(sub { defined reqs('/hooks/lease')->[0]{answered_at} }, 40, 'first lease request ends'),
+ok(wait_until(sub { defined $recv->requests(path => '/hooks/lease')->[0]{answered_at} }, 40, 'first lease request ends'),
 	'the hung first request of the lease message has ended');
-ok(!defined reqs('/hooks/lease')->[0]{answered}, '... unanswered');
-my $first_end = reqs('/hooks/lease')->[0]{answered_at};
+ok(!defined $recv->requests(path => '/hooks/lease')->[0]{answered}, '... unanswered');
+my $first_end = $recv->requests(path => '/hooks/lease')->[0]{answered_at};
 note(sprintf('the first request hung %.3f s', $first_end - $first->{time}));
-ok(wait_requests('/hooks/lease', 2), 'a second request arrives after the first has ended');
-my @lease_reqs = @{ reqs('/hooks/lease') };
+ok($recv->wait_requests('/hooks/lease', 2), 'a second request arrives after the first has ended');
+my @lease_reqs = @{ $recv->requests(path => '/hooks/lease') };
 is(scalar(grep { $_->{time} < $first_end } @lease_reqs), 1,
 	'exactly one request was sent while the first one hung (one copy in flight)');
 my $second = $lease_reqs[1];
@@ -338,11 +330,11 @@ ok( wait_sql($node, "SELECT status = 'sent' AND attempts = 2 FROM outbox.message
 ok(exists $recv->answered_2xx('/hooks/lease')->{"$W$lease_id"},
 	'... the receiver answered it 2xx');
 ok(housekeeping_round(), 'a housekeeping round ran after it');
-is(sql("SELECT status || '/' || attempts FROM outbox.message($lease_id)"), 'sent/2',
+is(sql($node, "SELECT status || '/' || attempts FROM outbox.message($lease_id)"), 'sent/2',
 	'the message stays sent after 2 attempts');
-is(scalar(@{ reqs('/hooks/lease') }), 2, '... with two requests in all');
-is(sql("SELECT count(*) FROM outbox.claims WHERE $lease_id = ANY (message_ids)"), '0', '... and no claim left');
-is(sql("SELECT count(*) FROM dlq.dead_letters WHERE message_id = $lease_id"), '0',
+is(scalar(@{ $recv->requests(path => '/hooks/lease') }), 2, '... with two requests in all');
+is(sql($node, "SELECT count(*) FROM outbox.claims WHERE $lease_id = ANY (message_ids)"), '0', '... and no claim left');
+is(sql($node, "SELECT count(*) FROM dlq.dead_letters WHERE message_id = $lease_id"), '0',
 	'... and dead-letters nothing');
 
 is(wait_for_worker($node), $pid_start, 'one worker for the whole file');

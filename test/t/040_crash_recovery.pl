@@ -147,8 +147,9 @@ sub check_delivery
 
 	# The receiver logs an answer just after writing it, so its record of the last
 	# answers can trail the rows marked sent: wait for it (bounded) before judging.
-	wait_until(sub { my $ok = $recv->answered_2xx("/hooks/$s"); !grep { !$ok->{"$W$_"} } keys %$committed },
-		undef, "$label: the receiver's record of every answer");
+	ok(wait_until(sub { my $ok = $recv->answered_2xx("/hooks/$s"); !grep { !$ok->{"$W$_"} } keys %$committed },
+			undef, "$label: the receiver's record of every answer"),
+		"$label: the receiver recorded a 2xx answer for every committed message");
 	my $reqs = $recv->requests(path => "/hooks/$s");
 	my (%seen, %requested, @foreign, $rolled_arrived, $rolled_bodies);
 	$rolled_arrived = $rolled_bodies = 0;
@@ -297,7 +298,8 @@ sub drain_with_crash
 	ok(wait_until(sub { all_sent('c', 1) }, undef, "$label: message sent"),
 		"$label: the message is delivered after the restart");
 
-	wait_until(sub { $recv->answered_2xx('/hooks/c')->{"$W$id"} }, undef, "$label: the receiver's record");
+	ok(wait_until(sub { $recv->answered_2xx('/hooks/c')->{"$W$id"} }, undef, "$label: the receiver's record"),
+		"$label: the receiver recorded its 2xx answer");
 	my $reqs = $recv->requests(path => '/hooks/c');
 	my @ok = grep { ($_->{answered} // '') eq '200' } @$reqs;
 	is(scalar @ok, 1, "$label: delivered with a 200 exactly once");

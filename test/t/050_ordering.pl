@@ -62,13 +62,6 @@ is( $node->safe_psql('postgres',
 	'odead=true,ofast=true,ord=true,ufast=false',
 	'endpoints created with the intended ordered flags');
 
-sub count_sent
-{
-	my ($endpoint) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT count(*) FROM outbox.history WHERE endpoint = '$endpoint'");
-}
-
 # Seconds from the first enqueue to the last sent, measured by the database (called
 # once the endpoint is drained: every message is in the history).
 sub drain_seconds
@@ -213,11 +206,11 @@ is( $node->safe_psql('postgres', q{
 		   WHERE endpoint IN ('ord', 'odead')) x}),
 	($total + 10) . '/0', 'within each key, ids follow seq');
 
-ok(wait_until(sub { count_sent('ord') == $total }, undef, 'all ordered messages sent'),
+ok(wait_until(sub { count_sent($node, 'ord') == $total }, undef, 'all ordered messages sent'),
 	"all $total messages of the ordered endpoint are sent")
   or diag status_counts('ord');
 my $wall_ord = Time::HiRes::time() - $t0;
-ok(wait_until(sub { count_sent('odead') == 9 }, undef, 'dead key drained'),
+ok(wait_until(sub { count_sent($node, 'odead') == 9 }, undef, 'dead key drained'),
 	'the 9 messages behind the dead head are sent');
 
 my $rs = receipts('/hooks/ord');
@@ -291,7 +284,7 @@ $node->safe_psql('postgres',
 	sprintf(q{SELECT outbox.create_endpoint('uord', url => '%s', max_attempts => 20)},
 		$recv->url('/hooks/uord')));
 enqueue_keys('uord', $KEYS, $PER_KEY);
-ok(wait_until(sub { count_sent('uord') == $total }, undef, 'uord drained'),
+ok(wait_until(sub { count_sent($node, 'uord') == $total }, undef, 'uord drained'),
 	"all $total messages of the unordered endpoint are sent");
 my $drain_uord = drain_seconds('uord');
 my %u_by_key;
@@ -334,12 +327,12 @@ my $fast_total = $FAST_KEYS * $FAST_PER;
 my $delay_s = $DELAY_MS / 1000;
 
 enqueue_keys('ofast', $FAST_KEYS, $FAST_PER, grouped => 1, keyless => $KEYLESS);
-ok( wait_until(sub { count_sent('ofast') == $fast_total + $KEYLESS }, undef, 'ofast drained'),
+ok( wait_until(sub { count_sent($node, 'ofast') == $fast_total + $KEYLESS }, undef, 'ofast drained'),
 	'ordered throughput run drained');
 my $drain_ofast = drain_seconds('ofast');
 
 enqueue_keys('ufast', $FAST_KEYS, $FAST_PER, grouped => 1);
-ok(wait_until(sub { count_sent('ufast') == $fast_total }, undef, 'ufast drained'),
+ok(wait_until(sub { count_sent($node, 'ufast') == $fast_total }, undef, 'ufast drained'),
 	'unordered throughput run drained');
 my $drain_ufast = drain_seconds('ufast');
 

@@ -66,10 +66,12 @@ sub requests_of
 	} @{ $recv->requests(path => $path) };
 }
 
+# Waits (bounded) until $n messages of $endpoint are in the history; returns 1, or 0
+# on timeout (callers ok() it).
 sub wait_sent
 {
 	my ($endpoint, $n) = @_;
-	wait_sql($node, "SELECT count(*) >= $n FROM outbox.history WHERE endpoint = '$endpoint'", 60);
+	return wait_sql($node, "SELECT count(*) >= $n FROM outbox.history WHERE endpoint = '$endpoint'", 60);
 }
 
 sub enqueue_sql
@@ -88,9 +90,9 @@ $sb->query_safe('BEGIN');
 my $id_b = $sb->query_safe(enqueue_sql('s1', 'B', 'k'));
 $sb->query_safe('COMMIT');
 ok($id_a < $id_b, "A enqueued first (id $id_a), B second (id $id_b)");
-$recv->wait_requests('/hooks/s1', 1, 30);
+ok($recv->wait_requests('/hooks/s1', 1, 30), "1. B's first attempt reached the receiver before A commits");
 $sa->query_safe('COMMIT');
-wait_sent('s1', 2);
+ok(wait_sent('s1', 2), '1. both messages sent');
 is_deeply([ delivered_ids('/hooks/s1') ], [ $id_b, $id_a ], '1. B (committed first) was delivered before A');
 my @s1 = requests_of('/hooks/s1');
 my ($b_ok) = map { $_->[2] } grep { $_->[0] == $id_b && ($_->[3] // '') eq '200' } @s1;
@@ -119,7 +121,7 @@ is( $node->safe_psql('postgres',
 		"SELECT id FROM outbox.messages WHERE endpoint = 's2' AND ordering_seq IS NULL"),
 	$id{C}, '2. the head is the first to commit (C), not the lowest id');
 $node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s2')});
-wait_sent('s2', 3);
+ok(wait_sent('s2', 3), '2. the three messages sent');
 is_deeply([ delivered_ids('/hooks/s2') ], [ @id{qw(C A B)} ], '2. delivered in commit order: C, A, B');
 
 # --- 3. A REPEATABLE READ producer follows what committed after its snapshot --------
@@ -132,7 +134,7 @@ $sa->query_safe('COMMIT');
 is( $node->safe_psql('postgres', "SELECT ordering_seq IS NOT NULL FROM outbox.messages WHERE id = $id_r"),
 	't', '3. the REPEATABLE READ message waits behind the one committed after its snapshot');
 $node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s3')});
-wait_sent('s3', 2);
+ok(wait_sent('s3', 2), '3. both messages sent');
 is_deeply([ delivered_ids('/hooks/s3') ], [ $id_w, $id_r ], '3. delivered in commit order');
 $_->quit for ($sa, $sb, $sc);
 
@@ -163,7 +165,7 @@ my $ok = PostgreSQL::Test::Utils::run_log(
 	'>', \$out, '2>', \$err);
 ok($ok, '4. pgbench ran every transaction') or diag($err);
 my $total = $CLIENTS * $PER_CLIENT;
-wait_sent('s4', $total);
+ok(wait_sent('s4', $total), "4. all $total messages sent");
 my %witness = map { my ($i, $k, $n) = split /\|/; ($i => [ $k, $n ]) }
   split /\n/, $node->safe_psql('postgres', 'SELECT id, k, n FROM witness');
 is(scalar(keys %witness), $total, "4. $total transactions committed");
@@ -216,7 +218,7 @@ $ok = PostgreSQL::Test::Utils::run_log(
 	'>', \$out, '2>', \$err);
 ok($ok && $err !~ /deadlock/, '5. no transaction failed (no deadlock between keys locked in opposite orders)')
   or diag($err);
-wait_sent('s5', $CLIENTS * 25 * 2);
+ok(wait_sent('s5', $CLIENTS * 25 * 2), '5. all ' . ($CLIENTS * 25 * 2) . ' messages sent');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE endpoint = 's5'}),
 	0, '5. all delivered');
 
@@ -250,7 +252,7 @@ is( $node->safe_psql('postgres',
 		   WHERE endpoint = 's6' AND ordering_key = 'k'}),
 	join(',', @six[ 2 .. 4 ]), '6. one that becomes ordered puts its queued messages in id order');
 $node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s6')});
-wait_sent('s6', 4);
+ok(wait_sent('s6', 4), '6. the four remaining messages sent');
 my %of_k = map { $_ => 1 } @six[ 2 .. 4 ];
 is_deeply([ grep { $of_k{$_} } delivered_ids('/hooks/s6') ], [ @six[ 2 .. 4 ] ], '6. and delivers them in that order');
 
@@ -268,7 +270,8 @@ $node->safe_psql('postgres', q{DELETE FROM outbox.messages WHERE endpoint = 's7'
 $recv->add_rule(path => '/hooks/s7', status => 400);
 $node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s7')});
 $node->safe_psql('postgres', enqueue_sql('s7', "d$_", 'k')) for 1 .. 3;
-wait_sql($node, q{SELECT count(*) = 3 FROM dlq.dead_letters WHERE endpoint = 's7'}, 30);
+ok(wait_sql($node, q{SELECT count(*) = 3 FROM dlq.dead_letters WHERE endpoint = 's7'}, 30),
+	'7. the three messages refused with 400 are dead letters');
 $recv->clear_rules;
 $node->safe_psql('postgres', q{SELECT outbox.pause_endpoint('s7')});
 $node->safe_psql('postgres', q{SELECT dlq.requeue_all('s7')});
@@ -312,26 +315,48 @@ is($node->safe_psql('postgres', "SELECT ordering_seq IS NULL FROM outbox.message
 # 20,000 messages wait behind a head whose request hangs; 200 messages of other keys
 # flow meanwhile. The claim index is read for those, never for the 20,000.
 $recv->add_rule(path => '/hooks/s8', action => 'hang', times => 1);    # the head's request: no answer
-$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s8', url => '%s', ordered => true)},
-	$recv->url('/hooks/s8')));
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s8', url => '%s', ordered => true);
+	SELECT outbox.create_endpoint('s8m', url => '%s')}, $recv->url('/hooks/s8'), $recv->url('/hooks/s8m')));
 $node->safe_psql('postgres', q{SELECT outbox.enqueue('s8', '{"n": "blocked-head"}', ordering_key => 'hot')});
-$recv->wait_requests('/hooks/s8', 1, 30);
+ok($recv->wait_requests('/hooks/s8', 1, 30), "8. the head's request reached the receiver (it hangs there)");
 $node->safe_psql('postgres', q{SELECT outbox.enqueue('s8', jsonb_build_object('n', i), ordering_key => 'hot')
 	FROM generate_series(1, 20000) i});
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE endpoint = 's8' AND ordering_seq IS NOT NULL}),
 	20000, '8. 20,000 messages wait behind the blocked head');
-sleep 1.2;    # the worker's index statistics reach the shared counters at most once a second
-my $read_before = $node->safe_psql('postgres',
-	q{SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'messages_claim_idx'});
+# Statistics reach the shared counters at most once a second (a session's at its exit,
+# the worker's after a transaction), so they are waited for, not slept on.  A session
+# flushes its statistics on its way out, before it leaves pg_stat_activity: once no
+# other session is left, the index reads of the sessions before (the 20,000 enqueued
+# above, the 200 below) are all counted.  The worker flushes what it has counted
+# together, so its rows moved into the history show when the index reads of the claims
+# before them are counted too: the baseline waits for a marker message sent after the
+# 20,000 (what the worker reads as they arrive - seen at 180,000 entries - belongs
+# before it), the measurement for the 200.
+my $SESSIONS_GONE = q{SELECT count(*) = 0 FROM pg_stat_activity
+	WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()};
+my $IDX_READ = q{SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'messages_claim_idx'};
+# Rows moved into the history (every partition): only the worker's settle writes
+# there, after the claims of what it settles.
+my $HIST_INS = q{SELECT coalesce(sum(s.n_tup_ins), 0) FROM pg_partition_tree('outbox.history') t
+	JOIN pg_stat_user_tables s ON s.relid = t.relid};
+my $hist_mark = $node->safe_psql('postgres', $HIST_INS);
+$node->safe_psql('postgres', q{SELECT outbox.enqueue('s8m', '{"n": "marker"}')});
+ok(wait_until(sub { $node->safe_psql('postgres', $HIST_INS) > $hist_mark }, 60, 'the marker in the statistics'),
+	"8. a marker sent after the 20,000 shows in the worker's statistics (its reads so far are counted)");
+ok(wait_sql($node, $SESSIONS_GONE, 60), '8. the sessions before the baseline have gone (their statistics with them)');
+my $read_before = $node->safe_psql('postgres', $IDX_READ);
+my $hist_before = $node->safe_psql('postgres', $HIST_INS);
 for my $i (1 .. 20)
 {
 	$node->safe_psql('postgres', join '',
 		map { "SELECT outbox.enqueue('s8', '{}', ordering_key => 'other-$i-$_');" } 1 .. 10);
 }
-wait_sent('s8', 200);
-sleep 1.2;
-my $read = $node->safe_psql('postgres',
-	q{SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelname = 'messages_claim_idx'}) - $read_before;
+ok(wait_sent('s8', 200), '8. the 200 messages of other keys sent beside the blocked head');
+ok(wait_sql($node, $SESSIONS_GONE, 60), '8. the sessions that enqueued the 200 have gone (their statistics with them)');
+ok(wait_until(sub { $node->safe_psql('postgres', $HIST_INS) - $hist_before >= 200 }, 60,
+		"the worker's statistics of the 200"),
+	"8. the worker's statistics of the 200 have reached the shared counters");
+my $read = $node->safe_psql('postgres', $IDX_READ) - $read_before;
 note "claim index entries read while 200 messages flowed beside the blocked key: $read";
 # Were the 20,000 in the claim index, every claim would read them all: the claims
 # that sent these 200 messages together read fewer than one such claim would.

@@ -35,8 +35,6 @@ my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $recv = start_receiver();
 my $json = JSON::PP->new->utf8;
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
 # The receiver's records of one path, in arrival order, with the payload decoded:
 # [ {seq (payload), n (payload), wid, time, answered (undef: none), answered_at,
 #    settled (the receiver has recorded what became of the request)} ].
@@ -67,14 +65,14 @@ sub show { return join ' ', map { "$_->{seq}:" . ($_->{answered} // 'none') } @{
 ###############################################################################
 # 1. Ordering survives a worker killed with SIGKILL while the key's head is in flight.
 ###############################################################################
-sql(sprintf(q{SELECT outbox.create_endpoint('ledger', url => '%s', ordered => true, max_attempts => 20)},
+sql($node, sprintf(q{SELECT outbox.create_endpoint('ledger', url => '%s', ordered => true, max_attempts => 20)},
 		$recv->url('/hooks/k')));
 # The first request of the path hangs (for far longer than the test waits).
 $recv->add_rule(path => '/hooks/k', action => 'hang', hang_ms => 60000, times => 1);
 
 # Separate transactions, so the ids follow seq and each commit wakes the worker.
 my @ids = map {
-	sql("SELECT outbox.enqueue('ledger', jsonb_build_object('key', 'k', 'seq', $_), ordering_key => 'k')")
+	sql($node, "SELECT outbox.enqueue('ledger', jsonb_build_object('key', 'k', 'seq', $_), ordering_key => 'k')")
 } 0 .. 4;
 is(join(',', map { $_ <=> $ids[0] } @ids), '0,1,1,1,1', 'the ids of key k increase with seq');
 
@@ -88,9 +86,9 @@ ok( wait_until(
 	'seq 0 is in flight: the receiver holds it unanswered');
 ok(wait_sql($node, "SELECT status = 'in_flight' FROM outbox.message($ids[0])", 30),
 	'... and the outbox shows it in_flight');
-is(sql("SELECT attempts FROM outbox.messages WHERE id = $ids[0]"), '0',
+is(sql($node, "SELECT attempts FROM outbox.messages WHERE id = $ids[0]"), '0',
 	'... its queue row records no attempt yet (the claim lists its first)');
-is(sql("SELECT array_to_string(attempts, ',') FROM outbox.claims WHERE $ids[0] = ANY (message_ids)"), '1',
+is(sql($node, "SELECT array_to_string(attempts, ',') FROM outbox.claims WHERE $ids[0] = ANY (message_ids)"), '1',
 	'... and the claim lists it on its first attempt');
 is(show(receipts('/hooks/k')), '0:none', 'nothing else of key k went out while the head is in flight');
 
@@ -107,9 +105,9 @@ ok( wait_sql(
 	'all five messages of key k are sent after the restart');
 # The new worker recorded the attempt of the claim the killed one left behind: the
 # head was sent on its second attempt, the others on their first.
-is(sql("SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox.history WHERE ordering_key = 'k'"),
+is(sql($node, "SELECT string_agg(attempts::text, ',' ORDER BY id) FROM outbox.history WHERE ordering_key = 'k'"),
 	'2,1,1,1,1', 'the history: the head sent on attempt 2 (the hung one counted), the rest on attempt 1');
-is(sql('SELECT count(*) FROM outbox.claims'), '0', 'no claim is left once key k is sent');
+is(sql($node, 'SELECT count(*) FROM outbox.claims'), '0', 'no claim is left once key k is sent');
 # The hung request ends when the dead worker's socket closes; wait for the receiver
 # to have recorded it (and every other request) as settled.
 ok(wait_until(sub { !grep { !$_->{settled} } @{ receipts('/hooks/k') } }, 30, 'receipts settled'),
@@ -134,7 +132,7 @@ note('the new worker\'s recovery: '
 ###############################################################################
 # 2. A requeued dead letter is a new message, ordered by its new id.
 ###############################################################################
-sql(sprintf(q{SELECT outbox.create_endpoint('oreq', url => '%s', ordered => true)},
+sql($node, sprintf(q{SELECT outbox.create_endpoint('oreq', url => '%s', ordered => true)},
 		$recv->url('/hooks/r')));
 # The head of key r dies at once: a 400.
 $recv->add_rule(path => '/hooks/r', status => 400, times => 1);
@@ -142,16 +140,16 @@ $recv->add_rule(path => '/hooks/r', status => 400, times => 1);
 sub enqueue_r
 {
 	my ($n) = @_;
-	return sql("SELECT outbox.enqueue('oreq', jsonb_build_object('key', 'r', 'seq', '$n', 'n', '$n'), "
+	return sql($node, "SELECT outbox.enqueue('oreq', jsonb_build_object('key', 'r', 'seq', '$n', 'n', '$n'), "
 		  . "event_type => 'test.requeue', ordering_key => 'r')");
 }
 
 my $a_id = enqueue_r('head');
 ok(wait_sql($node, "SELECT EXISTS (SELECT 1 FROM dlq.dead_letters WHERE message_id = $a_id)", 30),
 	'the head of key r is dead-lettered');
-is(sql("SELECT reason_code, http_status, attempts FROM dlq.dead_letters WHERE message_id = $a_id"),
+is(sql($node, "SELECT reason_code, http_status, attempts FROM dlq.dead_letters WHERE message_id = $a_id"),
 	'HTTP_CLIENT_ERROR|400|1', '... at once, after one 400');
-my $dl = sql("SELECT id FROM dlq.dead_letters WHERE message_id = $a_id");
+my $dl = sql($node, "SELECT id FROM dlq.dead_letters WHERE message_id = $a_id");
 
 # The dead head no longer holds the key: the next message goes.
 my $b_id = enqueue_r('after-dead');
@@ -159,22 +157,22 @@ ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($b_id)", 30),
 	'a message of key r enqueued after the dead head is delivered');
 
 # Paused: one more message of key r, then the requeue, so both wait together.
-sql(q{SELECT outbox.pause_endpoint('oreq')});
+sql($node, q{SELECT outbox.pause_endpoint('oreq')});
 # The message enqueued before the requeue is answered after 500 ms: were the requeued
 # one not held behind it, it would arrive during that time.
 $recv->add_rule(path => '/hooks/r', status => 200, delay_ms => 500, times => 1);
 my $c_id = enqueue_r('before-requeue');
-my $e_id = sql("SELECT dlq.requeue($dl)");
+my $e_id = sql($node, "SELECT dlq.requeue($dl)");
 cmp_ok($e_id, '>', $c_id, "the requeued dead letter is a new message with a larger id ($e_id > $c_id)");
-is(sql("SELECT s.status, m.ordering_key, m.idempotency_key FROM outbox.messages m, outbox.message(m.id) s"
+is(sql($node, "SELECT s.status, m.ordering_key, m.idempotency_key FROM outbox.messages m, outbox.message(m.id) s"
 		  . " WHERE m.id = $e_id"),
 	"pending|r|$W$a_id", '... pending, key r, carrying the original webhook-id');
-is(sql("SELECT requeued_as FROM dlq.dead_letters WHERE id = $dl"), $e_id,
+is(sql($node, "SELECT requeued_as FROM dlq.dead_letters WHERE id = $dl"), $e_id,
 	'the dead letter records the new id');
 is(scalar @{ $recv->requests(path => '/hooks/r') }, 2,
 	'nothing went out while the endpoint was paused');
 
-sql(q{SELECT outbox.resume_endpoint('oreq')});
+sql($node, q{SELECT outbox.resume_endpoint('oreq')});
 ok( wait_sql(
 		$node, "SELECT count(*) = 2 FROM unnest('{$c_id,$e_id}'::bigint[]) i, outbox.message(i) s"
 		  . " WHERE s.status = 'sent'",

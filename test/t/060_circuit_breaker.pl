@@ -49,14 +49,6 @@ $node->safe_psql(
 		                                max_attempts => 5);},
 		"http://127.0.0.1:$down_port/hooks/down", $ok_recv->url('/hooks/healthy')));
 
-sub q1 { return $node->safe_psql('postgres', $_[0]) }
-
-sub count_sent
-{
-	my ($endpoint) = @_;
-	return q1("SELECT count(*) FROM outbox.history WHERE endpoint = '$endpoint'");
-}
-
 # The messages of an endpoint, queued or delivered, each with the attempts it has
 # spent: the queue row's recorded attempts, or the attempt a claim has it on while it
 # is in flight; a delivered message's attempts from the history.
@@ -76,13 +68,7 @@ sub spent_sql
 sub attempts_of
 {
 	my ($endpoint) = @_;
-	return q1('SELECT coalesce(sum(attempts), 0) FROM ' . spent_sql($endpoint));
-}
-
-sub breaker_state
-{
-	my ($endpoint) = @_;
-	return q1("SELECT breaker_state FROM outbox.endpoint_stats WHERE endpoint = '$endpoint'");
+	return sql($node, 'SELECT coalesce(sum(attempts), 0) FROM ' . spent_sql($endpoint));
 }
 
 sub enqueue_sql
@@ -98,22 +84,15 @@ sub enqueue_sql
 sub drain_seconds
 {
 	my ($endpoint, $tag) = @_;
-	return q1("SELECT round(extract(epoch FROM max(sent_at) - min(created_at))::numeric, 3)
+	return sql($node, "SELECT round(extract(epoch FROM max(sent_at) - min(created_at))::numeric, 3)
 	             FROM outbox.history WHERE endpoint = '$endpoint' AND payload->>'tag' = '$tag'");
-}
-
-sub log_count
-{
-	my ($re) = @_;
-	my @m = slurp_file($node->logfile) =~ /$re/g;
-	return scalar @m;
 }
 
 ###############################################################################
 # 1. Baseline: the healthy endpoint alone.
 ###############################################################################
-q1(enqueue_sql('healthy', $HEALTHY_MSGS, 'alone'));
-ok(wait_until(sub { count_sent('healthy') == $HEALTHY_MSGS }, undef, 'baseline drain'),
+sql($node, enqueue_sql('healthy', $HEALTHY_MSGS, 'alone'));
+ok(wait_until(sub { count_sent($node, 'healthy') == $HEALTHY_MSGS }, undef, 'baseline drain'),
 	"baseline: $HEALTHY_MSGS messages to the healthy endpoint sent");
 my $drain_alone = drain_seconds('healthy', 'alone');
 
@@ -121,9 +100,9 @@ my $drain_alone = drain_seconds('healthy', 'alone');
 # 2. Outage of the receiver of "down" for 20 s.
 ###############################################################################
 my $t_outage = Time::HiRes::time();
-q1(enqueue_sql('down', $DOWN_MSGS, 'outage'));
+sql($node, enqueue_sql('down', $DOWN_MSGS, 'outage'));
 
-ok(wait_until(sub { breaker_state('down') eq 'open' }, undef, 'circuit of "down" opens'),
+ok(wait_until(sub { breaker_state($node, 'down') eq 'open' }, undef, 'circuit of "down" opens'),
 	'the circuit of "down" opens (outbox.endpoint_stats.breaker_state = open)');
 # The requests in flight when the circuit opened end at once (connection refused), and
 # their batches' claims go with them: then every attempt spent is recorded on its row
@@ -138,14 +117,14 @@ cmp_ok($attempts_at_open, '<=', 5 + 64 + 2,
 	"when the circuit opened, only requests already in flight had spent an attempt ($attempts_at_open)")
   or diag 'server log: ', join ' | ',
   slurp_file($node->logfile) =~ /(circuit for endpoint "down" opened\n.*?DETAIL:[^\n]*)/sg;
-like(q1('SELECT outbox.metrics()'), qr/^pg_outbox_circuit_open\{endpoint="down"\} 1$/m,
+like(sql($node, 'SELECT outbox.metrics()'), qr/^pg_outbox_circuit_open\{endpoint="down"\} 1$/m,
 	'metrics: pg_outbox_circuit_open{endpoint="down"} 1');
 
 # 2a. A second endpoint at a closed port, enqueued in the same transaction as (and
 # before) a batch for the healthy endpoint: the healthy batch drains about as fast
 # as it did alone.
-q1(enqueue_sql('broken', $HEALTHY_MSGS, 'broken') . enqueue_sql('healthy', $HEALTHY_MSGS, 'beside_broken'));
-ok( wait_until(sub { count_sent('healthy') == 2 * $HEALTHY_MSGS }, undef, 'drain beside broken'),
+sql($node, enqueue_sql('broken', $HEALTHY_MSGS, 'broken') . enqueue_sql('healthy', $HEALTHY_MSGS, 'beside_broken'));
+ok( wait_until(sub { count_sent($node, 'healthy') == 2 * $HEALTHY_MSGS }, undef, 'drain beside broken'),
 	"$HEALTHY_MSGS messages to the healthy endpoint sent while two endpoints are down");
 my $drain_beside = drain_seconds('healthy', 'beside_broken');
 cmp_ok($drain_beside, '<', 15 + 3 * $drain_alone,
@@ -154,31 +133,31 @@ note sprintf('healthy endpoint, %d messages: %.3f s alone (%.0f msgs/s), %.3f s 
 	  . 'endpoints (%.0f msgs/s)',
 	$HEALTHY_MSGS, $drain_alone, $HEALTHY_MSGS / ($drain_alone || 1e-9), $drain_beside,
 	$HEALTHY_MSGS / ($drain_beside || 1e-9));
-ok(wait_until(sub { breaker_state('broken') ne 'closed' }, undef, 'broken opens'),
+ok(wait_until(sub { breaker_state($node, 'broken') ne 'closed' }, undef, 'broken opens'),
 	'the circuit of "broken" opened too');
 
 # 2b. A worker restart while the circuit is open: the new worker reloads the
 # breaker from outbox.endpoints instead of starting closed and spending attempts.
-my ($old_pid) = q1('SELECT pid FROM outbox.worker_status()');
+my ($old_pid) = sql($node, 'SELECT pid FROM outbox.worker_status()');
 my $attempts_before_restart = attempts_of('down');
-my $row_before = q1(q{SELECT breaker_state || ' ' || breaker_cooldown_ms FROM outbox.endpoints WHERE name = 'down'});
-is(q1("SELECT pg_terminate_backend($old_pid)"), 't', "worker (pid $old_pid) terminated");
+my $row_before = sql($node, q{SELECT breaker_state || ' ' || breaker_cooldown_ms FROM outbox.endpoints WHERE name = 'down'});
+is(sql($node, "SELECT pg_terminate_backend($old_pid)"), 't', "worker (pid $old_pid) terminated");
 ok( wait_until(
 		sub {
-			my $pid = q1('SELECT pid FROM outbox.worker_status()');
+			my $pid = sql($node, 'SELECT pid FROM outbox.worker_status()');
 			$pid ne '' && $pid != $old_pid
-			  && q1("SELECT count(*) FROM pg_stat_activity WHERE pid = $pid") == 1;
+			  && sql($node, "SELECT count(*) FROM pg_stat_activity WHERE pid = $pid") == 1;
 		}, undef,
 		'a new worker'),
 	'the postmaster started a new worker');
-my ($new_pid) = q1('SELECT pid FROM outbox.worker_status()');
+my ($new_pid) = sql($node, 'SELECT pid FROM outbox.worker_status()');
 # The new worker is under way (it has looped for a while), then a window of 3 s in
 # which a forgotten breaker would spend at least the threshold of attempts.
 ok(wait_sql($node, q{SELECT last_loop_at > started_at + interval '0.5 s' FROM outbox.worker_status()}),
 	'the new worker is running its loop');
 Time::HiRes::sleep(3);
 my $attempts_after_restart = attempts_of('down');
-my $state_after = breaker_state('down');
+my $state_after = breaker_state($node, 'down');
 like($state_after, qr/^(open|half_open)$/,
 	"after the worker restart the circuit is still $state_after (was: $row_before)");
 cmp_ok($attempts_after_restart - $attempts_before_restart, '<=', 4,
@@ -193,23 +172,23 @@ my $outage_attempts = attempts_of('down');
 note "delivery attempts for $DOWN_MSGS messages during the ${OUTAGE_S} s outage: $outage_attempts";
 cmp_ok($outage_attempts, '<', 200, "no retry storm: $outage_attempts attempts for $DOWN_MSGS messages in ${OUTAGE_S} s");
 cmp_ok($outage_attempts, '>=', 5, 'the breaker did see failures (at least the threshold)');
-is( q1(q{SELECT (SELECT count(*) FROM outbox.messages WHERE endpoint = 'down') || '/'
+is( sql($node, q{SELECT (SELECT count(*) FROM outbox.messages WHERE endpoint = 'down') || '/'
 	           || (SELECT count(*) FROM outbox.history WHERE endpoint = 'down')}),
 	"$DOWN_MSGS/0", 'all 1000 messages of "down" are still in the outbox, undelivered');
-my $never_tried = q1('SELECT count(*) FROM ' . spent_sql('down') . ' WHERE attempts = 0');
+my $never_tried = sql($node, 'SELECT count(*) FROM ' . spent_sql('down') . ' WHERE attempts = 0');
 cmp_ok($never_tried, '>', $DOWN_MSGS - 200, "$never_tried messages never spent an attempt");
-cmp_ok(q1('SELECT max(attempts) FROM ' . spent_sql('down')), '<', 5,
+cmp_ok(sql($node, 'SELECT max(attempts) FROM ' . spent_sql('down')), '<', 5,
 	'no message of "down" came near max_attempts');
-is(q1('SELECT count(*) FROM dlq.dead_letters'), '0', 'no dead letters at all (neither "down" nor "broken")')
-  or diag q1('SELECT endpoint, reason_code, count(*) FROM dlq.dead_letters GROUP BY 1, 2');
-like(breaker_state('down'), qr/^(open|half_open)$/, 'the circuit of "down" is still open at the end of the outage');
+is(sql($node, 'SELECT count(*) FROM dlq.dead_letters'), '0', 'no dead letters at all (neither "down" nor "broken")')
+  or diag sql($node, 'SELECT endpoint, reason_code, count(*) FROM dlq.dead_letters GROUP BY 1, 2');
+like(breaker_state($node, 'down'), qr/^(open|half_open)$/, 'the circuit of "down" is still open at the end of the outage');
 is($down->running, 0, 'the receiver of "down" was down all along');
 
-my $opened_lines = log_count(qr/circuit for endpoint "down" opened/);
+my $opened_lines = log_count($node, qr/circuit for endpoint "down" opened/);
 note "server log: $opened_lines 'circuit for endpoint \"down\" opened' lines during the outage";
 cmp_ok($opened_lines, '>=', 1, 'the opening is logged');
 cmp_ok($opened_lines, '<=', 15, "a small number of 'opened' log lines ($opened_lines), not one per message");
-is(log_count(qr/circuit for endpoint "down" closed/), 0, 'no "closed" line during the outage');
+is(log_count($node, qr/circuit for endpoint "down" closed/), 0, 'no "closed" line during the outage');
 
 ###############################################################################
 # 3. The receiver comes back on the same port: everything is delivered.
@@ -218,21 +197,21 @@ my $t_back = Time::HiRes::time();
 $down->restart;
 my $attempts_before_back = attempts_of('down');
 is($down->port, $down_port, "receiver of \"down\" back on port $down_port");
-ok(wait_until(sub { count_sent('down') == $DOWN_MSGS }, undef, 'all delivered after the outage'),
+ok(wait_until(sub { count_sent($node, 'down') == $DOWN_MSGS }, undef, 'all delivered after the outage'),
 	"all $DOWN_MSGS messages delivered after the receiver came back")
-  or diag q1(q{SELECT s.status, s.attempts, count(*) FROM outbox.messages m, outbox.message(m.id) s
+  or diag sql($node, q{SELECT s.status, s.attempts, count(*) FROM outbox.messages m, outbox.message(m.id) s
 	             WHERE m.endpoint = 'down' GROUP BY 1, 2});
 my $recovery_s = Time::HiRes::time() - $t_back;
 note sprintf('all %d delivered %.2f s after the receiver came back', $DOWN_MSGS, $recovery_s);
-ok(wait_until(sub { breaker_state('down') eq 'closed' }, undef, 'circuit closes'),
+ok(wait_until(sub { breaker_state($node, 'down') eq 'closed' }, undef, 'circuit closes'),
 	'the circuit of "down" is closed again');
-like(q1('SELECT outbox.metrics()'), qr/^pg_outbox_circuit_open\{endpoint="down"\} 0$/m,
+like(sql($node, 'SELECT outbox.metrics()'), qr/^pg_outbox_circuit_open\{endpoint="down"\} 0$/m,
 	'metrics: pg_outbox_circuit_open{endpoint="down"} 0');
-is(q1(q{SELECT breaker_failures FROM outbox.endpoint_stats WHERE endpoint = 'down'}), '0',
+is(sql($node, q{SELECT breaker_failures FROM outbox.endpoint_stats WHERE endpoint = 'down'}), '0',
 	'breaker_failures reset');
-ok(wait_until(sub { log_count(qr/circuit for endpoint "down" closed/) >= 1 }, undef, 'closed logged'),
+ok(wait_until(sub { log_count($node, qr/circuit for endpoint "down" closed/) >= 1 }, undef, 'closed logged'),
 	'the closing is logged');
-is(log_count(qr/circuit for endpoint "down" closed/), 1, 'exactly one "closed" line for "down"');
+is(log_count($node, qr/circuit for endpoint "down" closed/), 1, 'exactly one "closed" line for "down"');
 
 my $reqs = $down->requests(path => '/hooks/down');
 my %ids = map { $_->{headers}{'webhook-id'} => 1 } @$reqs;
@@ -244,7 +223,7 @@ my $final_attempts = attempts_of('down');
 cmp_ok($final_attempts - $attempts_before_back, '>=', $DOWN_MSGS, 'one successful attempt per message');
 cmp_ok($final_attempts - $attempts_before_back, '<=', $DOWN_MSGS + 2,
 	"after the outage one more attempt per message ($attempts_before_back -> $final_attempts)");
-is(q1('SELECT count(*) FROM dlq.dead_letters'), '0', 'still no dead letters');
+is(sql($node, 'SELECT count(*) FROM dlq.dead_letters'), '0', 'still no dead letters');
 
 $ok_recv->stop;
 $down->stop;

@@ -45,21 +45,7 @@ $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
 my $recv = start_receiver();
 $recv->add_rule(path => $PATH, status => 503);    # no "times": every request fails
 
-sub q1 { return $node->safe_psql('postgres', $_[0]) }
-
-q1(sprintf(q{SELECT outbox.create_endpoint('probe', url => '%s')}, $recv->url($PATH)));
-
-sub breaker_state
-{
-	return q1(q{SELECT breaker_state FROM outbox.endpoint_stats WHERE endpoint = 'probe'});
-}
-
-sub log_count
-{
-	my ($re) = @_;
-	my @m = slurp_file($node->logfile) =~ /$re/g;
-	return scalar @m;
-}
+sql($node, sprintf(q{SELECT outbox.create_endpoint('probe', url => '%s')}, $recv->url($PATH)));
 
 # The receiver's records of the path, in arrival order.
 sub reqs
@@ -89,12 +75,12 @@ sub cooldowns_fitting
 ###############################################################################
 # 1. The receiver fails everything: the circuit opens after THRESHOLD failures.
 ###############################################################################
-q1("SELECT count(outbox.enqueue('probe', jsonb_build_object('n', g), event_type => 'test.probe'))
+sql($node, "SELECT count(outbox.enqueue('probe', jsonb_build_object('n', g), event_type => 'test.probe'))
       FROM generate_series(1, $MSGS) g");
 
-ok(wait_until(sub { breaker_state() ne 'closed' }, 30, 'circuit opens'),
+ok(wait_until(sub { breaker_state($node, 'probe') ne 'closed' }, 30, 'circuit opens'),
 	'the circuit opens (endpoint_stats.breaker_state is no longer closed)');
-ok(wait_until(sub { log_count(qr/circuit for endpoint "probe" opened/) >= 1 }, 30, 'opened logged'),
+ok(wait_until(sub { log_count($node, qr/circuit for endpoint "probe" opened/) >= 1 }, 30, 'opened logged'),
 	'the opening is logged (circuit for endpoint "probe" opened)');
 
 ###############################################################################
@@ -107,7 +93,7 @@ ok( wait_until(sub { @{ reqs() } >= $THRESHOLD + $PROBES }, 60, "$PROBES probes"
 	"$PROBES probes reach the receiver while it fails");
 my $t_end = time();
 my $r = reqs();
-my $state_in_window = breaker_state();
+my $state_in_window = breaker_state($node, 'probe');
 like($state_in_window, qr/^(open|half_open)$/, "the circuit is still open after $PROBES failed probes ($state_in_window)");
 
 my @burst  = @$r[ 0 .. $THRESHOLD - 1 ];
@@ -163,7 +149,7 @@ note sprintf('%d probes carried %d distinct messages', scalar(@probes), scalar(k
 # on.  Together they equal the requests the receiver saw, give or take the one probe
 # that may be claimed but not yet arrived.  The queued requests cancelled when the
 # circuit opened spent none.
-my $attempts = q1(q{
+my $attempts = sql($node, q{
 	SELECT sum(greatest(m.attempts, (SELECT max(u.attempt) FROM outbox.claims c
 	                                  CROSS JOIN LATERAL unnest(c.message_ids, c.attempts) AS u(id, attempt)
 	                                  WHERE u.id = m.id)))
@@ -171,7 +157,7 @@ my $attempts = q1(q{
 my $seen = scalar @{ reqs() };
 ok($attempts >= $seen && $attempts <= $seen + 1,
 	"attempts spent ($attempts) = requests received ($seen), give or take a probe under way");
-is( q1(q{SELECT (SELECT count(*) FROM outbox.messages WHERE endpoint = 'probe') || '/'
+is( sql($node, q{SELECT (SELECT count(*) FROM outbox.messages WHERE endpoint = 'probe') || '/'
 	           || (SELECT count(*) FROM outbox.history WHERE endpoint = 'probe')}),
 	"$MSGS/0", 'every message still waits in the outbox (none in the history)');
 
@@ -187,7 +173,7 @@ my $bound = $MAX_S + 15;
 # 30 s poll interval: a worker that waited for its poll after the close would fail.
 ok( wait_until(sub { scalar(keys %{ $recv->answered_2xx($PATH) }) >= $MSGS }, $bound, 'all answered 2xx'),
 	sprintf('all %d messages answered 2xx within backoff_max + 15 s (%.1f s) of the recovery', $MSGS, $bound))
-  or diag q1(q{SELECT s.status, count(*) FROM outbox.messages m, outbox.message(m.id) s
+  or diag sql($node, q{SELECT s.status, count(*) FROM outbox.messages m, outbox.message(m.id) s
 	             WHERE m.endpoint = 'probe' GROUP BY 1});
 my $ok2xx = $recv->answered_2xx($PATH);
 my @t2xx = sort { $a <=> $b } values %$ok2xx;
@@ -201,12 +187,12 @@ ok(wait_sql($node, q{SELECT breaker_state = 'closed' FROM outbox.endpoint_stats 
 ok( wait_sql($node,
 		qq{SELECT count(*) = $MSGS AND count(DISTINCT id) = $MSGS FROM outbox.history WHERE endpoint = 'probe'}, 30),
 	"all $MSGS messages are marked sent (moved to the history)");
-is(q1(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'probe'}), '0', '... and the queue is empty');
-is(q1(q{SELECT breaker_failures FROM outbox.endpoint_stats WHERE endpoint = 'probe'}), '0', 'breaker_failures reset');
-ok(wait_until(sub { log_count(qr/circuit for endpoint "probe" closed/) >= 1 }, 10, 'closed logged'),
+is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'probe'}), '0', '... and the queue is empty');
+is(sql($node, q{SELECT breaker_failures FROM outbox.endpoint_stats WHERE endpoint = 'probe'}), '0', 'breaker_failures reset');
+ok(wait_until(sub { log_count($node, qr/circuit for endpoint "probe" closed/) >= 1 }, 10, 'closed logged'),
 	'the closing is logged');
-is(log_count(qr/circuit for endpoint "probe" closed/), 1, 'exactly one "closed" line');
-is(q1('SELECT count(*) FROM dlq.dead_letters'), '0', 'no dead letters');
+is(log_count($node, qr/circuit for endpoint "probe" closed/), 1, 'exactly one "closed" line');
+is(sql($node, 'SELECT count(*) FROM dlq.dead_letters'), '0', 'no dead letters');
 
 $recv->stop;
 $node->stop;

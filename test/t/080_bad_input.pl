@@ -50,8 +50,6 @@ $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
 my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $recv = start_receiver();
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
 sub postmaster_pid
 {
 	my ($pid) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
@@ -95,12 +93,12 @@ sub check_call
 # Endpoints used by the corpus.
 
 my %url = map { $_ => $recv->url("/hooks/$_") } qw(plain big big413 hdr);
-sql("SELECT outbox.create_endpoint('plain', url => '$url{plain}')");
-sql("SELECT outbox.create_endpoint('big', url => '$url{big}', timeout_ms => 60000)");
-sql("SELECT outbox.create_endpoint('big413', url => '$url{big413}', timeout_ms => 60000)");
-sql("SELECT outbox.create_endpoint('hdr', url => '$url{hdr}')");
-sql("SELECT outbox.create_endpoint('feed', channel => 'badinput_feed')");
-sql("SELECT outbox.create_endpoint('ord', url => '$url{plain}', ordered => true)");
+sql($node, "SELECT outbox.create_endpoint('plain', url => '$url{plain}')");
+sql($node, "SELECT outbox.create_endpoint('big', url => '$url{big}', timeout_ms => 60000)");
+sql($node, "SELECT outbox.create_endpoint('big413', url => '$url{big413}', timeout_ms => 60000)");
+sql($node, "SELECT outbox.create_endpoint('hdr', url => '$url{hdr}')");
+sql($node, "SELECT outbox.create_endpoint('feed', channel => 'badinput_feed')");
+sql($node, "SELECT outbox.create_endpoint('ord', url => '$url{plain}', ordered => true)");
 $recv->add_rule(path => '/hooks/big413', status => 413, body => 'too large');
 
 # ---------------------------------------------------------------------------
@@ -189,7 +187,7 @@ my @endpoint_corpus = (
 	[ 'resume NULL',           q{SELECT outbox.resume_endpoint(NULL)}, '22004' ],
 	[ 'resume 1 MB name',      q{SELECT outbox.resume_endpoint(repeat('a', 1048576))}, '42704' ]);
 check_call(@$_) for @endpoint_corpus;
-is(sql(q{SELECT count(*) FROM outbox.endpoints WHERE name LIKE 'x%' AND name NOT IN
+is(sql($node, q{SELECT count(*) FROM outbox.endpoints WHERE name LIKE 'x%' AND name NOT IN
            ('x1', 'x2', 'x4', 'x5', 'x6', 'x8', 'x9', 'x10')}), '0',
 	'no refused call left an endpoint behind');
 
@@ -228,7 +226,7 @@ sub body_is_payload
 {
 	my ($id) = @_;
 	# The worker may have delivered it already: read it from wherever it is.
-	my $expected = sql("SELECT md5(payload::text) FROM " . message_row($id, 'payload') . " m");
+	my $expected = sql($node, "SELECT md5(payload::text) FROM " . message_row($id, 'payload') . " m");
 	return sub {
 		my ($r) = @_;
 		return md5_hex(Encode::encode_utf8($r->{body})) eq $expected;
@@ -291,7 +289,7 @@ for my $case ([ '1 MB', $mb1 ], [ '10 MB', $mb10 ])
 	enqueue_case("payload $size over NOTIFY",
 		"SELECT outbox.enqueue('feed', $expr)", 'ok', 'dead:PAYLOAD_TOO_LARGE');
 }
-is(sql(q{SELECT octet_length(payload::text) > 10000000
+is(sql($node, q{SELECT octet_length(payload::text) > 10000000
           FROM (SELECT id, payload FROM outbox.messages WHERE endpoint = 'big'
                 UNION ALL SELECT id, payload FROM outbox.history WHERE endpoint = 'big') m
          ORDER BY id DESC LIMIT 1}), 't', 'the 10 MB payload is over 10 MB');
@@ -352,7 +350,7 @@ enqueue_case('header empty name', q{SELECT outbox.enqueue('hdr', '{}', headers =
 # deliver_at.
 enqueue_case('deliver_at -infinity', q{SELECT outbox.enqueue('plain', '{}', deliver_at => '-infinity')}, 'ok', 'sent');
 enqueue_case('deliver_at epoch',     q{SELECT outbox.enqueue('plain', '{}', deliver_at => 'epoch')}, 'ok', 'sent');
-sql("SELECT outbox.create_endpoint('sched', url => '$url{plain}')");
+sql($node, "SELECT outbox.create_endpoint('sched', url => '$url{plain}')");
 enqueue_case('deliver_at 294276 AD', q{SELECT outbox.enqueue('sched', '{}', deliver_at => '294276-12-31 23:59:59+00')}, 'ok|22023');
 enqueue_case('deliver_at past range', q{SELECT outbox.enqueue('sched', '{}', deliver_at => '294277-01-01 00:00:00+00')}, '22008');
 
@@ -385,10 +383,10 @@ ok( wait_sql($node,
 		"SELECT count(*) = 0 FROM outbox.messages WHERE id IN ($ids)", 120),
 	scalar(keys %track) . ' corpus messages are all sent or dead-lettered');
 my %sent = map { $_ => 1 } split /\n/,
-  sql("SELECT s.id FROM unnest('{$ids}'::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s
+  sql($node, "SELECT s.id FROM unnest('{$ids}'::bigint[]) AS i(id) CROSS JOIN LATERAL outbox.message(i.id) s
         WHERE s.status = 'sent'");
 my %dead = map { my ($id, $reason) = split /\|/; ($id => $reason) } split /\n/,
-  sql("SELECT message_id, reason_code FROM dlq.dead_letters WHERE message_id IN ($ids)");
+  sql($node, "SELECT message_id, reason_code FROM dlq.dead_letters WHERE message_id IN ($ids)");
 # Fetched path by path: the receiver also holds 10 MB bodies of 413 answers that
 # need not be decoded here.
 my @hdr_requests = @{ $recv->requests(path => '/hooks/hdr') };
@@ -402,7 +400,7 @@ for my $r (@{ $recv->requests(path => '/hooks/plain') }, @hdr_requests,
 for my $id (keys %track)
 {
 	next if $request_of{$id};
-	my $key = sql("SELECT coalesce(idempotency_key, '') FROM " . message_row($id, 'idempotency_key') . " m");
+	my $key = sql($node, "SELECT coalesce(idempotency_key, '') FROM " . message_row($id, 'idempotency_key') . " m");
 	next unless length $key;
 	($request_of{$id}) = grep {
 		Encode::decode('UTF-8', Encode::encode('latin-1', $_->{headers}{'webhook-id'} // '')) eq
@@ -429,14 +427,14 @@ for my $id (sort { $a <=> $b } keys %track)
 	}
 }
 # Scheduled messages wait (they are not stuck, they are early); drop them.
-is(sql(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'sched' AND next_attempt_at < now() + interval '1000 years'}),
+is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'sched' AND next_attempt_at < now() + interval '1000 years'}),
 	'0', 'messages scheduled at the end of time are not due');
-sql(q{SELECT outbox.drop_endpoint('sched', force => true)});
+sql($node, q{SELECT outbox.drop_endpoint('sched', force => true)});
 
 # ---------------------------------------------------------------------------
 # 4. The DLQ functions, purge, metrics and status.
 
-my $a_dead = sql(q{SELECT min(id) FROM dlq.dead_letters WHERE endpoint = 'feed' AND requeued_at IS NULL AND discarded_at IS NULL});
+my $a_dead = sql($node, q{SELECT min(id) FROM dlq.dead_letters WHERE endpoint = 'feed' AND requeued_at IS NULL AND discarded_at IS NULL});
 check_call(@$_) for (
 	[ 'requeue NULL',        q{SELECT dlq.requeue(NULL)}, '22004' ],
 	[ 'requeue -1',          q{SELECT dlq.requeue(-1)}, '42704' ],
@@ -459,7 +457,7 @@ check_call(@$_) for (
 	[ 'worker_status',       q{SELECT count(*) FROM outbox.worker_status()}, 'ok' ],
 	[ 'requeue with a bad payload', "SELECT dlq.requeue((SELECT min(id) FROM dlq.dead_letters WHERE requeued_at IS NULL AND discarded_at IS NULL AND endpoint = 'sched'), '\"a\\u0000\"')", '22P05' ]);
 # A requeue of the 10 MB dead letter with a 10 MB corrected payload settles too.
-my $big_dead = sql(q{SELECT min(id) FROM dlq.dead_letters WHERE endpoint = 'big413' AND requeued_at IS NULL AND discarded_at IS NULL});
+my $big_dead = sql($node, q{SELECT min(id) FROM dlq.dead_letters WHERE endpoint = 'big413' AND requeued_at IS NULL AND discarded_at IS NULL});
 my ($rq_state, $rq_out) = check_call('requeue a 413 dead letter with a 10 MB payload',
 	"SELECT dlq.requeue($big_dead, $mb10)", 'ok');
 ok(wait_sql($node, "SELECT status IN ('sent', 'dead') FROM outbox.message(" . ($rq_out =~ /(\d+)/)[0] . ")"),
@@ -468,12 +466,12 @@ ok(wait_sql($node, "SELECT status IN ('sent', 'dead') FROM outbox.message(" . ($
 # ---------------------------------------------------------------------------
 # 5. GUCs: bounds accepted, beyond refused with 22023, the worker lives through reloads.
 
-sql("SELECT outbox.create_endpoint('probe', url => '$url{plain}', timeout_ms => 10000, max_attempts => 1000)");
+sql($node, "SELECT outbox.create_endpoint('probe', url => '$url{plain}', timeout_ms => 10000, max_attempts => 1000)");
 
 sub probe_delivered
 {
 	my ($what) = @_;
-	my $id = sql(q{SELECT outbox.enqueue('probe', '{"probe": true}')});
+	my $id = sql($node, q{SELECT outbox.enqueue('probe', '{"probe": true}')});
 	ok(wait_until(sub { grep { ($_->{headers}{'webhook-id'} // '') eq "$W$id" } @{ $recv->requests(path => '/hooks/plain') } }),
 		"the worker delivers after $what");
 }
@@ -499,7 +497,7 @@ for my $b (@bounds)
 	check_call("ALTER SYSTEM SET $guc = '$_'", "ALTER SYSTEM SET $guc = '$_'", 'ok') for @$good;
 	check_call("ALTER SYSTEM SET $guc = '$_'", "ALTER SYSTEM SET $guc = '$_'", '22023') for @$bad;
 	check_call("SET $guc (session)", "SET $guc = '$good->[0]'", '55P02');
-	sql("ALTER SYSTEM RESET $guc");
+	sql($node, "ALTER SYSTEM RESET $guc");
 }
 check_call('an unknown pg_outbox GUC', q{ALTER SYSTEM SET pg_outbox.no_such_setting = 1}, '42704|42602');
 is(slurp_file($node->data_dir . '/postgresql.auto.conf') =~ /pg_outbox/ ? 'changed' : 'clean', 'clean',
@@ -530,7 +528,7 @@ for my $set ([ 'every GUC at its minimum', \%minimum ], [ 'every GUC at its maxi
 	probe_delivered($what);
 }
 ok(reload_conf($node, map { ($_ => undef) } sort keys %{ { %minimum, %maximum } }), 'settings reset: the worker reloaded');
-is(sql(q{SELECT current_setting('pg_outbox.batch_size')}), '500', 'settings reset');
+is(sql($node, q{SELECT current_setting('pg_outbox.batch_size')}), '500', 'settings reset');
 probe_delivered('the reset');
 
 # ---------------------------------------------------------------------------
@@ -538,12 +536,12 @@ probe_delivered('the reset');
 
 is(postmaster_pid(), $postmaster0, 'the postmaster is the one that started');
 is(worker_pid($node), $worker0, 'the worker is the one that started: it never died');
-my $final = sql(q{SELECT outbox.enqueue('plain', '{"final": "normal message"}')});
+my $final = sql($node, q{SELECT outbox.enqueue('plain', '{"final": "normal message"}')});
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($final)"),
 	'a final normal message is delivered');
-is(sql(q{SELECT count(*) FROM outbox.messages}), '0',
+is(sql($node, q{SELECT count(*) FROM outbox.messages}), '0',
 	'nothing is left pending or in flight');
-is(sql(q{SELECT count(*) FROM outbox.claims}), '0', 'no claim of the worker is left');
+is(sql($node, q{SELECT count(*) FROM outbox.claims}), '0', 'no claim of the worker is left');
 my $log = slurp_file($node->logfile);
 unlike($log, qr/terminated by signal|PANIC|was terminated|server process .* exited with exit code/,
 	'no crash, no PANIC in the server log');
@@ -556,9 +554,9 @@ unlike($log, qr/pg_outbox internal error/, 'no internal error in the server log'
 #    the move to the DLQ fail and with it every settle; deliver_at => 'infinity'
 #    made every claim fail.  Both are now refused at enqueue (22023), and the table's
 #    CHECK constraints refuse them from a plain INSERT too; the worker keeps going.
-sql("SELECT outbox.create_endpoint('never', url => '$url{plain}')");
+sql($node, "SELECT outbox.create_endpoint('never', url => '$url{plain}')");
 my ($inf_state) = try_sql(q{SELECT outbox.enqueue('never', '{}', deliver_at => 'infinity')});
-my $next = sql(q{SELECT outbox.enqueue('plain', '{"next to": "infinity"}')});
+my $next = sql($node, q{SELECT outbox.enqueue('plain', '{"next to": "infinity"}')});
 {
 	is($inf_state, '22023', "deliver_at infinity is refused at enqueue");
 	ok($inf_state ne '00000'
@@ -568,17 +566,17 @@ my $next = sql(q{SELECT outbox.enqueue('plain', '{"next to": "infinity"}')});
 		  || scalar(grep { ($_->{headers}{'webhook-id'} // '') eq "$W$next" } @{ $recv->requests(path => '/hooks/plain') }) == 1,
 		'... and delivered once');
 }
-sql(q{SELECT outbox.drop_endpoint('never', force => true)});
+sql($node, q{SELECT outbox.drop_endpoint('never', force => true)});
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($next)"),
 	'once that message is gone, the worker recovers');
 
 my $before_poison = worker_pid($node);
-sql("SELECT outbox.create_endpoint('poison', url => '" . $recv->url('/hooks/poison') . "')");
+sql($node, "SELECT outbox.create_endpoint('poison', url => '" . $recv->url('/hooks/poison') . "')");
 $recv->add_rule(path => '/hooks/poison', status => 400);
 my ($p1_state, $p1_out) = try_sql(q{SELECT outbox.enqueue('poison', '{}',
                      event_type => (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 100) i))});
 my ($p2_state, $p2_out) = try_sql(q{SELECT outbox.enqueue('hdr', '{}', event_type => repeat('e', 1048576))});
-my $after = sql(q{SELECT outbox.enqueue('plain', '{"after": "poison"}')});
+my $after = sql($node, q{SELECT outbox.enqueue('plain', '{"after": "poison"}')});
 {
 	for my $p ([ '3 kB hex event_type', $p1_state, $p1_out ], [ '1 MB event_type', $p2_state, $p2_out ])
 	{
@@ -586,7 +584,7 @@ my $after = sql(q{SELECT outbox.enqueue('plain', '{"after": "poison"}')});
 		my ($id) = ($out // '') =~ /^(\d+)$/m;
 		is($state, '22023', "$what: refused at enqueue");
 		ok( $state ne '00000' || wait_until(
-				sub { sql("SELECT count(*) FROM dlq.dead_letters WHERE message_id = $id") eq '1' }),
+				sub { sql($node, "SELECT count(*) FROM dlq.dead_letters WHERE message_id = $id") eq '1' }),
 			"$what: refused at enqueue, or dead-lettered");
 	}
 	ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($after)"),
@@ -605,38 +603,38 @@ note('after the poison messages: '
 my $log_offset = -s $node->logfile;
 my $before_size = worker_pid($node);
 ok(reload_conf($node, 'pg_outbox.max_payload_size' => '1kB'), 'max_payload_size 1 kB: the worker reloaded');
-is(sql(q{SELECT current_setting('pg_outbox.max_payload_size')}), '1kB', 'max_payload_size is 1 kB');
+is(sql($node, q{SELECT current_setting('pg_outbox.max_payload_size')}), '1kB', 'max_payload_size is 1 kB');
 my $oversize = q{jsonb_build_object('oversize', repeat('x', 2000))};
-my $payload_size = sql("SELECT outbox._payload_size($oversize)");
+my $payload_size = sql($node, "SELECT outbox._payload_size($oversize)");
 my ($en_state, undef, $en_err) = try_sql("SELECT outbox.enqueue('plain', $oversize, idempotency_key => 'oversize-1')");
 is($en_state, '54000', 'enqueue of a payload over max_payload_size: 54000');
 like($en_err, qr/payload of $payload_size bytes exceeds pg_outbox\.max_payload_size \(1024 bytes\)/,
 	'... saying by how much');
 # A payload of exactly 1 kB is accepted, and delivered.
 my $at_limit = "jsonb_build_object('at_the_limit', repeat('y', 1024 - "
-  . sql(q{SELECT outbox._payload_size(jsonb_build_object('at_the_limit', ''))}) . '))';
-is(sql("SELECT outbox._payload_size($at_limit)"), '1024', 'a payload of exactly 1 kB');
+  . sql($node, q{SELECT outbox._payload_size(jsonb_build_object('at_the_limit', ''))}) . '))';
+is(sql($node, "SELECT outbox._payload_size($at_limit)"), '1024', 'a payload of exactly 1 kB');
 my (undef, $at_out) = check_call('enqueue at max_payload_size', "SELECT outbox.enqueue('plain', $at_limit)", 'ok');
 my ($at_id) = ($at_out // '') =~ /^(\d+)$/m;
-is(sql(q{SELECT count(*) FROM (SELECT payload, idempotency_key FROM outbox.messages
+is(sql($node, q{SELECT count(*) FROM (SELECT payload, idempotency_key FROM outbox.messages
                                UNION ALL SELECT payload, idempotency_key FROM outbox.history
                                UNION ALL SELECT payload, idempotency_key FROM dlq.dead_letters) m
           WHERE m.payload ? 'oversize' OR m.idempotency_key = 'oversize-1'}),
 	'0', '... and inserts nothing');
 
-my ($big_http, $big_notify) = split /\n/, sql(qq{
+my ($big_http, $big_notify) = split /\n/, sql($node, qq{
 	INSERT INTO outbox.messages (endpoint, payload, event_type)
 	VALUES ('plain', $oversize, 'oversize.http'), ('feed', $oversize, 'oversize.notify')
 	RETURNING id});
-my $after_big = sql(q{SELECT outbox.enqueue('plain', '{"after": "oversize"}')});
+my $after_big = sql($node, q{SELECT outbox.enqueue('plain', '{"after": "oversize"}')});
 ok(wait_sql($node, "SELECT count(*) = 2 FROM (SELECT * FROM outbox.message($big_http)
                      UNION ALL SELECT * FROM outbox.message($big_notify)) s WHERE s.status = 'dead'"),
 	'rows over max_payload_size (HTTP, NOTIFY) are dead-lettered');
-is(sql("SELECT message_id, reason_code, attempts, http_status IS NULL, payload = $oversize
+is(sql($node, "SELECT message_id, reason_code, attempts, http_status IS NULL, payload = $oversize
           FROM dlq.dead_letters WHERE message_id IN ($big_http, $big_notify) ORDER BY message_id"),
 	"$big_http|PAYLOAD_TOO_LARGE|0|t|t\n$big_notify|PAYLOAD_TOO_LARGE|0|t|t",
 	'... as PAYLOAD_TOO_LARGE, after no attempt, with the payload kept whole');
-like(sql("SELECT error_message FROM dlq.dead_letters WHERE message_id = $big_http"),
+like(sql($node, "SELECT error_message FROM dlq.dead_letters WHERE message_id = $big_http"),
 	qr/^payload of $payload_size bytes exceeds pg_outbox\.max_payload_size \(1024 bytes\)$/,
 	'... saying why');
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($after_big)"),

@@ -112,8 +112,6 @@ $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
 my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $json = JSON::PP->new->utf8->canonical;
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
 # The secrets travel as custom settings of the session (PGOPTIONS), so that a
 # statement says current_setting('sectest.secret1') and never the secret itself.
 my $PGOPTIONS = join ' ',
@@ -135,8 +133,6 @@ sub sql_s_out
 	return $out;
 }
 
-sub endpoint { my ($name, $url, %opt) = @_; return create_endpoint($node, $name, $url, %opt) }
-
 sub all_requests { return $recv->requests }
 
 # ---------------------------------------------------------------------------
@@ -156,8 +152,8 @@ for my $r (@redirects)
 		path    => "/hooks/$name",
 		status  => $code,
 		headers => { Location => $kind eq 'absolute' ? $recv->url($target) : $target });
-	endpoint($name, $recv->url("/hooks/$name"));
-	sql("SELECT outbox.enqueue('$name', '{\"redirect\": $code}')");
+	create_endpoint($node, $name, $recv->url("/hooks/$name"));
+	sql($node, "SELECT outbox.enqueue('$name', '{\"redirect\": $code}')");
 }
 ok( wait_sql($node, 
 		q{SELECT count(*) = 6 FROM dlq.dead_letters WHERE endpoint LIKE 'redir-%'}),
@@ -166,7 +162,7 @@ for my $r (@redirects)
 {
 	my ($code, $kind) = @$r;
 	my $name = "redir-$code-$kind";
-	is( sql(
+	is( sql($node, 
 			"SELECT reason_code || ' ' || http_status || ' ' || attempts
 			   FROM dlq.dead_letters WHERE endpoint = '$name'"),
 		"HTTP_CLIENT_ERROR $code 1",
@@ -213,16 +209,16 @@ my %schemes = (
 	'mqtt'        => "mqtt://127.0.0.1:$lport/");
 for my $name (sort keys %schemes)
 {
-	sql("INSERT INTO outbox.endpoints (name, url, max_attempts, timeout_ms)
+	sql($node, "INSERT INTO outbox.endpoints (name, url, max_attempts, timeout_ms)
 	     VALUES ('scheme-$name', '$schemes{$name}', 2, 1000)");
-	sql("SELECT outbox.enqueue('scheme-$name', '{\"scheme\": \"$name\"}')");
+	sql($node, "SELECT outbox.enqueue('scheme-$name', '{\"scheme\": \"$name\"}')");
 }
 my $n_schemes = keys %schemes;
 ok( wait_sql($node, 
 		"SELECT count(*) = $n_schemes FROM dlq.dead_letters WHERE endpoint LIKE 'scheme-%'"),
 	'every message to another scheme ends in the DLQ');
 my %dead = map { my @f = split /\|/; ($f[0] => [ @f[ 1 .. $#f ] ]) } split /\n/,
-  sql(q{SELECT endpoint, reason_code, coalesce(http_status, 0), attempts,
+  sql($node, q{SELECT endpoint, reason_code, coalesce(http_status, 0), attempts,
                coalesce(response_body, ''), error_message
           FROM dlq.dead_letters WHERE endpoint LIKE 'scheme-%'});
 for my $name (sort keys %schemes)
@@ -235,16 +231,16 @@ for my $name (sort keys %schemes)
 	is($d->[3], '', "$schemes{$name}: no response body kept");
 }
 # Sent, one would be in the history; undelivered, still in the queue.
-is(sql(q{SELECT (SELECT count(*) FROM outbox.messages WHERE endpoint LIKE 'scheme-%')
+is(sql($node, q{SELECT (SELECT count(*) FROM outbox.messages WHERE endpoint LIKE 'scheme-%')
               + (SELECT count(*) FROM outbox.history WHERE endpoint LIKE 'scheme-%')}),
 	'0', 'none of them was ever sent');
 is(listener_connections(), 0,
 	'the listener that gopher/dict/ftp/ldap/smtp/telnet/... point at saw no connection');
 # Control: the same listener as an http:// URL is connected to (so the check above
 # could see a connection).
-sql("INSERT INTO outbox.endpoints (name, url, max_attempts, timeout_ms)
+sql($node, "INSERT INTO outbox.endpoints (name, url, max_attempts, timeout_ms)
      VALUES ('scheme-http-control', 'http://127.0.0.1:$lport/x', 1, 300)");
-sql(q{SELECT outbox.enqueue('scheme-http-control', '{}')});
+sql($node, q{SELECT outbox.enqueue('scheme-http-control', '{}')});
 my $control_connections = 0;
 ok(wait_until(sub { ($control_connections += listener_connections()) > 0 }),
 	'control: an http:// URL to the listener does connect');
@@ -254,7 +250,7 @@ ok(wait_sql($node, q{SELECT count(*) = 1 FROM dlq.dead_letters WHERE endpoint = 
 # ---------------------------------------------------------------------------
 # 3. CR/LF written directly into a row never reaches the wire.
 
-endpoint('inj', $recv->url('/hooks/inj'));
+create_endpoint($node, 'inj', $recv->url('/hooks/inj'));
 my %bad_rows = (
 	'value CRLF'      => q{headers => '{"X-A": "1\r\nX-Injected: value-crlf"}'},
 	'value LF'        => q{headers => '{"X-A": "1\nX-Injected: value-lf"}'},
@@ -267,7 +263,7 @@ my %bad_id;
 for my $what (sort keys %bad_rows)
 {
 	my ($col, $value) = split / => /, $bad_rows{$what}, 2;
-	$bad_id{$what} = sql(
+	$bad_id{$what} = sql($node, 
 		"INSERT INTO outbox.messages (endpoint, payload, $col)
 		 VALUES ('inj', '{\"case\": \"$what\"}', $value) RETURNING id");
 }
@@ -281,17 +277,17 @@ for my $value (q{E'e\r\nX-Injected: event-type'}, q{E'e\nX-Injected: event-type-
 # Endpoint headers and URL edited directly.  outbox._request_wake() in the same
 # transaction tells the worker, at commit, to re-read the endpoints before its next
 # claim (as the endpoint functions do), so no sleep is needed.
-endpoint('inj-ep-headers', $recv->url('/hooks/inj-ep-headers'));
-endpoint('inj-ep-url', $recv->url('/hooks/inj-ep-url'), max_attempts => 2);
-sql(sprintf(q{BEGIN;
+create_endpoint($node, 'inj-ep-headers', $recv->url('/hooks/inj-ep-headers'));
+create_endpoint($node, 'inj-ep-url', $recv->url('/hooks/inj-ep-url'), max_attempts => 2);
+sql($node, sprintf(q{BEGIN;
 	UPDATE outbox.endpoints SET headers = '{"X-A": "1\r\nX-Injected: endpoint-header"}'
 	 WHERE name = 'inj-ep-headers';
 	UPDATE outbox.endpoints SET url = E'%s\r\nX-Injected: url' WHERE name = 'inj-ep-url';
 	SELECT outbox._request_wake();
 	COMMIT;}, $recv->url('/hooks/inj-ep-url')));
-my $ep_headers_id = sql(q{SELECT outbox.enqueue('inj-ep-headers', '{"case": "endpoint headers"}')});
-my $ep_url_id     = sql(q{SELECT outbox.enqueue('inj-ep-url', '{"case": "endpoint url"}')});
-my $good_id       = sql(q{SELECT outbox.enqueue('inj', '{"case": "good"}', headers => '{"X-Good": "1"}')});
+my $ep_headers_id = sql($node, q{SELECT outbox.enqueue('inj-ep-headers', '{"case": "endpoint headers"}')});
+my $ep_url_id     = sql($node, q{SELECT outbox.enqueue('inj-ep-url', '{"case": "endpoint url"}')});
+my $good_id       = sql($node, q{SELECT outbox.enqueue('inj', '{"case": "good"}', headers => '{"X-Good": "1"}')});
 
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($good_id)"),
 	'a good message after the bad ones is delivered: the worker goes on');
@@ -302,20 +298,20 @@ ok( wait_sql($node,
 	'every row with CR/LF in a header is a dead letter INVALID_MESSAGE');
 for my $what (sort keys %bad_id)
 {
-	is( sql(
+	is( sql($node, 
 			"SELECT reason_code || ' ' || coalesce(http_status::text, '-')
 			   FROM dlq.dead_letters WHERE message_id = $bad_id{$what}"),
 		'INVALID_MESSAGE -',
 		"$what: INVALID_MESSAGE without an HTTP exchange");
 }
 like(
-	sql("SELECT reason_code FROM dlq.dead_letters WHERE message_id = $ep_headers_id"),
+	sql($node, "SELECT reason_code FROM dlq.dead_letters WHERE message_id = $ep_headers_id"),
 	qr/^INVALID_MESSAGE$/, 'endpoint headers with CR/LF: INVALID_MESSAGE');
 ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $ep_url_id"),
 	'endpoint url with CR/LF: the message settles in the DLQ');
 note('endpoint url with CR/LF: '
-	  . sql("SELECT reason_code || ': ' || error_message FROM dlq.dead_letters WHERE message_id = $ep_url_id"));
-is(sql("SELECT (SELECT count(*) FROM outbox.messages WHERE id = $ep_url_id)
+	  . sql($node, "SELECT reason_code || ': ' || error_message FROM dlq.dead_letters WHERE message_id = $ep_url_id"));
+is(sql($node, "SELECT (SELECT count(*) FROM outbox.messages WHERE id = $ep_url_id)
              + (SELECT count(*) FROM outbox.history WHERE id = $ep_url_id)"), '0',
 	'endpoint url with CR/LF: never sent');
 my @inj_requests = grep { $_->{path} =~ m{^/hooks/inj} } @{ all_requests() };
@@ -331,8 +327,8 @@ ok(!grep({ $_->{path} =~ /smuggled/ } @{ all_requests() }), 'no smuggled request
 # A producer chooses headers for an existing endpoint, not another destination: a
 # message header must not change the Host the request is addressed to (a reverse
 # proxy in front of the endpoint would route it to another virtual host).
-endpoint('vhost', $recv->url('/hooks/vhost'));
-my $vhost_id = sql(q{SELECT outbox.enqueue('vhost', '{}', headers => '{"Host": "admin.internal.example"}')});
+create_endpoint($node, 'vhost', $recv->url('/hooks/vhost'));
+my $vhost_id = sql($node, q{SELECT outbox.enqueue('vhost', '{}', headers => '{"Host": "admin.internal.example"}')});
 ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE id = $vhost_id"),
 	'a message with a Host header settles');
 my ($vhost_req) = @{ $recv->requests(path => '/hooks/vhost') };
@@ -354,7 +350,7 @@ is(sql_s_out(q{SELECT secret = current_setting('sectest.secret1') FROM outbox.en
 
 # pg_stat_activity while signed messages are delivered (each answer takes 2 s),
 # sampled from one open session (no process start per sample).
-sql(q{SELECT outbox.enqueue('signed', jsonb_build_object('n', i)) FROM generate_series(1, 12) i});
+sql($node, q{SELECT outbox.enqueue('signed', jsonb_build_object('n', i)) FROM generate_series(1, 12) i});
 my @samples;
 my $sampler = $node->background_psql('postgres');
 my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
@@ -391,7 +387,7 @@ ok( wait_sql($node,
 		q{SELECT count(*) = 1 FROM pg_stat_activity
 		   WHERE wait_event_type = 'Lock' AND query LIKE '%create_endpoint(''blocked''%'}),
 	'a create_endpoint with a secret is waiting on a lock');
-my $activity = sql(q{SELECT string_agg(a::text, E'\n') FROM pg_stat_activity a});
+my $activity = sql($node, q{SELECT string_agg(a::text, E'\n') FROM pg_stat_activity a});
 ok(!grep({ index($activity, $_) >= 0 } @never),
 	'pg_stat_activity (every column of every row) shows no secret while it waits');
 $blocker->query_safe('ROLLBACK');
@@ -406,7 +402,7 @@ is(sql_s_out(q{SELECT secret = current_setting('sectest.secret2') FROM outbox.en
   sql_s(q{SELECT outbox.alter_endpoint('signed', secret => current_setting('sectest.secret2'))});
 is($rc, 0, 'alter_endpoint with a new secret') or diag($err);
 $recv->clear_rules;
-my $after_alter = sql(q{SELECT outbox.enqueue('signed', '{"after": "alter"}')});
+my $after_alter = sql($node, q{SELECT outbox.enqueue('signed', '{"after": "alter"}')});
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($after_alter)"),
 	'delivered after the secret changed');
 my ($last) = grep { $_->{headers}{'webhook-id'} eq "$W$after_alter" }
@@ -445,7 +441,7 @@ for my $f (@failing)
 	is(scalar(@leaks), 0, "$what: the error does not contain the secret")
 	  or diag($ferr);
 }
-is(sql(q{SELECT count(*) FROM outbox.endpoints WHERE name = 'leaky'}), '0',
+is(sql($node, q{SELECT count(*) FROM outbox.endpoints WHERE name = 'leaky'}), '0',
 	'no failing call created anything');
 
 # The operator's views and metrics() never show a secret.
@@ -462,7 +458,7 @@ for my $q (
 	q{SELECT string_agg(d::text, E'\n') FROM dlq.dead_letters d},
 	q{SELECT string_agg(w::text, E'\n') FROM outbox.worker_status() w})
 {
-	my $text = sql($q);
+	my $text = sql($node, $q);
 	ok(!grep({ index($text, $_) >= 0 } @never), "no secret in: $q");
 }
 
@@ -513,8 +509,8 @@ is($proxy->stats->{requests}, 0, 'the proxy receiver never saw a request');
 #    unnest(anyarray), make_interval(integer) against make_interval(..., double)).  The
 #    worker must pin its search_path (pg_catalog, pg_temp) so that it never calls them.
 
-sql(q{CREATE ROLE regress_app_owner LOGIN NOSUPERUSER});
-sql(q{ALTER DATABASE postgres OWNER TO regress_app_owner});
+sql($node, q{CREATE ROLE regress_app_owner LOGIN NOSUPERUSER});
+sql($node, q{ALTER DATABASE postgres OWNER TO regress_app_owner});
 $node->safe_psql('postgres', q{
 	CREATE TABLE public.hijack_log (fn text, as_role text, escalated boolean);
 	GRANT INSERT ON public.hijack_log TO PUBLIC;
@@ -536,28 +532,28 @@ $node->safe_psql('postgres', q{
 	CREATE FUNCTION public.make_interval(secs integer) RETURNS interval LANGUAGE sql
 	    RETURN CASE WHEN public.hijack('make_interval(integer)') THEN pg_catalog.make_interval(secs => secs) END;
 }, extra_params => [ '-U', 'regress_app_owner' ]);
-is(sql(q{SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_app_owner'}), 'f',
+is(sql($node, q{SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_app_owner'}), 'f',
 	'the database owner is not a superuser');
 # The worker's statements are planned once and kept; a database owner may ANALYZE
 # every table of its database (no privilege on the schema needed), which invalidates
 # those plans: the next claim is planned again, with the planted functions in sight.
 $node->safe_psql('postgres', 'ANALYZE', extra_params => [ '-U', 'regress_app_owner' ]);
-my $planted_id = sql(q{SELECT outbox.enqueue('inj', '{"case": "after planting"}')});
+my $planted_id = sql($node, q{SELECT outbox.enqueue('inj', '{"case": "after planting"}')});
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($planted_id)"),
 	'a message is delivered after the planting');
 sleep(1);    # a few more claims and housekeeping rounds
 {
-	is(sql(q{SELECT count(*) FROM public.hijack_log}), '0',
+	is(sql($node, q{SELECT count(*) FROM public.hijack_log}), '0',
 		'the worker never called a function planted in public');
-	is(sql(q{SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_app_owner'}), 'f',
+	is(sql($node, q{SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_app_owner'}), 'f',
 		'the database owner did not become a superuser through the worker');
 }
 note('planted calls: '
-	  . sql(q{SELECT string_agg(DISTINCT fn || ' as ' || as_role || CASE WHEN escalated THEN ' (escalated)' ELSE '' END, ', ')
+	  . sql($node, q{SELECT string_agg(DISTINCT fn || ' as ' || as_role || CASE WHEN escalated THEN ' (escalated)' ELSE '' END, ', ')
 	            FROM public.hijack_log}));
-sql(q{DROP FUNCTION public.unnest(text[]), public.make_interval(integer)});
-sql(q{ALTER ROLE regress_app_owner NOSUPERUSER});
-sql(q{ALTER DATABASE postgres OWNER TO postgres});
+sql($node, q{DROP FUNCTION public.unnest(text[]), public.make_interval(integer)});
+sql($node, q{ALTER ROLE regress_app_owner NOSUPERUSER});
+sql($node, q{ALTER DATABASE postgres OWNER TO postgres});
 
 # ---------------------------------------------------------------------------
 # 7. TLS: peer verification is on.  A receiver serving HTTPS with a self-signed
@@ -577,11 +573,11 @@ sql(q{ALTER DATABASE postgres OWNER TO postgres});
 	};
 	system('curl', '-s', '-k', '-o', '/dev/null', '-m', '60', '-d', '{}', $tls->url('/hooks/tls-control'));
 	ok(wait_until(sub { $records->() >= 1 }), 'control: the https receiver serves a client that skips verification');
-	endpoint('tls', $tls->url('/hooks/tls'), max_attempts => 2);
-	my $tls_id = sql(q{SELECT outbox.enqueue('tls', '{"case": "self-signed"}')});
+	create_endpoint($node, 'tls', $tls->url('/hooks/tls'), max_attempts => 2);
+	my $tls_id = sql($node, q{SELECT outbox.enqueue('tls', '{"case": "self-signed"}')});
 	ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $tls_id"),
 		'self-signed certificate: the message is dead-lettered');
-	like(sql("SELECT reason_code || ' ' || attempts || ' ' || error_message FROM dlq.dead_letters WHERE message_id = $tls_id"),
+	like(sql($node, "SELECT reason_code || ' ' || attempts || ' ' || error_message FROM dlq.dead_letters WHERE message_id = $tls_id"),
 		qr/^RETRY_EXHAUSTED 2 .*certificate/i, '... RETRY_EXHAUSTED after 2 attempts, naming the certificate');
 	is($records->(), 1, 'the worker never sent a request over the unverified connection');
 	$tls->stop;

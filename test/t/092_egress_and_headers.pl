@@ -33,8 +33,6 @@ my $node = new_outbox_node(
 	'pg_outbox.max_attempts' => '3');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
 sub try_sql
 {
 	my ($query) = @_;
@@ -47,7 +45,7 @@ sub try_sql
 sub dead_reason
 {
 	my ($id) = @_;
-	return sql("SELECT reason_code || ' ' || attempts || ' ' || error_message FROM dlq.dead_letters WHERE message_id = $id");
+	return sql($node, "SELECT reason_code || ' ' || attempts || ' ' || error_message FROM dlq.dead_letters WHERE message_id = $id");
 }
 
 my $port = $denied->port;
@@ -64,18 +62,18 @@ for my $case ([ 'ipv4', "http://127.0.0.1:$port/x", '127.0.0.1/32' ],
 	is($state, '42501', "create_endpoint with a denied $label literal: 42501");
 	like($err, qr/rule "\Q$rule\E"/, "... naming the rule $rule");
 }
-is(sql(q{SELECT count(*) FROM outbox.endpoints}), '0', 'nothing was created');
+is(sql($node, q{SELECT count(*) FROM outbox.endpoints}), '0', 'nothing was created');
 my ($state) = try_sql(q{SELECT outbox.alter_endpoint('nope', url => 'http://127.0.0.1:1/')});
 is($state, '42704', 'alter_endpoint of an unknown endpoint: still 42704');
 
 # ---------------------------------------------------------------------------
 # 2. A name that resolves to a denied address: never contacted, EGRESS_DENIED.
 
-sql("SELECT outbox.create_endpoint('by-name', url => 'http://localhost:$port/hooks/by-name')");
+sql($node, "SELECT outbox.create_endpoint('by-name', url => 'http://localhost:$port/hooks/by-name')");
 create_endpoint($node, 'ok', $allowed->url('/hooks/ok'),
 	headers => q{'{"Authorization": "Bearer endpoint-token", "X-Env": "prod"}'});
-my @named = map { sql(qq{SELECT outbox.enqueue('by-name', '{"n": $_}')}) } 1 .. 3;
-my $ok1 = sql(q{SELECT outbox.enqueue('ok', '{"n": "beside"}',
+my @named = map { sql($node, qq{SELECT outbox.enqueue('by-name', '{"n": $_}')}) } 1 .. 3;
+my $ok1 = sql($node, q{SELECT outbox.enqueue('ok', '{"n": "beside"}',
 	headers => '{"authorization": "Bearer producer", "X-Env": "", "X-Extra": "1"}')});
 ok(wait_sql($node, 'SELECT count(*) = 3 FROM dlq.dead_letters WHERE message_id IN (' . join(',', @named) . ')'),
 	'the messages to a name resolving to a denied address are dead-lettered');
@@ -97,9 +95,17 @@ is($r->{headers}{'x-extra'}, '1', '... while its other headers are sent');
 # 3. A stricter policy applies to the connection already open to the allowed
 #    receiver (keep-alive): checked on the address of a reused connection too.
 
-my $before = scalar @{ $allowed->requests(path => '/hooks/ok') };
+# First, the connection is reused: a second message goes over the connection that
+# carried the first, so the connection the stricter policy meets is an open one.
+my $ok1b = sql($node, q{SELECT outbox.enqueue('ok', '{"n": "reused"}')});
+ok($allowed->wait_requests('/hooks/ok', 2), 'a second message to the allowed endpoint arrives');
+my @ok_reqs = @{ $allowed->requests(path => '/hooks/ok') };
+is($ok_reqs[1]{headers}{'webhook-id'}, webhook_prefix($node) . $ok1b, '... it is the second message');
+is($ok_reqs[1]{conn}, $ok_reqs[0]{conn}, '... over the TCP connection of the first (keep-alive: reused)');
+is($allowed->stats->{connections}, 1, '... the receiver saw one connection carry every request');
+my $before = scalar @ok_reqs;
 ok(reload_conf($node, 'pg_outbox.egress_deny' => '127.0.0.0/8, ::1/128'), 'deny all of 127.0.0.0/8 (reloaded)');
-my $ok2 = sql(q{SELECT outbox.enqueue('ok', '{"n": "after the stricter policy"}')});
+my $ok2 = sql($node, q{SELECT outbox.enqueue('ok', '{"n": "after the stricter policy"}')});
 ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $ok2"),
 	'a message to the now-denied receiver is dead-lettered');
 like(dead_reason($ok2), qr/^EGRESS_DENIED .*rule "127\.0\.0\.0\/8"/, '... EGRESS_DENIED naming 127.0.0.0/8');
@@ -110,8 +116,8 @@ is(scalar @{ $allowed->requests(path => '/hooks/ok') }, $before, '... and nothin
 
 ok(reload_conf($node, 'pg_outbox.egress_deny' => '', 'pg_outbox.egress_allow' => '127.0.0.2/32'),
 	'no deny rule, allow only 127.0.0.2 (reloaded)');
-my $ok3 = sql(q{SELECT outbox.enqueue('ok', '{"n": "allowed by the allow list"}')});
-my $named4 = sql(q{SELECT outbox.enqueue('by-name', '{"n": 4}')});
+my $ok3 = sql($node, q{SELECT outbox.enqueue('ok', '{"n": "allowed by the allow list"}')});
+my $named4 = sql($node, q{SELECT outbox.enqueue('by-name', '{"n": 4}')});
 ok($allowed->wait_requests('/hooks/ok', $before + 1), 'the allow list admits 127.0.0.2');
 ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $named4"),
 	'localhost, not in the allow list, is dead-lettered');
@@ -124,7 +130,7 @@ is(scalar @{ $denied->requests }, 0, 'the denied receiver never recorded a reque
 ($state, my $err) = try_sql(q{ALTER SYSTEM SET pg_outbox.egress_deny = '10.0.0.0/33'});
 is($state, '22023', 'a bad rule is refused (22023)');
 like($err, qr/10\.0\.0\.0\/33/, '... naming it');
-sql(q{CREATE ROLE regress_egress_user LOGIN});
+sql($node, q{CREATE ROLE regress_egress_user LOGIN});
 ($state) = try_sql(q{SET ROLE regress_egress_user; SET pg_outbox.egress_allow = ''});
 is($state, '55P02', 'another role cannot set it (reload-time setting)');
 ($state) = try_sql(q{SET ROLE regress_egress_user; SHOW pg_outbox.egress_allow});

@@ -57,19 +57,17 @@ $node->safe_psql('postgres', "CREATE ROLE $ROLE LOGIN");
 $node->safe_psql('postgres', slurp_file($GRANTS), extra_params => [ '-v', "role=$ROLE" ]);
 
 my $recv = start_receiver();
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
 # ---------------------------------------------------------------------------
 # 1. Something to measure: a delivery, a dead letter, a pending message.
 
-sql(sprintf("SELECT outbox.create_endpoint('ok', url => '%s')",  $recv->url('/hooks/ok')));
-sql(sprintf("SELECT outbox.create_endpoint('bad', url => '%s')", $recv->url('/hooks/bad')));
-sql(sprintf("SELECT outbox.create_endpoint('held', url => '%s')", $recv->url('/hooks/held')));
-sql(q{SELECT outbox.pause_endpoint('held')});
+sql($node, sprintf("SELECT outbox.create_endpoint('ok', url => '%s')",  $recv->url('/hooks/ok')));
+sql($node, sprintf("SELECT outbox.create_endpoint('bad', url => '%s')", $recv->url('/hooks/bad')));
+sql($node, sprintf("SELECT outbox.create_endpoint('held', url => '%s')", $recv->url('/hooks/held')));
+sql($node, q{SELECT outbox.pause_endpoint('held')});
 $recv->add_rule(path => '/hooks/bad', status => 400, body => 'no such order');
-my $ok_id   = sql(q{SELECT outbox.enqueue('ok', '{"n": 1}')});
-my $bad_id  = sql(q{SELECT outbox.enqueue('bad', '{"n": 2}')});
-my $held_id = sql(q{SELECT outbox.enqueue('held', '{"n": 3}')});
+my $ok_id   = sql($node, q{SELECT outbox.enqueue('ok', '{"n": 1}')});
+my $bad_id  = sql($node, q{SELECT outbox.enqueue('bad', '{"n": 2}')});
+my $held_id = sql($node, q{SELECT outbox.enqueue('held', '{"n": 3}')});
 
 ok(wait_until(sub { keys %{ $recv->answered_2xx('/hooks/ok') } == 1 }, undef, 'ok answered 2xx'),
 	'"ok": the receiver answered the message 2xx');
@@ -77,16 +75,16 @@ ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($ok_id)"),
 	'"ok": the message is sent');
 ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $bad_id"),
 	'"bad": the 400 made a dead letter');
-is(sql("SELECT reason_code FROM dlq.dead_letters WHERE message_id = $bad_id"),
+is(sql($node, "SELECT reason_code FROM dlq.dead_letters WHERE message_id = $bad_id"),
 	'HTTP_CLIENT_ERROR', '"bad": reason HTTP_CLIENT_ERROR');
 # The worker publishes its counters just after the settle commits.
 ok(wait_until(sub {
-			my $m = parse_exposition(sql('SELECT outbox.metrics()'));
+			my $m = parse_exposition(sql($node, 'SELECT outbox.metrics()'));
 			return ($m->{'pg_outbox_deliveries_total|ok|sent'} // 0) == 1
 			  && ($m->{'pg_outbox_deliveries_total|bad|dead'} // 0) == 1;
 		}, undef, 'worker counters'),
 	'metrics() counts the delivery and the dead letter');
-is(sql("SELECT status FROM outbox.message($held_id)"), 'pending',
+is(sql($node, "SELECT status FROM outbox.message($held_id)"), 'pending',
 	'"held": paused, its message stays pending');
 
 # ---------------------------------------------------------------------------
@@ -214,9 +212,9 @@ sub check_exporter
 	my ($before, $after, $got, $status, $text);
 	my $stable = wait_until(
 		sub {
-			$before = parse_exposition(sql('SELECT outbox.metrics()'));
+			$before = parse_exposition(sql($node, 'SELECT outbox.metrics()'));
 			($status, $text) = scrape($port);
-			$after = parse_exposition(sql('SELECT outbox.metrics()'));
+			$after = parse_exposition(sql($node, 'SELECT outbox.metrics()'));
 			$got = parse_exposition($text, 'postgres');
 			for my $k (keys %$before)
 			{

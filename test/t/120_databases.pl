@@ -37,27 +37,25 @@ my $node = new_outbox_node(
 my $recv = start_receiver();
 my @dbs = qw(alpha beta gamma);
 
-sub sql { my ($db, $q) = @_; return $node->safe_psql($db, $q) }
-
 sub delivered_within
 {
 	my ($db, $tag, $limit, $path) = @_;
 	$path //= "/hooks/$db";
 	my $before = scalar @{ $recv->requests(path => $path) };
 	my $t0 = time;
-	sql($db, qq{SELECT outbox.enqueue('ep', '{"tag": "$tag"}')});
+	sql($node, qq{SELECT outbox.enqueue('ep', '{"tag": "$tag"}')}, $db);
 	my $ok = $recv->wait_requests($path, $before + 1, $limit);
 	return ($ok, time - $t0);
 }
 
 for my $db (@dbs, 'delta')
 {
-	sql('postgres', "CREATE DATABASE $db");
+	sql($node, "CREATE DATABASE $db", 'postgres');
 }
 for my $db (@dbs)
 {
-	sql($db, 'CREATE EXTENSION pg_outbox');
-	sql($db, sprintf("SELECT outbox.create_endpoint('ep', url => '%s')", $recv->url("/hooks/$db")));
+	sql($node, 'CREATE EXTENSION pg_outbox', $db);
+	sql($node, sprintf("SELECT outbox.create_endpoint('ep', url => '%s')", $recv->url("/hooks/$db")), $db);
 }
 
 # ---------------------------------------------------------------------------
@@ -68,11 +66,11 @@ for my $db (@dbs)
 {
 	$pid{$db} = wait_for_worker($node, undef, undef, $db);
 	ok(defined $pid{$db}, "$db: a worker runs");
-	is(sql($db, 'SELECT pid, database FROM outbox.worker_status()'), ($pid{$db} // '') . "|$db",
+	is(sql($node, 'SELECT pid, database FROM outbox.worker_status()', $db), ($pid{$db} // '') . "|$db",
 		"$db: worker_status() is this database's worker");
 }
 is(scalar(keys %{ { map { ($pid{$_} // $_) => 1 } @dbs } }), 3, 'three different workers');
-ok(wait_until(sub { sql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'}) eq '3' }),
+ok(wait_until(sub { sql($node, q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'}, 'postgres') eq '3' }),
 	'no worker for postgres or delta (no extension there)');
 
 for my $db (@dbs)
@@ -96,7 +94,7 @@ is(scalar(keys %{ { reverse %first_wid } }), 3,
 my $alpha_path_before = scalar @{ $recv->requests(path => '/hooks/alpha') };
 my $locker = $node->background_psql('alpha');
 $locker->query_safe('BEGIN; LOCK TABLE outbox.claims IN ACCESS EXCLUSIVE MODE');
-sql('alpha', q{SELECT outbox.enqueue('ep', '{"tag": "stuck"}')});
+sql($node, q{SELECT outbox.enqueue('ep', '{"tag": "stuck"}')}, 'alpha');
 ok(wait_sql($node, q{SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'
 	AND datname = 'alpha' AND wait_event_type = 'Lock'}, 10, 'alpha'),
 	"alpha's worker waits for the lock");
@@ -119,7 +117,7 @@ is($recv->requests(path => '/hooks/alpha')->[-1]{body}, '{"tag": "stuck"}', '...
 # 3. DROP DATABASE gamma while its worker has requests in flight.
 
 $recv->add_rule(path => '/hooks/gamma', action => 'hang', hang_ms => 20000);
-sql('gamma', q{SELECT outbox.enqueue('ep', jsonb_build_object('n', g)) FROM generate_series(1, 200) g});
+sql($node, q{SELECT outbox.enqueue('ep', jsonb_build_object('n', g)) FROM generate_series(1, 200) g}, 'gamma');
 ok($recv->wait_requests('/hooks/gamma', 4), 'gamma: requests in flight (its first window), held by the receiver');
 my $gamma_pid = worker_pid($node, 'gamma');
 my $off = -s $node->logfile;
@@ -137,14 +135,14 @@ for my $db (qw(alpha beta))
 	cmp_ok($s, '<', 3, sprintf('%s: ... in %.3f s', $db, $s));
 }
 sleep(2);    # longer than the launcher's restart delay: a worker taken for crashed would be back
-my $after_drop = log_since($off);
+my $after_drop = log_since($node, $off);
 unlike($after_drop, qr/FATAL:  database .* does not exist/, 'no worker tried to connect to the dropped database');
-is(sql('postgres', q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'}), '2',
+is(sql($node, q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'}, 'postgres'), '2',
 	'two workers left');
 $recv->clear_rules;
 
 # A role that may not drop the database does not stop its worker either.
-sql('postgres', 'CREATE ROLE regress_not_owner LOGIN');
+sql($node, 'CREATE ROLE regress_not_owner LOGIN', 'postgres');
 my $beta_before = worker_pid($node, 'beta');
 ($rc, $out, $err) = $node->psql('postgres', 'SET ROLE regress_not_owner; DROP DATABASE beta');
 like($err, qr/must be owner of database beta/, 'DROP DATABASE by a role that does not own it fails');
@@ -167,9 +165,9 @@ ok($beta_ok, '... and delivers');
 # 4. CREATE EXTENSION in delta: served within 2 s.
 
 my $t_create = time;
-sql('delta', 'CREATE EXTENSION pg_outbox');
-sql('delta', sprintf("SELECT outbox.create_endpoint('ep', url => '%s')", $recv->url('/hooks/delta')));
-sql('delta', q{SELECT outbox.enqueue('ep', '{"tag": "new database"}')});
+sql($node, 'CREATE EXTENSION pg_outbox', 'delta');
+sql($node, sprintf("SELECT outbox.create_endpoint('ep', url => '%s')", $recv->url('/hooks/delta')), 'delta');
+sql($node, q{SELECT outbox.enqueue('ep', '{"tag": "new database"}')}, 'delta');
 ok($recv->wait_requests('/hooks/delta', 1, 10), 'delta: delivered after CREATE EXTENSION');
 my $create_s = time - $t_create;
 note(sprintf 'delta: CREATE EXTENSION to receipt %.3f s (three psql calls included)', $create_s);
@@ -183,7 +181,7 @@ my $delta_pid = worker_pid($node, 'delta');
 is($rc, 0, 'ALTER DATABASE delta RENAME TO epsilon succeeds while delta is served') or diag($err);
 my $eps = wait_for_worker($node, $delta_pid, 15, 'epsilon');
 ok(defined $eps, 'epsilon is served by a new worker');
-is(sql('epsilon', 'SELECT database FROM outbox.worker_status()'), 'epsilon', '... worker_status() has the new name');
+is(sql($node, 'SELECT database FROM outbox.worker_status()', 'epsilon'), 'epsilon', '... worker_status() has the new name');
 
 # ---------------------------------------------------------------------------
 # 6. A worker killed with SIGKILL (every process restarts) and a server restart.
@@ -201,7 +199,7 @@ for my $db (qw(alpha beta epsilon))
 	ok($ok, "$db: delivers after the restart");
 }
 
-my @crashed = grep { !/signal 9: Killed/ } log_since(0) =~ /^(.*(?:terminated by signal|PANIC).*)$/mg;
+my @crashed = grep { !/signal 9: Killed/ } log_since($node, 0) =~ /^(.*(?:terminated by signal|PANIC).*)$/mg;
 is(scalar @crashed, 0, 'no crash but the SIGKILL the test sent') or diag(join "\n", @crashed);
 $node->stop;
 
@@ -243,9 +241,3 @@ $node->stop;
 $recv->stop;
 done_testing();
 
-sub log_since
-{
-	my ($from) = @_;
-	my $log = slurp_file($node->logfile);
-	return substr($log, $from);
-}

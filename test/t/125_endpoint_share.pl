@@ -35,12 +35,10 @@ my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $small = start_receiver(backlog => 5);
 my $recv  = start_receiver();
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
 sub enqueue_many
 {
 	my ($endpoint, $n, $tag) = @_;
-	return split /,/, sql(qq{SELECT string_agg(outbox.enqueue('$endpoint', jsonb_build_object('tag', '$tag', 'n', g))::text, ',')
+	return split /,/, sql($node, qq{SELECT string_agg(outbox.enqueue('$endpoint', jsonb_build_object('tag', '$tag', 'n', g))::text, ',')
 		FROM generate_series(1, $n) g});
 }
 
@@ -56,20 +54,29 @@ sub requests_by_id
 # ---------------------------------------------------------------------------
 # 1. A small receiver: bursts arrive exactly once, the breaker stays closed.
 
-sql(sprintf(q{SELECT outbox.create_endpoint('small', url => '%s', timeout_ms => 900)}, $small->url('/hooks/small')));
+sql($node, sprintf(q{SELECT outbox.create_endpoint('small', url => '%s', timeout_ms => 900)}, $small->url('/hooks/small')));
 for my $burst (100, 1000)
 {
 	my $before = scalar @{ $small->requests(path => '/hooks/small') };
 	my @ids = enqueue_many('small', $burst, "burst$burst");
+	# Delivered is what the receiver answered: wait for its 2xx to every message.
+	ok(wait_until(sub { my $ok = $small->answered_2xx('/hooks/small'); !grep { !$ok->{"$W$_"} } @ids },
+			120, "the receiver's 2xx to each of the $burst"),
+		"$burst at once: the receiver answered 2xx to every message");
 	ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'small'", 120),
 		"$burst at once: the queue drains");
 	my $by_id = requests_by_id($small, '/hooks/small');
 	my @mine  = map { $by_id->{"$W$_"} // 0 } @ids;
 	is(scalar(grep { $_ == 1 } @mine), $burst, "$burst at once: every message arrived exactly once");
+	my %mine = map { ("$W$_" => 1) } @ids;
+	my @not_2xx = grep { $mine{ $_->{headers}{'webhook-id'} // '' } && ($_->{answered} // '') !~ /^2\d\d$/ }
+	  @{ $small->requests(path => '/hooks/small') };
+	is(scalar @not_2xx, 0, "... and that one request was answered 2xx")
+	  or diag explain [ map { "$_->{headers}{'webhook-id'}: " . ($_->{answered} // 'not answered') } @not_2xx[ 0 .. ($#not_2xx < 9 ? $#not_2xx : 9) ] ];
 	is(scalar @{ $small->requests(path => '/hooks/small') } - $before, $burst, "... $burst requests in all");
-	is(sql(q{SELECT breaker_state || '/' || breaker_failures FROM outbox.endpoints WHERE name = 'small'}), 'closed/0',
+	is(sql($node, q{SELECT breaker_state || '/' || breaker_failures FROM outbox.endpoints WHERE name = 'small'}), 'closed/0',
 		'... the breaker stayed closed, not one failure');
-	is(sql(q{SELECT count(*) FROM dlq.dead_letters WHERE endpoint = 'small'}), '0', '... nothing dead-lettered');
+	is(sql($node, q{SELECT count(*) FROM dlq.dead_letters WHERE endpoint = 'small'}), '0', '... nothing dead-lettered');
 }
 unlike(slurp_file($node->logfile), qr/circuit.*small|small.*circuit/i, 'the log never mentions the circuit of small');
 
@@ -77,7 +84,7 @@ unlike(slurp_file($node->logfile), qr/circuit.*small|small.*circuit/i, 'the log 
 # 2. A 503 outage of 10 s on 300 messages.
 
 $recv->add_rule(path => '/hooks/outage', status => 503);
-sql(sprintf(q{SELECT outbox.create_endpoint('outage', url => '%s', max_attempts => 5)}, $recv->url('/hooks/outage')));
+sql($node, sprintf(q{SELECT outbox.create_endpoint('outage', url => '%s', max_attempts => 5)}, $recv->url('/hooks/outage')));
 my $t_outage = time;
 my @outage_ids = enqueue_many('outage', 300, 'outage');
 sleep(10 - (time - $t_outage)) if time - $t_outage < 10;
@@ -88,15 +95,15 @@ cmp_ok($during, '>=', 1, '... (control: it was tried)');
 $recv->clear_rules;
 ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'outage'", 120),
 	'after the outage every message is delivered');
-is(sql(q{SELECT count(*) FROM dlq.dead_letters WHERE endpoint = 'outage'}), '0', '... none dead-lettered');
+is(sql($node, q{SELECT count(*) FROM dlq.dead_letters WHERE endpoint = 'outage'}), '0', '... none dead-lettered');
 my $answered = $recv->answered_2xx('/hooks/outage');
 is(scalar(grep { $answered->{"$W$_"} } @outage_ids), 300, '... each with a 2xx');
 
 # ---------------------------------------------------------------------------
 # 3. A slow endpoint beside a healthy one.
 
-sql(sprintf(q{SELECT outbox.create_endpoint('fast', url => '%s')}, $recv->url('/hooks/fast')));
-sql(sprintf(q{SELECT outbox.create_endpoint('slow', url => '%s', timeout_ms => 30000)}, $recv->url('/hooks/slow')));
+sql($node, sprintf(q{SELECT outbox.create_endpoint('fast', url => '%s')}, $recv->url('/hooks/fast')));
+sql($node, sprintf(q{SELECT outbox.create_endpoint('slow', url => '%s', timeout_ms => 30000)}, $recv->url('/hooks/slow')));
 
 # Median COMMIT-to-receipt of 30 single messages: each is committed (its clock read
 # just before the commit), then waited for at the receiver.
@@ -106,7 +113,7 @@ sub fast_median_ms
 	my @ms;
 	for my $i (1 .. 30)
 	{
-		my ($id, $at) = split /\|/, sql(qq{SELECT outbox.enqueue('fast', '{"probe": "$label $i"}'),
+		my ($id, $at) = split /\|/, sql($node, qq{SELECT outbox.enqueue('fast', '{"probe": "$label $i"}'),
 			extract(epoch FROM clock_timestamp())});
 		my $got;
 		wait_until(sub { ($got) = grep { $_->{headers}{'webhook-id'} eq "$W$id" } @{ $recv->requests(path => '/hooks/fast') }; $got }, 10);
@@ -130,13 +137,13 @@ my $slow_in_flight = $recv->in_flight_at('/hooks/slow', time);
 note("slow requests in flight at the receiver: $slow_in_flight");
 cmp_ok($slow_in_flight, '<=', 8, 'the slow endpoint holds a few connections, not max_concurrency');
 $recv->clear_rules;
-sql(q{SELECT outbox.pause_endpoint('slow')});
+sql($node, q{SELECT outbox.pause_endpoint('slow')});
 
 # ---------------------------------------------------------------------------
 # 4. The concurrency option caps what is in flight.
 
 $recv->add_rule(path => '/hooks/capped', delay_ms => 300);
-sql(sprintf(q{SELECT outbox.create_endpoint('capped', url => '%s', concurrency => 2)}, $recv->url('/hooks/capped')));
+sql($node, sprintf(q{SELECT outbox.create_endpoint('capped', url => '%s', concurrency => 2)}, $recv->url('/hooks/capped')));
 enqueue_many('capped', 40, 'capped');
 # The most requests of capped in flight at the receiver, sampled every 0.1 s for 4 s.
 sub peak_in_flight
@@ -154,7 +161,7 @@ my $peak = peak_in_flight();
 note("capped: peak in flight $peak");
 cmp_ok($peak, '<=', 2, 'concurrency => 2: never more than 2 requests in flight');
 cmp_ok($peak, '>=', 1, '... (control: it was delivering)');
-sql(q{SELECT outbox.alter_endpoint('capped', concurrency => 8)});
+sql($node, q{SELECT outbox.alter_endpoint('capped', concurrency => 8)});
 enqueue_many('capped', 200, 'capped more');
 my $peak8 = peak_in_flight();
 note("capped at 8: peak in flight $peak8");
@@ -166,7 +173,7 @@ ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'c
 # ---------------------------------------------------------------------------
 # 5. rate_limit.
 
-sql(sprintf(q{SELECT outbox.create_endpoint('limited', url => '%s', rate_limit => 100)}, $recv->url('/hooks/limited')));
+sql($node, sprintf(q{SELECT outbox.create_endpoint('limited', url => '%s', rate_limit => 100)}, $recv->url('/hooks/limited')));
 my $t_limited = time;
 enqueue_many('limited', 500, 'limited');
 ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'limited'", 60),

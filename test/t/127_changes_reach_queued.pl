@@ -29,12 +29,10 @@ $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
 my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
 my $recv = start_receiver();
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
 sub enqueue_many
 {
 	my ($endpoint, $n) = @_;
-	return split /,/, sql(qq{SELECT string_agg(outbox.enqueue('$endpoint', jsonb_build_object('n', g))::text, ',')
+	return split /,/, sql($node, qq{SELECT string_agg(outbox.enqueue('$endpoint', jsonb_build_object('n', g))::text, ',')
 		FROM generate_series(1, $n) g});
 }
 
@@ -46,11 +44,11 @@ my $S2 = 'whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0';
 # ---------------------------------------------------------------------------
 # 1. A new URL reaches the queued requests.
 
-sql(sprintf(q{SELECT outbox.create_endpoint('mover', url => '%s', rate_limit => 2)}, $recv->url('/hooks/old')));
+sql($node, sprintf(q{SELECT outbox.create_endpoint('mover', url => '%s', rate_limit => 2)}, $recv->url('/hooks/old')));
 my @moved = enqueue_many('mover', 10);
 ok($recv->wait_requests('/hooks/old', 2, 10), 'two requests went to the old URL');
 my $t_alter = time;
-sql(sprintf(q{SELECT outbox.alter_endpoint('mover', url => '%s')}, $recv->url('/hooks/new')));
+sql($node, sprintf(q{SELECT outbox.alter_endpoint('mover', url => '%s')}, $recv->url('/hooks/new')));
 ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'mover'", 30), 'all delivered');
 my @late_old = grep { $_->{time} > $t_alter + 0.5 } reqs('/hooks/old');
 is(scalar @late_old, 0, 'nothing went to the old URL after the change (requests already queued included)');
@@ -62,22 +60,22 @@ cmp_ok(scalar(reqs('/hooks/new')), '>=', 6, '... most at the new URL');
 # ---------------------------------------------------------------------------
 # 2. A pause reaches the queued requests.
 
-sql(sprintf(q{SELECT outbox.create_endpoint('pausing', url => '%s', rate_limit => 2)}, $recv->url('/hooks/pausing')));
+sql($node, sprintf(q{SELECT outbox.create_endpoint('pausing', url => '%s', rate_limit => 2)}, $recv->url('/hooks/pausing')));
 my @paused = enqueue_many('pausing', 10);
 ok($recv->wait_requests('/hooks/pausing', 2, 10), 'two requests before the pause');
-sql(q{SELECT outbox.pause_endpoint('pausing')});
+sql($node, q{SELECT outbox.pause_endpoint('pausing')});
 my $at_pause = scalar reqs('/hooks/pausing');
 sleep(2.5);    # five intervals of the rate limit: queued requests would have started
 my $after = scalar reqs('/hooks/pausing');
 cmp_ok($after - $at_pause, '<=', 1, 'after pause_endpoint nothing more starts (one already starting at most)');
-is(sql(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'pausing'}), 10 - $after,
+is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'pausing'}), 10 - $after,
 	'the rest wait in the queue');
-is( sql(q{SELECT string_agg(DISTINCT s.status, ',') FROM outbox.messages m, outbox.message(m.id) s
+is( sql($node, q{SELECT string_agg(DISTINCT s.status, ',') FROM outbox.messages m, outbox.message(m.id) s
 		   WHERE m.endpoint = 'pausing'}),
 	'pending', '... pending (outbox.message): taken back, they are in no claim any more');
-is(sql(q{SELECT count(*) FROM outbox.claims c, outbox.messages m WHERE m.endpoint = 'pausing' AND m.id = ANY (c.message_ids)}),
+is(sql($node, q{SELECT count(*) FROM outbox.claims c, outbox.messages m WHERE m.endpoint = 'pausing' AND m.id = ANY (c.message_ids)}),
 	0, '... and no outbox.claims row lists them (a restart counts no attempt for them)');
-sql(q{SELECT outbox.resume_endpoint('pausing')});
+sql($node, q{SELECT outbox.resume_endpoint('pausing')});
 ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'pausing'", 30),
 	'after resume_endpoint the rest arrive');
 my %p;
@@ -87,12 +85,12 @@ is(scalar(grep { ($p{"$W$_"} // 0) == 1 } @paused), 10, '... each exactly once')
 # ---------------------------------------------------------------------------
 # 3. A new secret reaches the queued requests.
 
-sql(sprintf(q{SELECT outbox.create_endpoint('signer', url => '%s', rate_limit => 2, secret => '%s')},
+sql($node, sprintf(q{SELECT outbox.create_endpoint('signer', url => '%s', rate_limit => 2, secret => '%s')},
 		$recv->url('/hooks/signer'), $S1));
 enqueue_many('signer', 8);
 ok($recv->wait_requests('/hooks/signer', 2, 10), 'two requests signed with the first secret');
 my $t_secret = time;
-sql(qq{SELECT outbox.alter_endpoint('signer', secret => '$S2')});
+sql($node, qq{SELECT outbox.alter_endpoint('signer', secret => '$S2')});
 ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'signer'", 30), 'all delivered');
 my @after_change = grep { $_->{time} > $t_secret + 0.5 } reqs('/hooks/signer');
 cmp_ok(scalar @after_change, '>=', 4, 'requests after the change: ' . scalar @after_change);
@@ -104,7 +102,7 @@ is(scalar(grep { verify_webhook_signature($S1, $_->{headers}, $_->{body}) } @aft
 # ---------------------------------------------------------------------------
 # 4. Timestamp and signature made at send time.
 
-sql(sprintf(q{SELECT outbox.create_endpoint('stamped', url => '%s', rate_limit => 1, secret => '%s')},
+sql($node, sprintf(q{SELECT outbox.create_endpoint('stamped', url => '%s', rate_limit => 1, secret => '%s')},
 		$recv->url('/hooks/stamped'), $S1));
 enqueue_many('stamped', 5);    # claimed together; the last starts about 4 s later
 ok(wait_sql($node, "SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'stamped'", 30), 'all delivered');
@@ -121,14 +119,14 @@ is(scalar(grep { verify_webhook_signature($S1, $_->{headers}, $_->{body}) } @st)
 # 5. A probe that cannot be sent still gives the breaker a result.
 
 $recv->add_rule(path => '/hooks/flaky', status => 503);
-sql(sprintf(q{SELECT outbox.create_endpoint('flaky', url => '%s')}, $recv->url('/hooks/flaky')));
+sql($node, sprintf(q{SELECT outbox.create_endpoint('flaky', url => '%s')}, $recv->url('/hooks/flaky')));
 my @flaky = enqueue_many('flaky', 12);
 ok(wait_sql($node, q{SELECT breaker_state = 'open' FROM outbox.endpoints WHERE name = 'flaky'}, 60),
 	'ten 503s open the circuit');
 # The valid messages wait 5 s; a row written by a plain INSERT with a header that is
 # not a string is due now: it is the next probe, and it cannot be sent.
-sql(q{UPDATE outbox.messages SET next_attempt_at = now() + interval '5 s' WHERE endpoint = 'flaky'});
-my $bad = sql(q{INSERT INTO outbox.messages (endpoint, payload, headers) VALUES ('flaky', '{}', '{"X-Bad": 1}') RETURNING id});
+sql($node, q{UPDATE outbox.messages SET next_attempt_at = now() + interval '5 s' WHERE endpoint = 'flaky'});
+my $bad = sql($node, q{INSERT INTO outbox.messages (endpoint, payload, headers) VALUES ('flaky', '{}', '{"X-Bad": 1}') RETURNING id});
 $recv->clear_rules;
 ok(wait_sql($node, "SELECT count(*) = 1 FROM dlq.dead_letters WHERE message_id = $bad AND reason_code = 'INVALID_MESSAGE'", 30),
 	'the invalid probe is dead-lettered');

@@ -18,6 +18,7 @@ use lib "$FindBin::RealBin/../perl";
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes ();
 
 my $node = new_outbox_node(
 	'bounded_waits',
@@ -28,25 +29,23 @@ $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
 my $recv = start_receiver();
 $recv->add_rule(path => '/hooks/held', status => 200, delay_ms => 1500);
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
-
 for (qw(x y held))
 {
-	sql(sprintf(q{SELECT outbox.create_endpoint('%s', url => '%s')}, $_, $recv->url("/hooks/$_")));
+	sql($node, sprintf(q{SELECT outbox.create_endpoint('%s', url => '%s')}, $_, $recv->url("/hooks/$_")));
 }
-sql(q{SELECT outbox.create_endpoint('n_bad', channel => 'n_bad_chan')});
-sql(q{SELECT outbox.create_endpoint('n_good', channel => 'n_good_chan')});
+sql($node, q{SELECT outbox.create_endpoint('n_bad', channel => 'n_bad_chan')});
+sql($node, q{SELECT outbox.create_endpoint('n_good', channel => 'n_good_chan')});
 
 sub sent
 {
 	my ($endpoint) = @_;
-	return sql("SELECT count(*) FROM outbox.history WHERE endpoint = '$endpoint'");
+	return sql($node, "SELECT count(*) FROM outbox.history WHERE endpoint = '$endpoint'");
 }
 
 sub enqueue
 {
 	my ($endpoint, $n) = @_;
-	sql(join '', map { "SELECT outbox.enqueue('$endpoint', '{\"i\": $_}');" } 1 .. $n);
+	sql($node, join '', map { "SELECT outbox.enqueue('$endpoint', '{\"i\": $_}');" } 1 .. $n);
 }
 
 # --- 1. An open alter_endpoint holds the endpoint's row -----------------------------
@@ -62,11 +61,13 @@ $operator->query_safe('ROLLBACK');
 # --- 2. An open transaction locks an endpoint's messages in flight --------------------
 my $log_offset = -s $node->logfile;
 enqueue('held', 3);    # within the first window of 4: all in flight at once
-$recv->wait_requests('/hooks/held', 3, 30);
+ok($recv->wait_requests('/hooks/held', 3, 30), '2. the 3 requests of "held" reached the receiver');
+my $in_flight = $recv->in_flight_at('/hooks/held', Time::HiRes::time());
+is($in_flight, 3, '2. all three are in flight (none answered yet) before the lock is taken');
 $operator->query_safe('BEGIN');
 is($operator->query_safe(q{SELECT count(*) FROM (SELECT FROM outbox.messages WHERE endpoint = 'held' FOR UPDATE) l}),
 	3, '2. an operator locks the 3 messages of "held" while their requests run');
-sql(q{CREATE PROCEDURE public.feed(n int) LANGUAGE plpgsql AS $$
+sql($node, q{CREATE PROCEDURE public.feed(n int) LANGUAGE plpgsql AS $$
 	BEGIN
 		FOR i IN 1 .. n LOOP
 			PERFORM pg_sleep(0.1);
@@ -76,9 +77,9 @@ sql(q{CREATE PROCEDURE public.feed(n int) LANGUAGE plpgsql AS $$
 		END LOOP;
 	END $$});
 my $y_before = sent('y');
-sql('CALL public.feed(40)');    # 4 s of steady traffic to y while "held" is locked
+sql($node, 'CALL public.feed(40)');    # 4 s of steady traffic to y while "held" is locked
 ok(wait_until(sub { sent('y') == $y_before + 40 }, 10, 'the feed sent'), '2. the 40 messages fed to y are delivered');
-my ($median, $max) = split /\|/, sql(q{
+my ($median, $max) = split /\|/, sql($node, q{
 	SELECT round(extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY sent_at - created_at)) * 1000),
 	       round(extract(epoch FROM max(sent_at - created_at)) * 1000)
 	  FROM outbox.history WHERE endpoint = 'y' AND payload ? 'feed'});
@@ -95,8 +96,8 @@ is(scalar @{ $recv->requests(path => '/hooks/held') }, 3, '2. each of them was s
 # --- 3. A NOTIFY channel that PostgreSQL refuses -------------------------------------
 my $listener = listen_for_notifications($node, 'n_good_chan', 'n_fixed_chan');
 # A superuser's direct edit (create_endpoint would refuse it): longer than NAMEDATALEN.
-sql(sprintf(q{UPDATE outbox.endpoints SET channel = '%s' WHERE name = 'n_bad'}, 'c' x 70));
-sql(q{SELECT outbox._request_wake()});
+sql($node, sprintf(q{UPDATE outbox.endpoints SET channel = '%s' WHERE name = 'n_bad'}, 'c' x 70));
+sql($node, q{SELECT outbox._request_wake()});
 $log_offset = -s $node->logfile;
 my $y_sent = sent('y');
 enqueue('n_bad',  5);
@@ -109,8 +110,8 @@ ok( wait_until(
 		sub { PostgreSQL::Test::Utils::slurp_file($node->logfile, $log_offset) =~ /endpoint "n_bad" is held up: channel name too long/ },
 		15, 'n_bad parked'),
 	'3. the log says n_bad is held up, and why');
-sql(q{UPDATE outbox.endpoints SET channel = 'n_fixed_chan' WHERE name = 'n_bad'});
-sql(q{SELECT outbox._request_wake()});
+sql($node, q{UPDATE outbox.endpoints SET channel = 'n_fixed_chan' WHERE name = 'n_bad'});
+sql($node, q{SELECT outbox._request_wake()});
 ok($listener->wait(10, 30), '3. once its channel is fixed, n_bad\'s 5 notifications arrive');
 is(sent('n_bad'), 5, '3. and its messages are sent');
 $listener->quit;
