@@ -86,7 +86,7 @@ Waits (bounded) until a worker runs in C<$db> whose pid differs from C<$old_pid>
 =item webhook_prefix($node, $db = 'postgres')
 
 C<msg_E<lt>instanceE<gt>_>: the webhook-id of a message without an idempotency key is
-this prefix followed by its id (SPEC §3: unique across databases, clusters and
+this prefix followed by its id (docs/delivery.md, "Webhook id": unique across databases, clusters and
 re-created extensions). Ask again after DROP/CREATE EXTENSION.
 
 =item wait_sql($node, $query, $timeout_s = timeout_default, $db = 'postgres')

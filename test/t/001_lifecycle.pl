@@ -1,5 +1,6 @@
 #!/usr/bin/perl
-# The worker's life cycle (SPEC §1, §3 "Shutdown and reload"; src/pg/launcher/README.md):
+# The worker's life cycle (docs/delivery.md, "Guarantees", "Shutdown, reload and restart";
+# src/pg/launcher/README.md):
 #
 #  - the launcher runs from server start, connected to no database; a database
 #    without the extension keeps no delivery worker (the one that asked exits
@@ -62,7 +63,7 @@ unlike($log0, qr/pg_outbox worker started/, 'no "worker started" line for a data
 
 my $t_create = time;
 sql($node, 'CREATE EXTENSION pg_outbox');
-my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (docs/delivery.md, Webhook id)
 my $pid0 = wait_for_worker($node, undef, 10);
 my $start_s = time - $t_create;
 note(sprintf('worker running %.3f s after CREATE EXTENSION (psql included)', $start_s));

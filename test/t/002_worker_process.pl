@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# The worker as a process (README "How delivery works", "Shutdown, reload, restart",
+# The worker as a process (docs/delivery.md, "Wake at commit", "Shutdown, reload and restart",
 # the worker_status() row of the function table; SECURITY.md threat model):
 #
 #  - it connects as the bootstrap superuser (the role with oid 10) to

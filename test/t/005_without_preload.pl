@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# The library loaded WITHOUT shared_preload_libraries (README "Install": enqueue and
+# The library loaded WITHOUT shared_preload_libraries (docs/operations.md, "Installing the library": enqueue and
 # the endpoint and DLQ functions work but nothing is delivered, worker_status() and
 # metrics() fail with 55000, and a WARNING says so wherever the library loads).
 #

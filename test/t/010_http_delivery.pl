@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# HTTP delivery semantics (SPEC §3 "HTTP", "Outcome", "Backoff", §2 dead letters):
+# HTTP delivery semantics (docs/delivery.md, "HTTP requests", "Outcomes", "Retries and backoff", "Dead letters"):
 #
 #  - a committed enqueue arrives with the exact body and every documented header,
 #    signed as Standard Webhooks says (checked by an independent Perl HMAC);
@@ -34,7 +34,7 @@ my $node = new_outbox_node(
 	'pg_outbox.backoff_max'       => '5s',      # above the Retry-After of 2 s below
 	'pg_outbox.breaker_threshold' => '1000');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
-my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (docs/delivery.md, Webhook id)
 my $recv = start_receiver();
 
 # ---------------------------------------------------------------------------

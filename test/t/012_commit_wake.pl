@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# The wake at commit (README "How delivery works", "Wake at commit"):
+# The wake at commit (docs/delivery.md, "Wake at commit"):
 #   "A transaction callback sets the worker's latch at COMMIT, never on rollback, and
 #    an atomic flag collapses many commits into one wake.  pg_outbox.poll_interval is
 #    only the fallback, for example for a COMMIT PREPARED."
@@ -94,11 +94,11 @@ cmp_ok($c2, '>', $c1, "the commit's wake shows as claims ($c1 -> $c2)");
 # due message an hour): no settle, no "more due", no HTTP in the count.
 # Every commit sets the wake flag; only the first since the worker last looked sets
 # its latch, and the worker claims at most once per 2 ms, up to 50 ms apart while the
-# claims find nothing (README "Performance", worker.cpp kWakeCoalesce*).  A claim per
+# claims find nothing (docs/performance.md; core/wake_coalescer.hpp).  A claim per
 # commit would be COMMITS claims; collapsed, they are a few per 50 ms of the burst.
 # The bounds: fewer than a quarter of the commits (the burst would have to last about
 # 6 s, 12 ms per commit, for 50 ms gaps to reach it), and at most one claim per 2 ms
-# of the burst plus 2 (the README's rate; the burst is timed around the whole psql
+# of the burst plus 2 (the rate docs/delivery.md gives; the burst is timed around the whole psql
 # run, so it is if anything longer than the commits took).  A worker that claimed on
 # every wake, a few tenths of a millisecond per empty claim, fails the second.
 my $c3 = claims();
@@ -131,7 +131,7 @@ sql($node, q{DELETE FROM outbox.messages WHERE payload ? 'burst'});
 ###############################################################################
 # PREPARE TRANSACTION ends the session's transaction without a commit (the wake flag
 # is dropped, src/pg/commit_wake.cpp), and COMMIT PREPARED commits the rows
-# elsewhere: README says poll_interval is the fallback for it.  The poll is shortened
+# elsewhere: docs/delivery.md says poll_interval is the fallback for it.  The poll is shortened
 # to 2 s so that the wait stays short; the message must be delivered within the poll
 # interval plus a margin for a loaded machine.
 ok(reload_conf($node, 'pg_outbox.poll_interval' => '2s'), 'poll_interval reloaded to 2 s');

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # The queue holds only undelivered work; delivered messages live in a history
-# partitioned by time (README "Storage"):
+# partitioned by time (docs/delivery.md, "Queue and history"):
 #   1. a delivered message leaves outbox.messages in the transaction that records it,
 #      and is in outbox.history, in a time partition (not the default one);
 #   2. outbox.message(id) tells where any message stands: pending, in_flight, sent,

@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# HTTP delivery details that t/010 does not pin down (README "How delivery works",
+# HTTP delivery details that t/010 does not pin down (docs/delivery.md, "HTTP requests",
 # "Dead letters", "Configuration"):
 #
 #  1. keep-alive connections are reused: 20 messages at max_concurrency 2 travel

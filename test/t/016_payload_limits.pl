@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# Memory bounded in bytes (README "Payload size and memory"):
+# Memory bounded in bytes (docs/delivery.md, "Payload limits"):
 #   1. outbox.enqueue refuses a payload over pg_outbox.max_payload_size with SQLSTATE
 #      54000 and inserts nothing;
 #   2. 20 rows of 50 MB written by plain INSERTs among 1,000 small messages: each is

@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# NOTIFY delivery (SPEC §3 "NOTIFY"): an endpoint with a channel is delivered with
+# NOTIFY delivery (docs/delivery.md, "NOTIFY"): an endpoint with a channel is delivered with
 # pg_notify(channel, envelope) in the transaction that marks the message sent (it
 # leaves the queue, outbox.messages, for the history, outbox.history),
 # envelope {"id":…, "event_type":…, "payload":…}.  A LISTENing session receives

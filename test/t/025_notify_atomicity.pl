@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# NOTIFY atomicity (README "NOTIFY": "pg_notify(channel, envelope) runs in the
+# NOTIFY atomicity (docs/delivery.md, "NOTIFY": "pg_notify(channel, envelope) runs in the
 # transaction that marks the message sent").  A trigger makes exactly the statement
 # that marks a message sent (the one that takes it out of the queue, outbox.messages,
 # into the history) fail (an error like a full disk).  If pg_notify ran in a

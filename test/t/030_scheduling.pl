@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# When messages go out (SPEC §2 endpoints/messages, §4 configuration):
+# When messages go out (docs/delivery.md, "Scheduled delivery", "Retries and backoff"; docs/operations.md, "Configuration"):
 #
 #  - a paused endpoint delivers nothing, everything after resume_endpoint;
 #  - deliver_at: never before that time;
@@ -29,7 +29,7 @@ my $node = new_outbox_node(
 	'pg_outbox.backoff_max'       => '1s',
 	'pg_outbox.breaker_threshold' => '1000');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
-my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (docs/delivery.md, Webhook id)
 my $recv = start_receiver();
 
 # Where the messages stand, wherever their rows live now (outbox.message(): the queue,

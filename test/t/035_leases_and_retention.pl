@@ -1,13 +1,13 @@
 #!/usr/bin/perl
-# Claims, row locks and the worker's own retention (README "How delivery works" and
+# Claims, row locks and the worker's own retention (docs/delivery.md, "Claim", "Leases" and
 # "Configuration"):
 #
-#  - one copy in flight (SPEC §3): a claimed message is listed in outbox.claims for as
+#  - one copy in flight (docs/delivery.md, "Claim"): a claimed message is listed in outbox.claims for as
 #    long as its request may run; the worker never sends it again meanwhile, however
 #    short pg_outbox.lease is (see section 1);
 #  - pg_outbox.dlq_retention: -1 keeps every dead letter for ever; a retention makes
 #    the worker delete the handled (requeued or discarded) dead letters older than it,
-#    never the open ones (SPEC §2 "Open dead letters ... are never deleted
+#    never the open ones (docs/operations.md, "Retention and history": "Open dead letters ... are never deleted
 #    automatically");
 #  - the worker removes the delivered messages kept longer than sent_retention from
 #    the history (outbox.history) itself: a partition wholly past the retention is
@@ -33,7 +33,7 @@ my $node = new_outbox_node(
 	'pg_outbox.lease'          => "${LEASE}s",
 	'pg_outbox.sent_retention' => '3d');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
-my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (docs/delivery.md, Webhook id)
 my $recv = start_receiver();
 
 # ---------------------------------------------------------------------------
@@ -73,7 +73,7 @@ sql($node, q{SELECT outbox.pause_endpoint('paused')});
 #
 # Until 0.2.0 the lease was independent of the request: a message whose request
 # outlived pg_outbox.lease was claimed and sent AGAIN while the first request still
-# ran, and this section asserted that second copy.  SPEC §3 "One copy in flight"
+# ran, and this section asserted that second copy.  docs/delivery.md ("Claim": one copy in flight)
 # forbids it ("a message is never sent again while an earlier request for it may
 # still be running; its claim lasts as long as its request can"), and from 0.3.0 the
 # worker never expires a claim it still has in flight: the message is listed in

@@ -44,7 +44,7 @@ my $node = new_outbox_node(
 my $recv = start_receiver();
 
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
-my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (docs/delivery.md, Webhook id)
 for my $s (qw(a b c))
 {
 	my $url = $recv->url("/hooks/$s");

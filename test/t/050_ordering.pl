@@ -1,4 +1,4 @@
-# Ordered delivery (SPEC §3 "Ordering"): on an endpoint created with
+# Ordered delivery (docs/delivery.md, "Ordering"): on an endpoint created with
 # ordered => true, messages of one ordering_key reach the receiver strictly in id
 # order, one at a time; the next waits while the head retries and goes on once the
 # head is sent or dead; other keys (and messages without a key) flow in parallel.

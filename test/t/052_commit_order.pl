@@ -1,4 +1,4 @@
-# Per-key order is commit order (SPEC §3 "Ordering"): on an ordered endpoint, messages
+# Per-key order is commit order (docs/delivery.md, "Ordering"): on an ordered endpoint, messages
 # of one ordering_key are delivered in the order their transactions committed, one at a
 # time, whatever order their ids (drawn at INSERT) have; the first to commit goes first
 # even while it is still retrying when the other commits.

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
-# Per-key ordering beyond one worker's life, and for requeued dead letters (README
-# "Per-key ordering", "Requeue and ordering"):
+# Per-key ordering beyond one worker's life, and for requeued dead letters (docs/delivery.md,
+# "Ordering", "Requeue"):
 #
 #  1. "The guarantee is therefore made by the database, not by worker memory, and it
 #     survives restarts": the head of a key hangs at the receiver, the worker is
@@ -31,7 +31,7 @@ my $node = new_outbox_node(
 	'pg_outbox.backoff_max'       => '300ms',
 	'pg_outbox.breaker_threshold' => '1000');    # keep the breaker out of the way
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
-my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (docs/delivery.md, Webhook id)
 my $recv = start_receiver();
 my $json = JSON::PP->new->utf8;
 

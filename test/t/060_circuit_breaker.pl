@@ -1,4 +1,4 @@
-# The per-endpoint circuit breaker (SPEC §3 "Circuit breaker"): an outage of the
+# The per-endpoint circuit breaker (docs/delivery.md, "Circuit breaker"): an outage of the
 # receiver does not turn into a retry storm or a DLQ full of healthy messages; the
 # open circuit survives a worker restart; delivery resumes once a probe succeeds;
 # and a broken endpoint does not slow a healthy one.

@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# The circuit breaker's probes, seen from the receiver (README "Circuit breaker"):
+# The circuit breaker's probes, seen from the receiver (docs/delivery.md, "Circuit breaker"):
 #  - "After a cool-down, exactly one probe message is sent. The cool-down starts at
 #    backoff_base, doubles with every failed probe, and is capped at backoff_max."
 #    The receiver answers 503 to everything, so every probe reaches it and fails:
@@ -28,7 +28,7 @@ my $PATH       = '/hooks/probe';
 
 # max_concurrency = 1: the requests of the first claim go out one after the other, so
 # the circuit opens on the answer to the THRESHOLD-th request and every later request
-# is a probe (the requests still queued are given back, README).  With many in flight
+# is a probe (the requests still queued are given back, docs/delivery.md).  With many in flight
 # at once, the failures that open the circuit would be mixed with late answers.
 # poll_interval = 30 s: the probes and the recovery must come from the breaker's own
 # timing and from the close, never from the poll.

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # A corpus of bad (and borderline) input through every SQL function and every GUC
-# (SPEC §5 "Bad input", §4 "Bad values are refused with PostgreSQL's usual GUC
+# (docs/testing.md, "Bad input"; docs/operations.md, "Configuration": "Bad values are refused with PostgreSQL's usual GUC
 # errors"):
 #
 #  - every call either works or fails with a clean error: a SQLSTATE of its own (never
@@ -47,7 +47,7 @@ my $node = new_outbox_node(
 	'log_min_messages'            => 'warning',    # ERROR lines in the log too
 	'restart_after_crash'         => 'on');        # a crash is a failed check, not the end
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
-my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (docs/delivery.md, Webhook id)
 my $recv = start_receiver();
 
 sub postmaster_pid

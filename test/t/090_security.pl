@@ -109,7 +109,7 @@ my $node;
 		'log_min_error_statement'     => 'error');
 }
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
-my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (docs/delivery.md, Webhook id)
 my $json = JSON::PP->new->utf8->canonical;
 
 # The secrets travel as custom settings of the session (PGOPTIONS), so that a

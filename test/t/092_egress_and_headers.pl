@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# Least privilege at delivery time (SPEC §2 Privileges, SECURITY.md):
+# Least privilege at delivery time (docs/operations.md, "Privileges" and "Egress policy"; SECURITY.md):
 #
 #  - the egress policy (pg_outbox.egress_deny / egress_allow) is checked on the address
 #    the worker actually connects to: an endpoint whose host NAME resolves to a denied

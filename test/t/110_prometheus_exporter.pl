@@ -3,7 +3,7 @@
 # given contrib/prometheus/pg_outbox_queries.yaml, logged in as a role that has only
 # the grants of contrib/prometheus/grants.sql:
 #
-#  - exposes the metrics of SPEC §2 under their names, with the labels of
+#  - exposes the metrics of docs/operations.md ("Monitoring") under their names, with the labels of
 #    outbox.metrics() plus database = current_database():
 #    pg_outbox_messages{endpoint,status}, pg_outbox_oldest_pending_age_seconds{endpoint},
 #    pg_outbox_deliveries_total{endpoint,result}, pg_outbox_dead_letters{endpoint,
@@ -99,8 +99,8 @@ my @auto = start_exporter(
 check_exporter(@auto, 'exporter_auto');
 
 # One DSN per database: without auto-discovery every DSN runs the exporter's own
-# metrics, which would collide between two databases of one server; the README
-# gives these flags for that way of running it.
+# metrics, which would collide between two databases of one server;
+# contrib/prometheus/README.md gives these flags for that way of running it.
 my @per_db = start_exporter(
 	'one DSN per database',
 	join(',', map { "$dsn_base dbname=$_ application_name=exporter_per_db" } qw(postgres plain)),

@@ -1,5 +1,5 @@
 #!/usr/bin/perl
-# Delivery that is kind to small receivers (README "Per-endpoint concurrency"):
+# Delivery that is kind to small receivers (docs/delivery.md, "Endpoint concurrency"):
 #
 #  1. a receiver with a listen backlog of 5 (Python's http.server default): 100, then
 #     1,000 messages committed at once arrive exactly once each, and the endpoint's
@@ -31,7 +31,7 @@ use Time::HiRes qw(time sleep);
 
 my $node = new_outbox_node('endpoint_share', 'pg_outbox.backoff_base' => '1s');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
-my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (docs/delivery.md, Webhook id)
 my $small = start_receiver(backlog => 5);
 my $recv  = start_receiver();
 

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
-# What changes for requests that wait in the worker (README "Per-endpoint concurrency",
-# "Rate limit"; SPEC §3): a rate limit of 2 per second keeps most of each batch
+# What changes for requests that wait in the worker (docs/delivery.md, "Endpoint concurrency",
+# "Rate limit", "Endpoint changes"): a rate limit of 2 per second keeps most of each batch
 # queued in the worker, and then
 #
 #  1. alter_endpoint(url => ...) : every request not yet started goes to the new URL;
@@ -26,7 +26,7 @@ use Time::HiRes qw(time sleep);
 
 my $node = new_outbox_node('changes');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
-my $W = webhook_prefix($node);    # webhook-id = $W<id> (SPEC §3)
+my $W = webhook_prefix($node);    # webhook-id = $W<id> (docs/delivery.md, Webhook id)
 my $recv = start_receiver();
 
 sub enqueue_many

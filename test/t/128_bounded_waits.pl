@@ -1,4 +1,4 @@
-# Bounded waits (SPEC §3; issue 11 item 8): one endpoint's trouble delays only that
+# Bounded waits (docs/delivery.md, "Bounded waits"): one endpoint's trouble delays only that
 # endpoint.
 #
 #  1. An operator's open transaction on an endpoint (BEGIN; alter_endpoint(...) left
