@@ -60,6 +60,7 @@ def save_upload(session, filename, content, task_kind="extract_text"):
         size_bytes=len(content),
     )
     session.add(source)
+    session.flush()  # a file the database refuses fails here, before its event exists
 
     # The event is a row in the same transaction, not a network call: it is sent after
     # the commit, and never if the transaction rolls back.
