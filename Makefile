@@ -70,6 +70,12 @@ extension/pg_outbox--0.2.0--$(OUTBOX_VERSION).sql: extension/upgrade/0.2.0--$(OU
 installcheck-server:
 	@'$(bindir)/psql' -X -d postgres -f test/installcheck_server.sql
 
+# `make dist`: the PGXN distribution pg_outbox-<version>.zip of the committed HEAD
+# (.gitattributes says what stays out; test/check_dist.sh checks the result).
+.PHONY: dist
+dist:
+	git archive --format=zip --prefix=$(EXTENSION)-$(OUTBOX_VERSION)/ -o $(EXTENSION)-$(OUTBOX_VERSION).zip HEAD
+
 .PHONY: format unit bench bench-memory bench-steady soak
 format:
 	clang-format -i $(wildcard src/*/*.cpp src/*/*.hpp src/*/*/*.cpp src/*/*/*.hpp test/unit/*.cpp)

@@ -6,7 +6,8 @@
 PG_BIN=/usr/lib/postgresql/15/bin
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev libssl-dev libipc-run-perl
-          libgtest-dev cmake g++ make python3 perl curl openssl prometheus-postgres-exporter clang-format)
+          libgtest-dev cmake g++ make python3 perl curl openssl prometheus-postgres-exporter clang-format
+          python3-sqlalchemy python3-psycopg2 nodejs)
 
 log() { printf '\n=== %s\n' "$*"; }
 
@@ -16,6 +17,8 @@ ensure_packages() {
   for p in "${PACKAGES[@]}" "${extra[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
   done
+  # Debian's nodejs ships npm as a package of its own; a nodejs that bundles npm conflicts with it.
+  command -v npm >/dev/null || missing+=(npm)
   if ((${#missing[@]})); then
     log "installing ${missing[*]}"
     apt-get update -qq

@@ -13,6 +13,7 @@ build_and_install WERROR=1 || exit 1
 
 failed=()
 bash "$here/check_tree.sh" || failed+=(tree)
+bash "$here/check_dist.sh" || failed+=(dist)
 SKIP_SETUP=1 bash "$here/run_unit.sh" || failed+=(unit)
 SKIP_SETUP=1 UNIT_BUILD=sanitize bash "$here/run_unit.sh" -DPG_OUTBOX_SANITIZE=ON || failed+=(unit-sanitizers)
 # The delivery thread's hand-over between threads, under ThreadSanitizer.
@@ -24,4 +25,4 @@ if ((${#failed[@]})); then
   echo "FAILED: ${failed[*]}"
   exit 1
 fi
-echo "all test suites passed (tree, unit, unit-sanitizers, unit-tsan, regress, tap)"
+echo "all test suites passed (tree, dist, unit, unit-sanitizers, unit-tsan, regress, tap)"
