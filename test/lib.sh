@@ -7,7 +7,7 @@ PG_BIN=/usr/lib/postgresql/15/bin
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev libssl-dev libipc-run-perl
           libgtest-dev cmake g++ make python3 perl curl openssl prometheus-postgres-exporter clang-format
-          python3-sqlalchemy python3-psycopg2 nodejs)
+          python3-sqlalchemy python3-psycopg2 nodejs postgresql-15-plproxy)
 
 log() { printf '\n=== %s\n' "$*"; }
 
