@@ -7,7 +7,8 @@ PG_BIN=/usr/lib/postgresql/15/bin
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev libssl-dev libipc-run-perl
           libgtest-dev cmake g++ make python3 perl curl openssl prometheus-postgres-exporter clang-format
-          python3-sqlalchemy python3-psycopg2 nodejs postgresql-15-plproxy)
+          python3-sqlalchemy python3-psycopg2 nodejs postgresql-15-plproxy
+          prometheus python3-matplotlib)
 
 log() { printf '\n=== %s\n' "$*"; }
 
@@ -32,6 +33,14 @@ ensure_packages() {
   if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus-postgres-exporter 2>/dev/null; then
     systemctl stop prometheus-postgres-exporter || true
   fi
+  # Prometheus and its node exporter start their services (on :9090, :9100) where systemd
+  # runs; the tests run their own.
+  for s in prometheus prometheus-node-exporter; do
+    if command -v systemctl >/dev/null && systemctl is-active --quiet "$s" 2>/dev/null; then
+      systemctl stop "$s" || true
+    fi
+  done
+  return 0
 }
 
 build_and_install() {
