@@ -299,6 +299,16 @@ SELECT outbox.enqueue('billing', jsonb_build_object('blob', repeat('x', 100)));
 SELECT outbox.enqueue('billing', '{"small": true}') > 0 AS small_one_enqueued;
 SELECT count(*) - :messages_before_local_check AS inserted FROM outbox.messages;
 ALTER TABLE outbox.messages DROP CONSTRAINT local_small_payloads;
+-- A CHECK added on a column enqueue checks itself (PostgreSQL names it
+-- messages_event_type_check1) is not taken for the installed one: it is honoured too.
+ALTER TABLE outbox.messages ADD CHECK (event_type <> 'forbidden.event');
+SELECT conname FROM pg_constraint WHERE conrelid = 'outbox.messages'::regclass AND conname LIKE 'messages_event_type_check%' ORDER BY 1;
+\set VERBOSITY terse
+SELECT outbox.enqueue('billing', '{}', event_type => 'forbidden.event');
+\echo :SQLSTATE
+\set VERBOSITY default
+SELECT count(*) - :messages_before_local_check AS inserted FROM outbox.messages;
+ALTER TABLE outbox.messages DROP CONSTRAINT messages_event_type_check1;
 
 -- Clean up for the next file.
 TRUNCATE outbox.messages;
