@@ -2,14 +2,22 @@
 # pg_outbox benchmarks (issue 5): one command, its own cluster (release build, the
 # extension preloaded), nginx as the fast receiver, the raw references measured in
 # the same run, and one table at the end. Not a pass/fail test: run by hand or with
-# `make bench`. RUNS=n sets the repetitions per figure (median reported).
+# `make bench`. RUNS=n sets the repetitions per figure (median reported). Case 1 runs
+# its variants interleaved: ROUNDS rounds (default 5) of ROUND_SECONDS each (default 6).
+# PgQ is the peer measured beside the outbox: its insert_event in case 1, its batch
+# consumer in case 3b (PGQ_BATCH events per batch, default 500).
 set -euo pipefail
 RUNS=${RUNS:-3}
+ROUNDS=${ROUNDS:-5}
+ROUND_SECONDS=${ROUND_SECONDS:-6}
 
 source "$(dirname "$0")/setup.sh"
 
 declare -A R
-log "1. enqueue overhead (pgbench, synchronous_commit = on, 4 clients, 10 s, endpoint paused)"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+spread() { sort -g | awk '{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "%.2f %.2f %.2f", m, a[1], a[NR]}'; }
+
+log "1. enqueue overhead (pgbench, synchronous_commit = on, 4 clients, $ROUNDS interleaved rounds of $ROUND_SECONDS s per variant, endpoint paused)"
 # The same business transaction with and without the enqueue (same round trips).
 printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nCOMMIT;\n' >"$work/plain.sql"
 printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nSELECT outbox.enqueue('"'parked'"', jsonb_build_object('"'customer'"', :c, '"'amount'"', 10), event_type => '"'order.created'"');\nCOMMIT;\n' >"$work/one.sql"
@@ -21,15 +29,45 @@ printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount)
 # The reference: the outbox table a team writes by hand (the design documents' shape:
 # uuid key, indexes on event_type and status), one INSERT in the same transaction.
 printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nINSERT INTO hand_outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), '"'order'"', :c, '"'order.created'"', jsonb_build_object('"'customer'"', :c, '"'amount'"', 10));\nCOMMIT;\n' >"$work/hand.sql"
+# The peer: PgQ's insert_event into a queue with no consumer and no ticker (as the
+# paused endpoint: nothing reads while producers run), the same payload as text.
+printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nSELECT pgq.insert_event('"'bench_insert'"', '"'order.created'"', jsonb_build_object('"'customer'"', :c, '"'amount'"', 10)::text);\nCOMMIT;\n' >"$work/pgq.sql"
 chmod 644 "$work"/*.sql
-tps() { as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -T 10 -f "$work/$1.sql" bench 2>/dev/null | awk '/^tps/ {printf "%.0f\n", $3}'; }
-plain=() one=() ten=() hand=()
-for _ in $(seq "$RUNS"); do plain+=("$(tps plain)"); hand+=("$(tps hand)"); one+=("$(tps one)"); ten+=("$(tps ten)"); done
-R[tps_plain]=$(printf '%s\n' "${plain[@]}" | median)
-R[tps_one]=$(printf '%s\n' "${one[@]}" | median)
-R[tps_ten]=$(printf '%s\n' "${ten[@]}" | median)
-R[tps_hand]=$(printf '%s\n' "${hand[@]}" | median)
-bench_sql -c "DELETE FROM outbox.messages" -c "TRUNCATE orders, hand_outbox" -c "VACUUM outbox.messages" >/dev/null
+tps() {
+  local t
+  t=$(as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -T "$ROUND_SECONDS" \
+        -f "$work/$1.sql" bench 2>"$work/pgbench_$1.log" | awk '/^tps/ {printf "%.0f\n", $3}')
+  [ -n "$t" ] || { echo "pgbench $1 failed:" >&2; cat "$work/pgbench_$1.log" >&2; return 1; }
+  echo "$t"
+}
+# Interleaved: each round runs every variant once, odd rounds in this order, even
+# rounds in the reverse one, so that a drift of the machine (or the tables' growth)
+# falls on all of them alike. The ratios are taken within each round; the table gives
+# their median and the lowest and highest round.
+variants=(plain hand pgq one ten)
+reversed=()
+for v in "${variants[@]}"; do reversed=("$v" "${reversed[@]}"); done
+declare -A T t
+r_plain=() r_hand=() r_pgq=() r_ten=()
+for round in $(seq "$ROUNDS"); do
+  order=("${variants[@]}")
+  ((round % 2)) || order=("${reversed[@]}")
+  t=()
+  for v in "${order[@]}"; do t[$v]=$(tps "$v"); T[$v]+="${t[$v]} "; done
+  r_plain+=("$(ratio "${t[one]}" "${t[plain]}")")
+  r_hand+=("$(ratio "${t[one]}" "${t[hand]}")")
+  r_pgq+=("$(ratio "${t[one]}" "${t[pgq]}")")
+  r_ten+=("$(ratio "${t[ten]}" "${t[plain]}")")
+  echo "round $round (${order[*]}): plain ${t[plain]}, hand ${t[hand]}, pgq ${t[pgq]}, one ${t[one]}, ten ${t[ten]} TPS;" \
+    "one/hand ${r_hand[-1]}, one/pgq ${r_pgq[-1]}"
+done
+for v in "${variants[@]}"; do R[tps_$v]=$(tr ' ' '\n' <<<"${T[$v]}" | grep . | median | xargs printf '%.0f'); done
+R[r_plain]=$(printf '%s\n' "${r_plain[@]}" | spread)
+R[r_hand]=$(printf '%s\n' "${r_hand[@]}" | spread)
+R[r_pgq]=$(printf '%s\n' "${r_pgq[@]}" | spread)
+R[r_ten]=$(printf '%s\n' "${r_ten[@]}" | spread)
+bench_sql -c "DELETE FROM outbox.messages" -c "TRUNCATE orders, hand_outbox" -c "VACUUM outbox.messages" \
+  -c "SELECT pgq.drop_queue('bench_insert')" >/dev/null
 
 log "2. HTTP drain of a $BACKLOG-message backlog to nginx, and wrk against the same nginx"
 R[http]=$(drain_case http 0)
@@ -57,6 +95,9 @@ start_listener
 R[notify]=$(drain_case notify 0)
 stop_listener
 
+log "3b. PgQ's batch consumer, no-op, draining $BACKLOG events in batches of $PGQ_BATCH (filled and ticked first)"
+R[pgq_drain]=$(pgq_drain_case "$BACKLOG")
+
 log "4. steady state: 1,000 messages/s for 30 s, COMMIT->receipt latency at the receiver"
 python3 "$REPO/test/webhook_receiver.py" --port 0 --ready-file "$work/receiver.port" --log "$work/receiver.jsonl" \
   --max-seconds 600 >/dev/null 2>&1 &
@@ -80,7 +121,6 @@ bench_sql -c "INSERT INTO outbox.history (id, endpoint, payload, attempts, creat
       SELECT g, 'http', jsonb_build_object('order_id', g), 'RETRY_EXHAUSTED', 10, now()
         FROM generate_series(1, 100000) g" -c "VACUUM ANALYZE dlq.dead_letters" >/dev/null
 R[backlog]=$(drain_case http 0)
-R[backlog]=${R[backlog]% *}
 bench_sql -c "TRUNCATE dlq.dead_letters" -c "SELECT outbox.purge('0')" >/dev/null
 
 log "5b. metrics() and endpoint_stats with an empty history, then with 10,000,000 retained delivered rows"
@@ -104,23 +144,26 @@ bench_sql -c "SELECT outbox.purge('0')" >/dev/null
 log "6. ordered endpoint, 1,000 keys"
 R[ordered]=$(drain_case ordered 1000)
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 http_rate=${R[http]% *}
 read -r lat_n lat_p50 lat_p95 lat_p99 lat_max <<<"${R[latency]}"
-cat <<TABLE
-
-pg_outbox benchmark — $(nproc) cores, $(awk -F: '/model name/ {print $2; exit}' /proc/cpuinfo | sed 's/^ *//'), PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}'), median of $RUNS runs
-| case                                   | result                         | reference / ratio                  |
-|----------------------------------------|--------------------------------|------------------------------------|
-| 1. enqueue overhead, 1 per transaction | ${R[tps_one]} TPS                      | plain ${R[tps_plain]} TPS, ratio $(ratio "${R[tps_one]}" "${R[tps_plain]}") |
-| 1. hand-written outbox INSERT (reference) | ${R[tps_hand]} TPS                   | enqueue / hand-written $(ratio "${R[tps_one]}" "${R[tps_hand]}") |
-| 1. enqueue overhead, 10 per transaction| ${R[tps_ten]} TPS                      | ratio $(ratio "${R[tps_ten]}" "${R[tps_plain]}") to plain |
-| 2. HTTP drain ($BACKLOG msgs)            | $http_rate msg/s, ${R[http]#* } ms CPU/1k  | wrk on the same nginx ${R[wrk]} req/s |
-| 2b. drain, VACUUM ANALYZE, idle, drain | ${R[flip]% *} then ${R[flip]#* } msg/s    | ratio $(ratio "${R[flip]#* }" "${R[flip]% *}") |
-| 2c. WAL per delivered message          | ${R[wal]% *} records, ${R[wal]#* } bytes | retention 1 day (history kept) |
-| 3. NOTIFY drain ($BACKLOG msgs)          | ${R[notify]% *} msg/s, ${R[notify]#* } ms CPU/1k |                                    |
-| 4. latency at 1,000 msg/s, 30 s        | p50 $lat_p50 ms, p95 $lat_p95 ms, p99 $lat_p99 ms | max $lat_max ms, $lat_n samples |
-| 5. HTTP drain with 1M sent + 100k DLQ  | ${R[backlog]} msg/s                     | ratio $(ratio "${R[backlog]}" "$http_rate") to case 2 |
-| 5b. metrics() + endpoint_stats         | ${R[scrape0]} ms with no history | ${R[scrape10m]} ms with ${R[sent10m]} retained |
-| 6. ordered endpoint, 1,000 keys        | ${R[ordered]% *} msg/s                     | ratio $(ratio "${R[ordered]% *}" "$http_rate") to case 2 |
-TABLE
+sp() { read -r m lo hi <<<"${R[$1]}"; echo "$m ($lo-$hi)"; }  # median (min-max) of a case 1 ratio
+row() { printf '| %-56s | %-48s | %-44s |\n' "$@"; }
+echo
+echo "pg_outbox benchmark — $(nproc) cores, $(awk -F: '/model name/ {print $2; exit}' /proc/cpuinfo | sed 's/^ *//'), PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}')"
+echo "drains: median of $RUNS runs; case 1: $ROUNDS interleaved rounds of $ROUND_SECONDS s, TPS medians, ratios as median (min-max) of the rounds' ratios"
+row case result "reference / ratio"
+row "$(printf -- '-%.0s' {1..56})" "$(printf -- '-%.0s' {1..48})" "$(printf -- '-%.0s' {1..44})"
+row "1. enqueue overhead, 1 per transaction" "${R[tps_one]} TPS" "plain ${R[tps_plain]} TPS, ratio $(sp r_plain)"
+row "1. hand-written outbox INSERT (reference)" "${R[tps_hand]} TPS" "enqueue / hand-written $(sp r_hand)"
+row "1. PgQ insert_event (reference)" "${R[tps_pgq]} TPS" "enqueue / PgQ $(sp r_pgq)"
+row "1. enqueue overhead, 10 per transaction" "${R[tps_ten]} TPS" "ratio $(sp r_ten) to plain"
+row "2. HTTP drain ($BACKLOG msgs)" "$http_rate msg/s, ${R[http]#* } ms CPU/1k" "wrk on the same nginx ${R[wrk]} req/s"
+row "2b. drain, VACUUM ANALYZE, idle, drain" "${R[flip]% *} then ${R[flip]#* } msg/s" "ratio $(ratio "${R[flip]#* }" "${R[flip]% *}")"
+row "2c. WAL per delivered message" "${R[wal]% *} records, ${R[wal]#* } bytes" "retention 1 day (history kept)"
+row "3. NOTIFY drain ($BACKLOG msgs)" "${R[notify]% *} msg/s, ${R[notify]#* } ms CPU/1k" ""
+row "3b. PgQ consumer, no-op ($BACKLOG events, batches of $PGQ_BATCH)" "${R[pgq_drain]% *} ev/s, ${R[pgq_drain]#* } ms CPU/1k (backend + client)" \
+  "case 2 / PgQ $(ratio "$http_rate" "${R[pgq_drain]% *}"), case 3 / PgQ $(ratio "${R[notify]% *}" "${R[pgq_drain]% *}")"
+row "4. latency at 1,000 msg/s, 30 s" "p50 $lat_p50 ms, p95 $lat_p95 ms, p99 $lat_p99 ms" "max $lat_max ms, $lat_n samples"
+row "5. HTTP drain with 1M sent + 100k DLQ" "${R[backlog]% *} msg/s, ${R[backlog]#* } ms CPU/1k" "ratio $(ratio "${R[backlog]% *}" "$http_rate") to case 2"
+row "5b. metrics() + endpoint_stats" "${R[scrape0]} ms with no history" "${R[scrape10m]} ms with ${R[sent10m]} retained"
+row "6. ordered endpoint, 1,000 keys" "${R[ordered]% *} msg/s, ${R[ordered]#* } ms CPU/1k" "ratio $(ratio "${R[ordered]% *}" "$http_rate") to case 2"

@@ -1,11 +1,13 @@
 # Shared by the benchmarks: a release build installed, nginx answering 200 on a free
-# port, a cluster with pg_outbox preloaded serving the database "bench", and the
-# helpers that fill a paused backlog and time its drain. Sourced, not run.
+# port, a cluster with pg_outbox preloaded serving the database "bench" (with PgQ, the
+# reference queue), and the helpers that fill a paused backlog and time its drain.
+# Sourced, not run.
 source "$(dirname "${BASH_SOURCE[0]}")/../test/lib.sh"
 BENCH=$REPO/bench
 BACKLOG=${BACKLOG:-100000}
 
-ensure_packages nginx-light wrk
+# PgQ (Skype's queue, the extension only: the bench ticks its queues itself, no pgqd).
+ensure_packages nginx-light wrk postgresql-15-pgq3
 build_and_install
 
 work=$(mktemp -d /tmp/pg_outbox_bench.XXXXXX)
@@ -39,7 +41,7 @@ start_cluster "$work/pg" "pg_outbox.database = 'bench'" "shared_buffers = '1GB'"
   "checkpoint_timeout = '30min'" "pg_outbox.breaker_threshold = 1000000"
 psql_cluster -c "CREATE DATABASE bench"
 bench_sql() { psql_cluster -d bench -At "$@"; }
-bench_sql -c "CREATE EXTENSION pg_outbox" \
+bench_sql -c "CREATE EXTENSION pg_outbox" -c "CREATE EXTENSION pgq" -c "SELECT pgq.create_queue('bench_insert')" \
   -c "CREATE TABLE orders (id bigserial PRIMARY KEY, customer int NOT NULL, amount numeric NOT NULL, created_at timestamptz NOT NULL DEFAULT now())" \
   -c "CREATE TABLE hand_outbox (id uuid PRIMARY KEY, aggregate_type text NOT NULL, aggregate_id text NOT NULL,
                                 event_type text NOT NULL, payload jsonb NOT NULL, status text NOT NULL DEFAULT 'pending',
@@ -114,3 +116,44 @@ drain_case() {  # ENDPOINT KEYS -> "msgs/s cpu_ms_per_1000" medians over RUNS
   echo "$(printf '%s\n' "${rates[@]}" | median) $(printf '%s\n' "${cpus[@]}" | median)"
 }
 
+# PgQ, the reference queue. A batch is the events between two ticks. pgqd ticks a queue
+# once per ticker_period when it holds queue_ticker_max_count (500 by default) new
+# events, so its batch sizes would follow the fill's pace and vary from run to run. The
+# bench ticks by itself instead, no pgqd: pgq_fill QUEUE N commits N ~200-byte events
+# (the payload of fill) in chunks of PGQ_BATCH (default 500, that default threshold)
+# and calls pgq.ticker(QUEUE) after each chunk's commit, the queue's threshold set to
+# 1 so that each call ticks: N / PGQ_BATCH batches of PGQ_BATCH events in every run,
+# all ticked before the consumer is timed.
+PGQ_BATCH=${PGQ_BATCH:-500}
+pgq_fill() {
+  local from out
+  bench_sql -c "SELECT pgq.set_queue_config('$1', 'ticker_max_count', '1')" >/dev/null
+  out=$(for ((from = 1; from <= $2; from += PGQ_BATCH)); do
+          echo "SELECT count(pgq.insert_event('$1', 'order.created',
+                         jsonb_build_object('order_id', g, 'customer', 'c' || g, 'note', repeat('x', 120))::text))
+                  FROM generate_series($from, least($from + $PGQ_BATCH - 1, $2)) g;"
+          echo "SELECT pgq.ticker('$1') IS NOT NULL;"
+        done | bench_sql -v ON_ERROR_STOP=1) || return 1
+  if grep -qx f <<<"$out"; then echo "pgq_fill: pgq.ticker('$1') did not tick" >&2; return 1; fi
+}
+# pgq_drain N: a fresh queue with a registered no-op consumer, N events filled and
+# ticked, then the consumer (bench/pgq_consumer.py) timed until it has every event.
+# Prints events/s and CPU ms per 1,000 events (consumer backend + client).
+pgq_drain() {
+  local r rate cpu
+  bench_sql -c "SELECT pgq.create_queue('bench_drain')" -c "SELECT pgq.register_consumer('bench_drain', 'noop')" >/dev/null
+  pgq_fill bench_drain "$1" || return 1
+  r=$(/usr/bin/python3 "$BENCH/pgq_consumer.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench bench_drain noop "$1") || return 1
+  bench_sql -c "SELECT pgq.unregister_consumer('bench_drain', 'noop')" -c "SELECT pgq.drop_queue('bench_drain')" >/dev/null
+  read -r rate cpu _ <<<"$r"
+  echo "$rate $cpu"
+}
+pgq_drain_case() {  # N -> "events/s cpu_ms_per_1000" medians over RUNS
+  local rates=() cpus=() r
+  for _ in $(seq "$RUNS"); do
+    r=$(pgq_drain "$1") || return 1
+    rates+=("${r% *}")
+    cpus+=("${r#* }")
+  done
+  echo "$(printf '%s\n' "${rates[@]}" | median) $(printf '%s\n' "${cpus[@]}" | median)"
+}
