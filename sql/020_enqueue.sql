@@ -309,6 +309,18 @@ SELECT outbox.enqueue('billing', '{}', event_type => 'forbidden.event');
 \set VERBOSITY default
 SELECT count(*) - :messages_before_local_check AS inserted FROM outbox.messages;
 ALTER TABLE outbox.messages DROP CONSTRAINT messages_event_type_check1;
+-- A column someone added with a default and NOT NULL: enqueue's row gets the default;
+-- without the default, the NOT NULL refuses it (enqueue knows no column of theirs).
+ALTER TABLE outbox.messages ADD COLUMN local_tenant text NOT NULL DEFAULT 'acme';
+SELECT outbox.enqueue('billing', '{"tenant": true}') AS tenant_message \gset
+SELECT local_tenant FROM outbox.messages WHERE id = :tenant_message;
+ALTER TABLE outbox.messages ALTER COLUMN local_tenant DROP DEFAULT;
+\set VERBOSITY terse
+SELECT outbox.enqueue('billing', '{"tenant": false}');
+\echo :SQLSTATE
+\set VERBOSITY default
+ALTER TABLE outbox.messages DROP COLUMN local_tenant;
+SELECT count(*) - :messages_before_local_check AS inserted FROM outbox.messages;
 
 -- Clean up for the next file.
 TRUNCATE outbox.messages;

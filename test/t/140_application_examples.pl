@@ -88,12 +88,11 @@ my $node = new_outbox_node('examples');
 my $recv = start_receiver();
 my $PATH = '/hooks/documents';
 
-sub sql { return $node->safe_psql('postgres', $_[0]) }
 
 # ---------------------------------------------------------------------------
 # 1. The administrator's part: setup.sql with the application role.
 
-sql('CREATE ROLE uploads_app LOGIN');
+sql($node, 'CREATE ROLE uploads_app LOGIN');
 {
 	open my $fh, '<', "$EXAMPLES/setup.sql" or die "examples/setup.sql: $!";
 	local $/;
@@ -101,22 +100,22 @@ sql('CREATE ROLE uploads_app LOGIN');
 	$node->safe_psql('postgres', $setup,
 		extra_params => [ '-v', 'producer=uploads_app', '-v', 'webhook_url=' . $recv->url($PATH) ]);
 }
-is( sql(q{SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls FROM pg_roles
+is( sql($node, q{SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls FROM pg_roles
            WHERE rolname = 'uploads_app'}),
 	'f', 'the application role is no superuser and has no role attribute');
-is( sql(q{SELECT has_schema_privilege('uploads_app', 'outbox', 'USAGE')
+is( sql($node, q{SELECT has_schema_privilege('uploads_app', 'outbox', 'USAGE')
              AND has_function_privilege('uploads_app',
                    'outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz)', 'EXECUTE')
              AND has_table_privilege('uploads_app', 'source_files', 'INSERT')}),
 	't', 'setup.sql grants the documented producer rights and its own tables');
-is( sql(q{SELECT has_table_privilege('uploads_app', 'outbox.messages', 'SELECT')
+is( sql($node, q{SELECT has_table_privilege('uploads_app', 'outbox.messages', 'SELECT')
              OR has_table_privilege('uploads_app', 'outbox.history', 'SELECT')
              OR has_table_privilege('uploads_app', 'dlq.dead_letters', 'SELECT')
              OR has_schema_privilege('uploads_app', 'dlq', 'USAGE')
              OR has_function_privilege('uploads_app', 'outbox.grant_send(text, name)', 'EXECUTE')
              OR has_table_privilege('uploads_app', 'source_files', 'DELETE')}),
 	'f', '... and nothing more: it reads no message, grants nothing, deletes no upload');
-is(sql(q{SELECT string_agg(role::text, ',') FROM outbox.endpoint_senders WHERE endpoint = 'documents'}),
+is(sql($node, q{SELECT string_agg(role::text, ',') FROM outbox.endpoint_senders WHERE endpoint = 'documents'}),
 	'uploads_app', 'the send right on "documents" is the application role\'s alone');
 
 my %libpq = (PGHOST => $node->host, PGPORT => $node->port, PGDATABASE => 'postgres',
@@ -138,7 +137,7 @@ sub run_node
 
 sub message_seq
 {
-	return sql(q{SELECT coalesce(last_value, 0)
+	return sql($node, q{SELECT coalesce(last_value, 0)
                    FROM pg_sequences WHERE schemaname = 'outbox' AND sequencename =
                         (parse_ident(pg_get_serial_sequence('outbox.messages', 'id')))[2]});
 }
@@ -146,7 +145,7 @@ sub message_seq
 # ---------------------------------------------------------------------------
 # 2. A role with the same grants but no send right: the example fails, nothing leaks.
 
-sql(q{CREATE ROLE uploads_nosend LOGIN;
+sql($node, q{CREATE ROLE uploads_nosend LOGIN;
       GRANT SELECT, INSERT ON source_files, tasks TO uploads_nosend;
       GRANT USAGE ON SCHEMA outbox TO uploads_nosend;
       GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz)
@@ -159,7 +158,7 @@ like($out, qr/rolled back denied-001\.pdf: .*permission denied/,
 isnt($rc, 0, 'without the send right the Node example reports its failed uploads');
 like($out, qr/rolled back denied-001\.pdf: .*permission denied/,
 	'... refused by the send-right check') or diag("stdout:\n$out\nstderr:\n$err");
-is(sql(q{SELECT count(*) FROM source_files WHERE filename LIKE 'denied-%'}), '0',
+is(sql($node, q{SELECT count(*) FROM source_files WHERE filename LIKE 'denied-%'}), '0',
 	'... and no row of theirs was saved');
 
 # ---------------------------------------------------------------------------
@@ -211,11 +210,11 @@ is(scalar(@requests), 2 * $committed_per_example,
 for my $prefix (qw(py node))
 {
 	my %saved = map { split /\|/ } split /\n/,
-	  sql(qq{SELECT s.filename || '|' || s.id FROM source_files s
+	  sql($node, qq{SELECT s.filename || '|' || s.id FROM source_files s
               JOIN tasks t ON t.source_file_id = s.id
              WHERE s.filename LIKE '$prefix-%' AND t.kind = 'extract_text'});
 	my %history = map { split /\|/ } split /\n/,
-	  sql(qq{SELECT payload->>'filename' || '|' || id FROM outbox.history
+	  sql($node, qq{SELECT payload->>'filename' || '|' || id FROM outbox.history
              WHERE endpoint = 'documents' AND payload->>'filename' LIKE '$prefix-%'});
 	my (@wrong_rows, @wrong_requests, @wrong_ids);
 	for my $n (1 .. $UPLOADS)
@@ -252,10 +251,10 @@ for my $prefix (qw(py node))
 	is_deeply(\@wrong_rows, [], "$prefix: committed uploads have their rows, rolled-back ones none");
 	is_deeply(\@wrong_ids, [],
 		"$prefix: the delivered messages are the committed uploads' own enqueues");
-	is(sql(qq{SELECT count(*) FROM source_files WHERE filename LIKE '$prefix-%'}),
+	is(sql($node, qq{SELECT count(*) FROM source_files WHERE filename LIKE '$prefix-%'}),
 		$committed_per_example, "$prefix: no other source_files row");
 }
-is(sql('SELECT count(*) FROM dlq.dead_letters'), '0', 'nothing was dead-lettered');
+is(sql($node, 'SELECT count(*) FROM dlq.dead_letters'), '0', 'nothing was dead-lettered');
 
 $recv->stop;
 $node->stop;

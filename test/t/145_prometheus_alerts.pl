@@ -110,18 +110,17 @@ my $node = new_outbox_node('alerts',
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
 $node->safe_psql('postgres', "CREATE ROLE $ROLE LOGIN");
 $node->safe_psql('postgres', slurp_file($GRANTS), extra_params => [ '-v', "role=$ROLE" ]);
-sub sql { return $node->safe_psql('postgres', $_[0]) }
 
 my $recv = start_receiver();
 $recv->add_rule(path => '/hooks/bad',  status => 400, body => 'no such order');
 $recv->add_rule(path => '/hooks/down', status => 503, body => 'down for maintenance');
 for my $ep (qw(ok bad held down))
 {
-	sql(sprintf("SELECT outbox.create_endpoint('%s', url => '%s')", $ep, $recv->url("/hooks/$ep")));
+	sql($node, sprintf("SELECT outbox.create_endpoint('%s', url => '%s')", $ep, $recv->url("/hooks/$ep")));
 }
-sql(q{SELECT outbox.pause_endpoint('held')});
-sql(q{SELECT outbox.enqueue('held', '{"n": 0}')});
-sql(q{SELECT outbox.enqueue('ok', '{"n": 0}')});
+sql($node, q{SELECT outbox.pause_endpoint('held')});
+sql($node, q{SELECT outbox.enqueue('held', '{"n": 0}')});
+sql($node, q{SELECT outbox.enqueue('ok', '{"n": 0}')});
 
 # ---------------------------------------------------------------------------
 # 3. The exporter and Prometheus, each on a free port of 127.0.0.1.
@@ -194,14 +193,14 @@ is_deeply([ map { "$_->{labels}{endpoint}:$_->{state}" } alerts('PgOutboxDeadLet
 # 4. Traffic: six messages answered 400 (dead letters), four answered 503 (retries,
 #    then the breaker opens), and a steady flow to "ok" for the throughput panels.
 
-sql(q{SELECT outbox.enqueue('bad', format('{"n": %s}', i)::jsonb) FROM generate_series(1, 6) i});
-sql(q{SELECT outbox.enqueue('down', format('{"n": %s}', i)::jsonb) FROM generate_series(1, 4) i});
+sql($node, q{SELECT outbox.enqueue('bad', format('{"n": %s}', i)::jsonb) FROM generate_series(1, 6) i});
+sql($node, q{SELECT outbox.enqueue('down', format('{"n": %s}', i)::jsonb) FROM generate_series(1, 4) i});
 # Bounded: 12 rounds of 3 messages, one round a second; 90 rounds when the picture is
 # kept for the documentation, so that it shows more than a ramp.
 my $rounds = $ENV{PG_OUTBOX_DASHBOARD_PNG} ? 90 : 12;
 for my $i (1 .. $rounds)
 {
-	sql(qq{SELECT outbox.enqueue('ok', format('{"round": $i, "n": %s}', i)::jsonb) FROM generate_series(1, 3) i});
+	sql($node, qq{SELECT outbox.enqueue('ok', format('{"round": $i, "n": %s}', i)::jsonb) FROM generate_series(1, 3) i});
 	Time::HiRes::sleep(1);
 }
 ok(wait_sql($node, q{SELECT count(*) = 6 FROM dlq.dead_letters WHERE endpoint = 'bad'}),

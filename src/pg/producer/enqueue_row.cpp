@@ -16,6 +16,8 @@ extern "C" {
 #include "nodes/makefuncs.h"
 #include "optimizer/optimizer.h"
 #include "parser/parse_relation.h"
+#include "rewrite/rewriteHandler.h"
+#include "utils/datum.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -72,9 +74,31 @@ bool check_made_by_enqueue(Relation rel, const ConstrCheck& check) {
   return named_after_one;
 }
 
+// The columns enqueue always gives a value of its own (never NULL).
+bool set_by_enqueue(const char* column) {
+  for (const char* set : {"id", "endpoint", "payload", "attempts", "next_attempt_at", "created_at"})
+    if (strcmp(column, set) == 0) return true;
+  return false;
+}
+
+// Every other column may be NULL in a row of enqueue's (an argument not given, or a column
+// only the worker writes): it must allow NULL and have no default or generated value,
+// which only the executor would apply.
+bool columns_as_installed(Relation rel) {
+  const TupleDesc desc = RelationGetDescr(rel);
+  for (int i = 0; i < desc->natts; ++i) {
+    const Form_pg_attribute column = TupleDescAttr(desc, i);
+    if (column->attisdropped || set_by_enqueue(NameStr(column->attname))) continue;
+    if (column->attnotnull || column->atthasdef || column->attgenerated != '\0' || column->attidentity != '\0')
+      return false;
+  }
+  return true;
+}
+
 // outbox.messages as the install script made it, read from the catalog: every CHECK
-// constraint is one enqueue makes itself, no row trigger but the commit order's, no
-// generated column. A table someone changed gets the executor's every check instead.
+// constraint is one enqueue makes itself, every column enqueue may leave NULL is plain,
+// no row trigger but the commit order's. A table someone changed gets the executor's
+// every check instead.
 constexpr const char* kOrderTrigger = "messages_order_at_commit";
 bool table_as_installed(Relation rel) {
   const TupleConstr* constr = rel->rd_att->constr;
@@ -83,6 +107,7 @@ bool table_as_installed(Relation rel) {
     for (int i = 0; i < constr->num_check; ++i)
       if (!check_made_by_enqueue(rel, constr->check[i])) return false;
   }
+  if (!columns_as_installed(rel)) return false;
   const TriggerDesc* triggers = rel->trigdesc;
   if (triggers == nullptr) return true;
   if (triggers->trig_insert_before_row || triggers->trig_insert_instead_row) return false;
@@ -202,6 +227,22 @@ void insert_directly(Insert& in, bool keyed_in_order) {
 // Constraints and triggers of someone else's making: every check of the executor (run
 // by the caller as the owner with a safe search_path).
 void insert_with_checks(Insert& in) {
+  // The defaults of columns someone added (the planner fills them for an INSERT; this row
+  // comes without one), evaluated as the statement's other expressions are.
+  const TupleDesc desc = RelationGetDescr(in.rel);
+  for (int i = 0; i < desc->natts; ++i) {
+    const Form_pg_attribute column = TupleDescAttr(desc, i);
+    if (column->attisdropped || !column->atthasdef || !in.slot->tts_isnull[i] ||
+        set_by_enqueue(NameStr(column->attname)))
+      continue;
+    Node* fallback = build_column_default(in.rel, i + 1);
+    if (fallback == nullptr) continue;
+    ExprState* state = ExecPrepareExpr(reinterpret_cast<Expr*>(fallback), in.estate);
+    bool isnull = true;
+    const Datum value = ExecEvalExprSwitchContext(state, GetPerTupleExprContext(in.estate), &isnull);
+    in.slot->tts_values[i] = isnull ? Datum(0) : datumCopy(value, column->attbyval, column->attlen);
+    in.slot->tts_isnull[i] = isnull;
+  }
   AfterTriggerBeginQuery();
   ExecSimpleRelationInsert(in.result, in.estate, in.slot);
   AfterTriggerEndQuery(in.estate);

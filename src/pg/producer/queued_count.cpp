@@ -53,6 +53,9 @@ struct Reservation {
 std::vector<Reservation> reservations;  // of this backend's open transaction
 bool changed_queue = false;             // ... removed rows: the worker counts again once it commits
 
+// The slot's LWLock is taken and released through pg_call: these functions run in C++
+// frames (enqueue, the worker), which an ERROR must never longjmp over.
+
 // The entry of the endpoint, with the slot's lock held and the slot still this
 // database's; nullptr when there is none.
 QueuedCount* entry_of(DatabaseSlot& slot, const std::string& endpoint) {
@@ -64,13 +67,13 @@ QueuedCount* entry_of(DatabaseSlot& slot, const std::string& endpoint) {
 
 // Adds `committed` to the count of committed messages, and reservations back.
 void apply(DatabaseSlot& slot, const std::string& endpoint, int64_t reserved, int64_t committed) {
-  LWLockAcquire(slot.lock, LW_EXCLUSIVE);
+  pg_call([&] { LWLockAcquire(slot.lock, LW_EXCLUSIVE); });
   if (QueuedCount* q = entry_of(slot, endpoint)) {
     q->reserved = std::max<int64_t>(0, q->reserved + reserved);
     q->committed = std::max<int64_t>(0, q->committed + committed);
     if (q->recounting) q->since_recount += committed;
   }
-  LWLockRelease(slot.lock);
+  pg_call([&] { LWLockRelease(slot.lock); });
 }
 
 void settle_reservations(bool committed, SubTransactionId only) {
@@ -91,9 +94,9 @@ void settle_reservations(bool committed, SubTransactionId only) {
 void request_recount() {
   DatabaseSlot* slot = slot_of_database(MyDatabaseId);
   if (slot == nullptr) return;
-  LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+  pg_call([&] { LWLockAcquire(slot->lock, LW_EXCLUSIVE); });
   if (slot->database_oid == MyDatabaseId) slot->queued_recount_due = true;
-  LWLockRelease(slot->lock);
+  pg_call([&] { LWLockRelease(slot->lock); });
 }
 
 }  // namespace
@@ -140,7 +143,7 @@ Room reserve_queued(const std::string& endpoint, int64_t max_pending, bool& rese
   DatabaseSlot* slot = slot_of_database(MyDatabaseId);
   if (slot == nullptr) return Room::kUnknown;
   Room room = Room::kUnknown;
-  LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+  pg_call([&] { LWLockAcquire(slot->lock, LW_EXCLUSIVE); });
   if (QueuedCount* q = entry_of(*slot, endpoint)) {
     if (q->counted && q->committed + q->reserved >= max_pending) {
       room = Room::kFull;
@@ -150,7 +153,7 @@ Room reserve_queued(const std::string& endpoint, int64_t max_pending, bool& rese
       reserved = true;
     }
   }
-  LWLockRelease(slot->lock);
+  pg_call([&] { LWLockRelease(slot->lock); });
   if (reserved) add_reservation(endpoint, 1);
   return room;
 }
@@ -168,12 +171,12 @@ void note_queued(const std::string& endpoint, int64_t n) {
   DatabaseSlot* slot = slot_of_database(MyDatabaseId);
   if (slot == nullptr || n <= 0) return;
   bool kept = false;
-  LWLockAcquire(slot->lock, LW_EXCLUSIVE);
+  pg_call([&] { LWLockAcquire(slot->lock, LW_EXCLUSIVE); });
   if (QueuedCount* q = entry_of(*slot, endpoint)) {
     q->reserved += n;
     kept = true;
   }
-  LWLockRelease(slot->lock);
+  pg_call([&] { LWLockRelease(slot->lock); });
   if (kept) add_reservation(endpoint, n);
 }
 
@@ -204,15 +207,15 @@ std::vector<int64_t> count_queued_rows(const std::vector<std::string>& endpoints
 void queued_removed(DatabaseSlot& slot, const std::string& endpoint, int64_t n) { apply(slot, endpoint, 0, -n); }
 
 bool queued_recount_due(DatabaseSlot& slot) {
-  LWLockAcquire(slot.lock, LW_EXCLUSIVE);
+  pg_call([&] { LWLockAcquire(slot.lock, LW_EXCLUSIVE); });
   bool due = slot.queued_recount_due;
   slot.queued_recount_due = false;
-  LWLockRelease(slot.lock);
+  pg_call([&] { LWLockRelease(slot.lock); });
   return due;
 }
 
 void begin_recount(DatabaseSlot& slot, const std::vector<std::string>& endpoints) {
-  LWLockAcquire(slot.lock, LW_EXCLUSIVE);
+  pg_call([&] { LWLockAcquire(slot.lock, LW_EXCLUSIVE); });
   for (QueuedCount& q : slot.queued)
     if (q.name[0] != '\0' && std::find(endpoints.begin(), endpoints.end(), q.name) == endpoints.end())
       memset(&q, 0, sizeof q);
@@ -228,17 +231,17 @@ void begin_recount(DatabaseSlot& slot, const std::vector<std::string>& endpoints
     q->recounting = true;
     q->since_recount = 0;
   }
-  LWLockRelease(slot.lock);
+  pg_call([&] { LWLockRelease(slot.lock); });
 }
 
 void finish_recount(DatabaseSlot& slot, const std::string& endpoint, int64_t counted) {
-  LWLockAcquire(slot.lock, LW_EXCLUSIVE);
+  pg_call([&] { LWLockAcquire(slot.lock, LW_EXCLUSIVE); });
   if (QueuedCount* q = entry_of(slot, endpoint); q != nullptr && q->recounting) {
     q->committed = std::max<int64_t>(0, counted + q->since_recount);
     q->recounting = false;
     q->counted = true;
   }
-  LWLockRelease(slot.lock);
+  pg_call([&] { LWLockRelease(slot.lock); });
 }
 
 }  // namespace pg_outbox::pg

@@ -49,8 +49,11 @@ std::vector<Orphan> find_orphans(const std::vector<int64_t>& excluded, int limit
       SELECT (SELECT m.endpoint FROM outbox.messages m WHERE m.endpoint > n.endpoint AND m.ordering_seq IS NULL
                ORDER BY m.endpoint LIMIT 1)
         FROM names n WHERE n.endpoint IS NOT NULL)
-    SELECT o.id, o.attempts, n.endpoint FROM names n CROSS JOIN LATERAL (
-       SELECT m.id, m.attempts FROM outbox.messages m
+    SELECT o.id, o.attempts, n.endpoint, o.ordering_lock FROM names n CROSS JOIN LATERAL (
+       SELECT m.id, m.attempts,
+              CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END
+                AS ordering_lock
+         FROM outbox.messages m
         WHERE m.endpoint = n.endpoint AND m.ordering_seq IS NULL AND m.id <> ALL ($1)
         ORDER BY m.endpoint, m.next_attempt_at LIMIT $2) o
      WHERE n.endpoint IS NOT NULL
@@ -60,8 +63,10 @@ std::vector<Orphan> find_orphans(const std::vector<int64_t>& excluded, int limit
                              {INT8ARRAYOID, INT4OID});
   Rows rows = statement.run({int8_array(excluded), Int32GetDatum(limit)});
   std::vector<Orphan> orphans(rows.size());
-  for (size_t r = 0; r < rows.size(); ++r)
-    orphans[r] = {rows.int64(r, 0), static_cast<int>(rows.int64(r, 1)), rows.text(r, 2)};
+  for (size_t r = 0; r < rows.size(); ++r) {
+    orphans[r] = {rows.int64(r, 0), static_cast<int>(rows.int64(r, 1)), rows.text(r, 2), std::nullopt};
+    if (auto lock = rows.optional_int64(r, 3)) orphans[r].ordering_lock = static_cast<int32_t>(*lock);
+  }
   return orphans;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ struct Orphan {
   int64_t id;
   int attempts;
   std::string endpoint;
+  std::optional<int32_t> ordering_lock;  // a keyed message: its key's lock (ordering/)
 };
 std::vector<Orphan> find_orphans(const std::vector<int64_t>& excluded, int limit);
 

@@ -9,10 +9,12 @@ std::optional<Failure> rolled_back_on_error(const std::function<void()>& attempt
     attempt();
     return std::nullopt;
   } catch (const PgError& e) {
-    // Copied before the abort: the error lives in the transaction's memory.
+    // The error lives in the transaction's memory, which the abort frees: one that goes
+    // on to the loop leaves the transaction to it (Worker::recover_from_error reads the
+    // error, then aborts); one handled here is copied first.
+    if (extension_may_be_gone(e.data()->sqlerrcode)) throw;
     Failure failure{e.data()->sqlerrcode, e.what()};
     abort_transaction();
-    if (extension_may_be_gone(failure.sqlstate)) throw;
     return failure;
   }
 }

@@ -25,7 +25,8 @@ struct Failure {
 };
 
 // Runs `attempt` (which opens and commits its own transaction). A PostgreSQL error in it
-// is rolled back and returned; one that may mean the extension is gone propagates.
+// is rolled back and returned; one that may mean the extension is gone propagates with
+// its transaction still open, so that the error stays readable until the loop aborts it.
 std::optional<Failure> rolled_back_on_error(const std::function<void()>& attempt);
 
 }  // namespace pg_outbox::pg::worker

@@ -39,6 +39,7 @@ class Results {
   void restore(Saved saved);
   // The counts of committed results, added to the slot's counters (status.cpp).
   std::unordered_map<std::string, std::array<uint64_t, 3>> take_counts();
+  bool has_counts() const { return !counted_.empty(); }
   void clear();
 
  private:

@@ -27,10 +27,10 @@ void publish_status(WorkerState& state, const char* what) {
 }
 
 void publish_counts(WorkerState& state) {
-  auto counts = state.results.take_counts();
-  if (counts.empty()) return;
+  if (!state.results.has_counts()) return;
   DatabaseSlot& slot = state.slot;
   pg_call([&] { LWLockAcquire(slot.lock, LW_EXCLUSIVE); });
+  auto counts = state.results.take_counts();  // (taken once the lock is held: nothing is lost to a failed acquire)
   for (const auto& [name, c] : counts) {
     int i = 0;
     while (i < slot.counted_endpoints && strcmp(slot.endpoints[i].name, name.c_str()) != 0) ++i;
