@@ -37,7 +37,12 @@ $$;
 ------------------------------------------------------------------------------------------
 -- Normal use
 ------------------------------------------------------------------------------------------
+-- The first enqueue of the session looks at outbox.messages: as installed, it inserts
+-- without the executor's checks and says nothing; a changed table would make it say so
+-- at DEBUG1 (see "A table changed by someone else" below).
+SET client_min_messages = debug1;
 SELECT outbox.enqueue('billing', '{"order_id": 42}'::jsonb, event_type => 'order.created');
+RESET client_min_messages;
 SELECT outbox.enqueue('billing', '{"order_id": 43, "lines": [1, 2]}'::jsonb,
                       event_type => 'order.created',
                       headers => '{"X-Request-Id": "r-1"}',
@@ -291,6 +296,9 @@ SELECT outbox.drop_endpoint('one-statement', true);
 -- A table changed by someone else (here a CHECK an operator added) gets every check
 -- of the executor: enqueue honours the new constraint and inserts nothing.
 ALTER TABLE outbox.messages ADD CONSTRAINT local_small_payloads CHECK (length(payload::text) < 50);
+SET client_min_messages = debug1;
+SELECT outbox.enqueue('billing', '{"changed": true}') > 0 AS enqueued_with_the_executors_checks;
+RESET client_min_messages;
 SELECT count(*) AS messages_before_local_check FROM outbox.messages \gset
 \set VERBOSITY terse
 SELECT outbox.enqueue('billing', jsonb_build_object('blob', repeat('x', 100)));

@@ -56,22 +56,26 @@ bool checked_by_enqueue(Relation rel, AttrNumber column) {
 }
 
 // A CHECK constraint enqueue may leave out: it reads only columns enqueue checks itself,
-// and is a column constraint of one of them (PostgreSQL names those
-// "<table>_<column>_check"). A constraint someone added has another name or reads
-// other columns.
+// and carries the name PostgreSQL gives such a constraint when none is written:
+// "<table>_<column>_check" for one column, "<table>_check" for several. A constraint
+// someone added has another name (the install's names are taken: a new one gets a
+// number) or reads other columns.
 bool check_made_by_enqueue(Relation rel, const ConstrCheck& check) {
   Bitmapset* columns = nullptr;
   pull_varattnos(static_cast<Node*>(stringToNode(check.ccbin)), 1, &columns);
-  bool named_after_one = false;
+  AttrNumber last = InvalidAttrNumber;
   for (int member = bms_next_member(columns, -1); member >= 0; member = bms_next_member(columns, member)) {
-    const AttrNumber column = static_cast<AttrNumber>(member + FirstLowInvalidHeapAttributeNumber);
-    if (column <= 0 || !checked_by_enqueue(rel, column)) return false;
-    char name[NAMEDATALEN * 3];
-    snprintf(name, sizeof name, "%s_%s_check", RelationGetRelationName(rel),
-             NameStr(TupleDescAttr(RelationGetDescr(rel), column - 1)->attname));
-    named_after_one = named_after_one || strcmp(check.ccname, name) == 0;
+    last = static_cast<AttrNumber>(member + FirstLowInvalidHeapAttributeNumber);
+    if (last <= 0 || !checked_by_enqueue(rel, last)) return false;
   }
-  return named_after_one;
+  if (last == InvalidAttrNumber) return false;
+  char name[NAMEDATALEN * 3];
+  if (bms_num_members(columns) == 1)
+    snprintf(name, sizeof name, "%s_%s_check", RelationGetRelationName(rel),
+             NameStr(TupleDescAttr(RelationGetDescr(rel), last - 1)->attname));
+  else
+    snprintf(name, sizeof name, "%s_check", RelationGetRelationName(rel));
+  return strcmp(check.ccname, name) == 0;
 }
 
 // The columns enqueue always gives a value of its own (never NULL).
