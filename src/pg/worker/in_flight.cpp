@@ -59,11 +59,6 @@ std::vector<int64_t> InFlight::ids() const {
   return ids;
 }
 
-size_t InFlight::held_by(const std::string& endpoint) const {
-  auto held = outstanding_.find(endpoint);
-  return held == outstanding_.end() ? 0 : held->second;
-}
-
 void InFlight::clear() {
   deliveries_.clear();
   outstanding_.clear();

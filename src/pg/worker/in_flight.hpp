@@ -46,7 +46,6 @@ class InFlight {
   std::vector<int64_t> ids() const;
   size_t size() const { return deliveries_.size(); }
   bool empty() const { return deliveries_.empty(); }
-  size_t held_by(const std::string& endpoint) const;
   int64_t held_bytes() const { return held_bytes_; }
   const std::unordered_map<std::string, size_t>& held_by_endpoint() const { return outstanding_; }
   // Everything forgotten: the tables it belonged to are gone.

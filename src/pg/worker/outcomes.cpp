@@ -29,15 +29,19 @@ std::optional<Delivery> leave(WorkerState& state, int64_t id) {
   return delivery;
 }
 
+}  // namespace
+
 // The probe ended without an answer of the receiver (not sendable, or taken back): the
 // next message may go as the probe at once.
-void probe_lost(WorkerState& state, const std::string& name) {
+void lose_probe(WorkerState& state, const std::string& name) {
   Endpoint* endpoint = state.endpoints.find(name);
   if (endpoint == nullptr) return;
   core::on_probe_lost(endpoint->row.breaker, state.now_ms());
   endpoint->breaker_dirty = true;
   state.schedule.more_due = true;
 }
+
+namespace {
 
 // queued -> given back: the message stays as it is in the queue (its attempt was never
 // recorded) and is claimed again when it may go.
@@ -46,7 +50,7 @@ void give_back(WorkerState& state, const std::vector<uint64_t>& tags) {
     std::optional<Delivery> delivery = leave(state, static_cast<int64_t>(tag));
     if (!delivery) continue;
     state.results.given_back(static_cast<int64_t>(tag));
-    if (delivery->probe) probe_lost(state, delivery->endpoint);
+    if (delivery->probe) lose_probe(state, delivery->endpoint);
   }
   if (!tags.empty()) state.schedule.more_due = true;
 }
@@ -147,8 +151,5 @@ void give_back_requests_of_changed_endpoints(WorkerState& state) {
   std::unordered_set<std::string> changed(names.begin(), names.end());
   give_back_unstarted(state, [&](const Delivery& d) { return changed.count(d.endpoint) != 0; });
 }
-
-// A probe that cannot be sent (claim.cpp) is lost the same way.
-void lose_probe(WorkerState& state, const std::string& endpoint) { probe_lost(state, endpoint); }
 
 }  // namespace pg_outbox::pg::worker
