@@ -9,13 +9,21 @@ MODULE_big = pg_outbox
 # The one version: pg_outbox.control's default_version (the C++ code gets it as
 # PG_OUTBOX_VERSION; test/check_tree.sh checks that META.json says the same).
 OUTBOX_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" pg_outbox.control)
-DATA       = extension/pg_outbox--0.1.0.sql extension/pg_outbox--0.2.0.sql \
-             extension/pg_outbox--0.1.0--0.2.0.sql
-DATA_built = extension/pg_outbox--$(OUTBOX_VERSION).sql extension/pg_outbox--0.2.0--$(OUTBOX_VERSION).sql
+DATA       = extension/pg_outbox--0.1.0.sql extension/pg_outbox--0.2.0.sql extension/pg_outbox--0.3.0.sql \
+             extension/pg_outbox--0.1.0--0.2.0.sql extension/pg_outbox--0.2.0--0.3.0.sql
+PREVIOUS_VERSION = 0.3.0
+DATA_built = extension/pg_outbox--$(OUTBOX_VERSION).sql extension/pg_outbox--$(PREVIOUS_VERSION)--$(OUTBOX_VERSION).sql
 INSTALL_SOURCES = $(sort $(wildcard extension/src/*.sql))
 # What an update re-runs: every function, view and privilege file (CREATE OR REPLACE),
-# not the schemas and tables, which the update script changes itself.
-REPLAYED_SOURCES = $(filter-out extension/src/00_% extension/src/10_% extension/src/3%,$(INSTALL_SOURCES))
+# not the schemas and tables (extension/src/0*, 1*, 3*), which the update script changes
+# itself.
+REPLAYED_SOURCES = $(filter-out extension/src/0% extension/src/1% extension/src/3%,$(INSTALL_SOURCES))
+# The update from the previous version: the files of extension/upgrade/<from>--<to>/ in
+# name order, those numbered below 50 before the replayed sources (they change tables
+# and drop what is created again), those from 50 on after them (grants put back).
+UPDATE_DIR     = extension/upgrade/$(PREVIOUS_VERSION)--$(OUTBOX_VERSION)
+UPDATE_BEFORE  = $(sort $(wildcard $(UPDATE_DIR)/[0-4]*.sql))
+UPDATE_AFTER   = $(sort $(wildcard $(UPDATE_DIR)/[5-9]*.sql))
 
 SRCS = $(wildcard src/core/*.cpp) $(wildcard src/http/*.cpp) $(wildcard src/pg/*/*.cpp)
 OBJS = $(SRCS:.cpp=.o)
@@ -55,14 +63,14 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 -include $(OBJS:.o=.d)
+# The version the code is built with (PG_OUTBOX_VERSION) comes from the control file.
+$(OBJS): pg_outbox.control
 EXTRA_CLEAN = $(OBJS:.o=.d) build
 
 extension/pg_outbox--$(OUTBOX_VERSION).sql: $(INSTALL_SOURCES)
 	cat $^ > $@
 
-extension/pg_outbox--0.2.0--$(OUTBOX_VERSION).sql: extension/upgrade/0.2.0--$(OUTBOX_VERSION).pre.sql \
-		extension/src/35_engine_tables.sql extension/upgrade/0.2.0--$(OUTBOX_VERSION).post.sql $(REPLAYED_SOURCES) \
-		extension/upgrade/0.2.0--$(OUTBOX_VERSION).final.sql
+extension/pg_outbox--$(PREVIOUS_VERSION)--$(OUTBOX_VERSION).sql: $(UPDATE_BEFORE) $(REPLAYED_SOURCES) $(UPDATE_AFTER)
 	cat $^ > $@
 
 # Before pg_regress: is the server one the suite can run against? (see REGRESS above)

@@ -1,4 +1,4 @@
--- pg_outbox 0.3.0: the transactional outbox and dead letter queue, as SQL.
+-- pg_outbox 0.4.0: the transactional outbox and dead letter queue, as SQL.
 --
 -- Built by `make` from extension/src/*.sql, in name order (see the Makefile); edit
 -- those files, never the generated script.

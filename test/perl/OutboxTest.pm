@@ -251,7 +251,7 @@ use PostgreSQL::Test::Utils ();
 our @EXPORT = qw(start_receiver wait_until verify_webhook_signature
   new_outbox_node worker_pid wait_for_worker wait_sql reload_conf create_endpoint
   listen_for_notifications webhook_prefix sql endpoint states count_sent
-  breaker_state log_since log_count poll_notifications);
+  breaker_state log_since log_count poll_notifications describe_schema);
 
 # test/perl/OutboxTest.pm -> test/webhook_receiver.py
 our $RECEIVER_SCRIPT =
@@ -521,6 +521,58 @@ sub poll_notifications
 	my $n = $listener->poll;
 	@$notes = @{ $listener->notes } if $notes;
 	return $n;
+}
+
+# One line per property of every object of the extension, sorted: what a fresh install
+# and an updated database must agree on (t/095, t/096).  The history's time partitions
+# are data (the worker makes them) and left out.
+sub describe_schema
+{
+	my ($node, $db) = @_;
+	_check_args('describe_schema', $node);
+	return sql($node, q{
+SELECT line FROM (
+  SELECT 'schema ' || nspname || ' acl=' || coalesce(nspacl::text, '') || ' comment=' || coalesce(obj_description(oid, 'pg_namespace'), '') AS line
+    FROM pg_namespace WHERE nspname IN ('outbox', 'dlq')
+  UNION ALL
+  SELECT 'function ' || p.oid::regprocedure::text || ' ' || replace(pg_get_functiondef(p.oid), E'\n', ' ')
+         || ' acl=' || coalesce(array_to_string(ARRAY(SELECT a::text FROM unnest(p.proacl) a ORDER BY 1), ','), '')
+         || ' comment=' || coalesce(obj_description(p.oid, 'pg_proc'), '')
+    FROM pg_proc p WHERE p.pronamespace::regnamespace::text IN ('outbox', 'dlq')
+  UNION ALL
+  SELECT 'relation ' || c.oid::regclass::text || ' kind=' || c.relkind::text
+         || ' options=' || coalesce(array_to_string(c.reloptions, ','), '')
+         || ' acl=' || coalesce(array_to_string(ARRAY(SELECT a::text FROM unnest(c.relacl) a ORDER BY 1), ','), '')
+         || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '')
+         || CASE c.relkind WHEN 'v' THEN ' ' || pg_get_viewdef(c.oid) WHEN 'i' THEN ' ' || pg_get_indexdef(c.oid) ELSE '' END
+    FROM pg_class c WHERE c.relnamespace::regnamespace::text IN ('outbox', 'dlq')
+     AND c.relname !~ '^history_[0-9]'  -- the history's time partitions are data: the worker makes them
+  UNION ALL
+  SELECT 'column ' || a.attrelid::regclass::text || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+         || ' notnull=' || a.attnotnull || ' identity=' || a.attidentity::text
+         || ' default=' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+         || ' comment=' || coalesce(col_description(a.attrelid, a.attnum), '')
+    FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+   WHERE c.relnamespace::regnamespace::text IN ('outbox', 'dlq') AND a.attnum > 0 AND NOT a.attisdropped
+     AND c.relname !~ '^history_[0-9]'
+  UNION ALL
+  SELECT 'constraint ' || conrelid::regclass::text || '.' || conname || ' ' || pg_get_constraintdef(oid)
+    FROM pg_constraint WHERE connamespace::regnamespace::text IN ('outbox', 'dlq')
+  UNION ALL
+  SELECT 'trigger ' || tgrelid::regclass::text || '.' || tgname || ' ' || pg_get_triggerdef(oid)
+    FROM pg_trigger WHERE NOT tgisinternal
+     AND tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace::regnamespace::text IN ('outbox', 'dlq'))
+  UNION ALL
+  SELECT 'member ' || pg_describe_object(classid, objid, objsubid)
+    FROM pg_depend
+   WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+     AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_outbox')
+  UNION ALL
+  SELECT 'dumped ' || array_to_string(ARRAY(SELECT c::regclass::text FROM unnest(extconfig) c ORDER BY 1), ',')
+         || ' conditions=' || array_to_string(extcondition, ',')
+    FROM pg_extension WHERE extname = 'pg_outbox'
+) x ORDER BY line}, $db);
 }
 
 END

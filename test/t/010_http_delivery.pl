@@ -26,6 +26,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
+# The version the library serves (pg_outbox.control), in the User-Agent.
+my ($version) = slurp_file("$FindBin::RealBin/../../pg_outbox.control") =~ /default_version\s*=\s*'([^']+)'/;
 my $SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 
 my $node = new_outbox_node(
@@ -73,7 +75,7 @@ is(body_bytes($r), $expected_body, 'body is payload::text byte for byte');
 is($r->{method}, 'POST', 'method is POST');
 my $h = $r->{headers};
 is($h->{'content-type'},      'application/json', 'Content-Type');
-is($h->{'user-agent'},        'pg_outbox/0.3.0',  'User-Agent');
+is($h->{'user-agent'},        'pg_outbox/' . $version,  'User-Agent');
 is($h->{'webhook-id'},        "$W$id1",         'webhook-id is msg_<instance>_<id>');
 like($h->{'webhook-id'}, qr/^msg_[0-9a-f]{16}_\d+$/, '... the instance is 16 hex digits');
 is($h->{'outbox-event-type'}, 'order.created',    'outbox-event-type');

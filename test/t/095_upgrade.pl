@@ -153,52 +153,6 @@ isnt($requeued, $dead, '... as a new message');
 # ---------------------------------------------------------------------------
 # 3. The upgraded schema is the fresh install's.
 
-# One line per object property, sorted: what the install script and the upgrade
-# scripts must agree on.
-my $describe = q{
-SELECT line FROM (
-  SELECT 'schema ' || nspname || ' acl=' || coalesce(nspacl::text, '') || ' comment=' || coalesce(obj_description(oid, 'pg_namespace'), '') AS line
-    FROM pg_namespace WHERE nspname IN ('outbox', 'dlq')
-  UNION ALL
-  SELECT 'function ' || p.oid::regprocedure::text || ' ' || replace(pg_get_functiondef(p.oid), E'\n', ' ')
-         || ' acl=' || coalesce(array_to_string(ARRAY(SELECT a::text FROM unnest(p.proacl) a ORDER BY 1), ','), '')
-         || ' comment=' || coalesce(obj_description(p.oid, 'pg_proc'), '')
-    FROM pg_proc p WHERE p.pronamespace::regnamespace::text IN ('outbox', 'dlq')
-  UNION ALL
-  SELECT 'relation ' || c.oid::regclass::text || ' kind=' || c.relkind::text
-         || ' options=' || coalesce(array_to_string(c.reloptions, ','), '')
-         || ' acl=' || coalesce(array_to_string(ARRAY(SELECT a::text FROM unnest(c.relacl) a ORDER BY 1), ','), '')
-         || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '')
-         || CASE c.relkind WHEN 'v' THEN ' ' || pg_get_viewdef(c.oid) WHEN 'i' THEN ' ' || pg_get_indexdef(c.oid) ELSE '' END
-    FROM pg_class c WHERE c.relnamespace::regnamespace::text IN ('outbox', 'dlq')
-     AND c.relname !~ '^history_[0-9]'  -- the history's time partitions are data: the worker makes them
-  UNION ALL
-  SELECT 'column ' || a.attrelid::regclass::text || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
-         || ' notnull=' || a.attnotnull || ' identity=' || a.attidentity::text
-         || ' default=' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
-         || ' comment=' || coalesce(col_description(a.attrelid, a.attnum), '')
-    FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
-    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-   WHERE c.relnamespace::regnamespace::text IN ('outbox', 'dlq') AND a.attnum > 0 AND NOT a.attisdropped
-     AND c.relname !~ '^history_[0-9]'
-  UNION ALL
-  SELECT 'constraint ' || conrelid::regclass::text || '.' || conname || ' ' || pg_get_constraintdef(oid)
-    FROM pg_constraint WHERE connamespace::regnamespace::text IN ('outbox', 'dlq')
-  UNION ALL
-  SELECT 'trigger ' || tgrelid::regclass::text || '.' || tgname || ' ' || pg_get_triggerdef(oid)
-    FROM pg_trigger WHERE NOT tgisinternal
-     AND tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace::regnamespace::text IN ('outbox', 'dlq'))
-  UNION ALL
-  SELECT 'member ' || pg_describe_object(classid, objid, objsubid)
-    FROM pg_depend
-   WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
-     AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_outbox')
-  UNION ALL
-  SELECT 'dumped ' || array_to_string(ARRAY(SELECT c::regclass::text FROM unnest(extconfig) c ORDER BY 1), ',')
-         || ' conditions=' || array_to_string(extcondition, ',')
-    FROM pg_extension WHERE extname = 'pg_outbox'
-) x ORDER BY line};
-
 sql($node, q{CREATE DATABASE fresh});
 sql($node, q{CREATE EXTENSION pg_outbox}, 'fresh');
 sql($node, q{GRANT USAGE ON SCHEMA outbox, dlq TO regress_upgrade_ops}, 'fresh');
@@ -207,8 +161,8 @@ sql($node, q{GRANT EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text, 
 	outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int) TO regress_upgrade_ops}, 'fresh');
 sql($node, q{GRANT USAGE ON SCHEMA outbox TO regress_upgrade_producer}, 'fresh');
 sql($node, q{GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz) TO regress_upgrade_producer}, 'fresh');
-my $fresh    = sql($node, $describe, 'fresh');
-my $upgraded = sql($node, $describe);
+my $fresh    = describe_schema($node, 'fresh');
+my $upgraded = describe_schema($node);
 cmp_ok(scalar(split /\n/, $fresh), '>', 100, 'the description covers the whole schema (over 100 lines)');
 like($fresh, qr/^function outbox\.worker_status\(\)/m, '(control: it lists worker_status())');
 my @only_fresh    = do { my %u = map { $_ => 1 } split /\n/, $upgraded; grep { !$u{$_} } split /\n/, $fresh };
