@@ -3,7 +3,9 @@
 # (PostgreSQL refuses to run as root) with their own port and socket directory.
 # Sourced, not run.
 
-PG_BIN=/usr/lib/postgresql/15/bin
+# PG_BIN may name a relocated copy of the PostgreSQL 15 tree (bin/, lib/ and share/ moved
+# together), so that several checkouts can install and test side by side.
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PACKAGES=(postgresql-15 postgresql-server-dev-15 libcurl4-openssl-dev libssl-dev libipc-run-perl
           libgtest-dev cmake g++ make python3 perl curl openssl prometheus-postgres-exporter clang-format
