@@ -236,6 +236,7 @@ use Cwd qw(abs_path);
 use Digest::SHA qw(hmac_sha256);
 use Exporter 'import';
 use File::Basename qw(dirname);
+use File::Copy ();
 use File::Spec;
 use HTTP::Tiny;
 use IO::Socket::INET;
@@ -251,7 +252,7 @@ use PostgreSQL::Test::Utils ();
 our @EXPORT = qw(start_receiver wait_until verify_webhook_signature
   new_outbox_node worker_pid wait_for_worker wait_sql reload_conf create_endpoint
   listen_for_notifications webhook_prefix sql endpoint states count_sent
-  breaker_state log_since log_count poll_notifications describe_schema);
+  breaker_state log_since log_count poll_notifications describe_schema run_node);
 
 # test/perl/OutboxTest.pm -> test/webhook_receiver.py
 our $RECEIVER_SCRIPT =
@@ -573,6 +574,53 @@ SELECT line FROM (
          || ' conditions=' || array_to_string(extcondition, ',')
     FROM pg_extension WHERE extname = 'pg_outbox'
 ) x ORDER BY line}, $db);
+}
+
+# test/node: scripts that check what receivers got with implementations that are not
+# ours (the Standard Webhooks verifier, the CloudEvents SDK).  Their node_modules is the
+# checkout's, or a copy installed once per test file with `npm ci` from the committed
+# lock file (the checkout may not be ours to write to).  A missing node or npm fails
+# the test: a check that did not run proves nothing.
+our $NODE_DIR = File::Spec->catdir(dirname(abs_path(__FILE__)), File::Spec->updir, 'node');
+my $node_modules_dir;
+
+sub _node_dir
+{
+	return $node_modules_dir if defined $node_modules_dir;
+	if (-d "$NODE_DIR/node_modules/standardwebhooks" && -d "$NODE_DIR/node_modules/cloudevents")
+	{
+		return $node_modules_dir = $NODE_DIR;
+	}
+	my $copy = PostgreSQL::Test::Utils::tempdir('node');
+	for my $f (qw(package.json package-lock.json))
+	{
+		File::Copy::copy("$NODE_DIR/$f", "$copy/$f") or croak "copy $f: $!";
+	}
+	local $ENV{npm_config_cache} = "$copy/.npm-cache" unless defined $ENV{HOME} && -w $ENV{HOME};
+	my ($out, $err) = ('', '');
+	my $ok = eval {
+		IPC::Run::run([ 'npm', 'ci', '--no-audit', '--no-fund', '--prefer-offline' ], '<', \undef, '>', \$out, '2>', \$err,
+			init => sub { chdir $copy or die "chdir $copy: $!" }, IPC::Run::timeout(300));
+	};
+	croak "npm ci in a copy of test/node failed (apt-get install -y nodejs npm): $out$err$@" unless $ok;
+	return $node_modules_dir = $copy;
+}
+
+# run_node('script.js', $input): runs test/node/script.js with $input (a Perl structure)
+# as JSON on its standard input, and returns what it printed as JSON on its standard
+# output, decoded.  Dies when the script fails.
+sub run_node
+{
+	my ($script, $input) = @_;
+	my $dir = _node_dir();
+	my ($out, $err) = ('', '');
+	local $ENV{NODE_PATH} = "$dir/node_modules";
+	my $in = JSON::PP->new->utf8->canonical->encode($input);
+	my $ok = eval {
+		IPC::Run::run([ 'node', "$NODE_DIR/$script" ], '<', \$in, '>', \$out, '2>', \$err, IPC::Run::timeout(120));
+	};
+	croak "node $script failed: $err$@" unless $ok;
+	return JSON::PP->new->utf8->decode($out);
 }
 
 END
