@@ -5,147 +5,182 @@
 # `make bench`. RUNS=n sets the repetitions per figure (median reported). Case 1 runs
 # its variants interleaved: ROUNDS rounds (default 5) of ROUND_SECONDS each (default 6).
 # PgQ is the peer measured beside the outbox: its insert_event in case 1, its batch
-# consumer in case 3b (PGQ_BATCH events per batch, default 500).
+# consumer in case 3b (PGQ_BATCH events per batch, default 500). CASES="2 6" runs only
+# the cases named (case 2, the reference of several others, is added where needed).
 set -euo pipefail
 RUNS=${RUNS:-3}
 ROUNDS=${ROUNDS:-5}
 ROUND_SECONDS=${ROUND_SECONDS:-6}
 
-source "$(dirname "$0")/setup.sh"
 
 declare -A R
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 spread() { sort -g | awk '{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "%.2f %.2f %.2f", m, a[1], a[NR]}'; }
 
-log "1. enqueue overhead (pgbench, synchronous_commit = on, 4 clients, $ROUNDS interleaved rounds of $ROUND_SECONDS s per variant, endpoint paused)"
-# The same business transaction with and without the enqueue (same round trips).
-printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nCOMMIT;\n' >"$work/plain.sql"
-printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nSELECT outbox.enqueue('"'parked'"', jsonb_build_object('"'customer'"', :c, '"'amount'"', 10), event_type => '"'order.created'"');\nCOMMIT;\n' >"$work/one.sql"
-{
-  printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\n'
-  for i in $(seq 10); do printf "SELECT outbox.enqueue('parked', jsonb_build_object('customer', :c, 'line', $i), event_type => 'order.line');\n"; done
-  printf 'COMMIT;\n'
-} >"$work/ten.sql"
-# The reference: the outbox table a team writes by hand (the design documents' shape:
-# uuid key, indexes on event_type and status), one INSERT in the same transaction.
-printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nINSERT INTO hand_outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), '"'order'"', :c, '"'order.created'"', jsonb_build_object('"'customer'"', :c, '"'amount'"', 10));\nCOMMIT;\n' >"$work/hand.sql"
-# The peer: PgQ's insert_event into a queue with no consumer and no ticker (as the
-# paused endpoint: nothing reads while producers run), the same payload as text.
-printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nSELECT pgq.insert_event('"'bench_insert'"', '"'order.created'"', jsonb_build_object('"'customer'"', :c, '"'amount'"', 10)::text);\nCOMMIT;\n' >"$work/pgq.sql"
-chmod 644 "$work"/*.sql
-tps() {
-  local t
-  t=$(as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -T "$ROUND_SECONDS" \
-        -f "$work/$1.sql" bench 2>"$work/pgbench_$1.log" | awk '/^tps/ {printf "%.0f\n", $3}')
-  [ -n "$t" ] || { echo "pgbench $1 failed:" >&2; cat "$work/pgbench_$1.log" >&2; return 1; }
-  echo "$t"
+case_1() {
+  log "1. enqueue overhead (pgbench, synchronous_commit = on, 4 clients, $ROUNDS interleaved rounds of $ROUND_SECONDS s per variant, endpoint paused)"
+  # The same business transaction with and without the enqueue (same round trips).
+  printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nCOMMIT;\n' >"$work/plain.sql"
+  printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nSELECT outbox.enqueue('"'parked'"', jsonb_build_object('"'customer'"', :c, '"'amount'"', 10), event_type => '"'order.created'"');\nCOMMIT;\n' >"$work/one.sql"
+  {
+    printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\n'
+    for i in $(seq 10); do printf "SELECT outbox.enqueue('parked', jsonb_build_object('customer', :c, 'line', $i), event_type => 'order.line');\n"; done
+    printf 'COMMIT;\n'
+  } >"$work/ten.sql"
+  # The reference: the outbox table a team writes by hand (the design documents' shape:
+  # uuid key, indexes on event_type and status), one INSERT in the same transaction.
+  printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nINSERT INTO hand_outbox (id, aggregate_type, aggregate_id, event_type, payload) VALUES (gen_random_uuid(), '"'order'"', :c, '"'order.created'"', jsonb_build_object('"'customer'"', :c, '"'amount'"', 10));\nCOMMIT;\n' >"$work/hand.sql"
+  # The peer: PgQ's insert_event into a queue with no consumer and no ticker (as the
+  # paused endpoint: nothing reads while producers run), the same payload as text.
+  printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nSELECT pgq.insert_event('"'bench_insert'"', '"'order.created'"', jsonb_build_object('"'customer'"', :c, '"'amount'"', 10)::text);\nCOMMIT;\n' >"$work/pgq.sql"
+  chmod 644 "$work"/*.sql
+  tps() {
+    local t
+    t=$(as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -T "$ROUND_SECONDS" \
+          -f "$work/$1.sql" bench 2>"$work/pgbench_$1.log" | awk '/^tps/ {printf "%.0f\n", $3}')
+    [ -n "$t" ] || { echo "pgbench $1 failed:" >&2; cat "$work/pgbench_$1.log" >&2; return 1; }
+    echo "$t"
+  }
+  # Interleaved: each round runs every variant once, odd rounds in this order, even
+  # rounds in the reverse one, so that a drift of the machine (or the tables' growth)
+  # falls on all of them alike. The ratios are taken within each round; the table gives
+  # their median and the lowest and highest round.
+  variants=(plain hand pgq one ten)
+  reversed=()
+  for v in "${variants[@]}"; do reversed=("$v" "${reversed[@]}"); done
+  declare -A T t
+  r_plain=() r_hand=() r_pgq=() r_ten=()
+  for round in $(seq "$ROUNDS"); do
+    order=("${variants[@]}")
+    ((round % 2)) || order=("${reversed[@]}")
+    t=()
+    for v in "${order[@]}"; do t[$v]=$(tps "$v"); T[$v]+="${t[$v]} "; done
+    r_plain+=("$(ratio "${t[one]}" "${t[plain]}")")
+    r_hand+=("$(ratio "${t[one]}" "${t[hand]}")")
+    r_pgq+=("$(ratio "${t[one]}" "${t[pgq]}")")
+    r_ten+=("$(ratio "${t[ten]}" "${t[plain]}")")
+    echo "round $round (${order[*]}): plain ${t[plain]}, hand ${t[hand]}, pgq ${t[pgq]}, one ${t[one]}, ten ${t[ten]} TPS;" \
+      "one/hand ${r_hand[-1]}, one/pgq ${r_pgq[-1]}"
+  done
+  for v in "${variants[@]}"; do R[tps_$v]=$(tr ' ' '\n' <<<"${T[$v]}" | grep . | median | xargs printf '%.0f'); done
+  R[r_plain]=$(printf '%s\n' "${r_plain[@]}" | spread)
+  R[r_hand]=$(printf '%s\n' "${r_hand[@]}" | spread)
+  R[r_pgq]=$(printf '%s\n' "${r_pgq[@]}" | spread)
+  R[r_ten]=$(printf '%s\n' "${r_ten[@]}" | spread)
+  bench_sql -c "DELETE FROM outbox.messages" -c "TRUNCATE orders, hand_outbox" -c "VACUUM outbox.messages" \
+    -c "SELECT pgq.drop_queue('bench_insert')" >/dev/null
 }
-# Interleaved: each round runs every variant once, odd rounds in this order, even
-# rounds in the reverse one, so that a drift of the machine (or the tables' growth)
-# falls on all of them alike. The ratios are taken within each round; the table gives
-# their median and the lowest and highest round.
-variants=(plain hand pgq one ten)
-reversed=()
-for v in "${variants[@]}"; do reversed=("$v" "${reversed[@]}"); done
-declare -A T t
-r_plain=() r_hand=() r_pgq=() r_ten=()
-for round in $(seq "$ROUNDS"); do
-  order=("${variants[@]}")
-  ((round % 2)) || order=("${reversed[@]}")
-  t=()
-  for v in "${order[@]}"; do t[$v]=$(tps "$v"); T[$v]+="${t[$v]} "; done
-  r_plain+=("$(ratio "${t[one]}" "${t[plain]}")")
-  r_hand+=("$(ratio "${t[one]}" "${t[hand]}")")
-  r_pgq+=("$(ratio "${t[one]}" "${t[pgq]}")")
-  r_ten+=("$(ratio "${t[ten]}" "${t[plain]}")")
-  echo "round $round (${order[*]}): plain ${t[plain]}, hand ${t[hand]}, pgq ${t[pgq]}, one ${t[one]}, ten ${t[ten]} TPS;" \
-    "one/hand ${r_hand[-1]}, one/pgq ${r_pgq[-1]}"
+
+case_2() {
+  log "2. HTTP drain of a $BACKLOG-message backlog to nginx, and wrk against the same nginx"
+  R[http]=$(drain_case http 0)
+  R[wrk]=$(wrk -t1 -c64 -d5s -s "$BENCH/post.lua" "http://127.0.0.1:$NGINX_PORT/hook" | awk '/Requests\/sec/ {printf "%.0f", $2}')
+}
+
+case_2b() {
+  log "2b. drain, empty + VACUUM ANALYZE (what autovacuum does to a drained queue), idle ${IDLE:-60} s, drain"
+  fill http "$BACKLOG"
+  first=$(drain http "$BACKLOG")
+  bench_sql -c "DELETE FROM outbox.messages" -c "VACUUM ANALYZE outbox.messages" >/dev/null
+  sleep "${IDLE:-60}"
+  fill http "$BACKLOG"
+  second=$(drain http "$BACKLOG")
+  R[flip]="${first% *} ${second% *}"
+}
+
+case_2c() {
+  log "2c. WAL per delivered message (pg_stat_wal from just after a CHECKPOINT, the backlog already filled)"
+  fill http "$BACKLOG"
+  bench_sql -c "CHECKPOINT" >/dev/null
+  wal0=$(bench_sql -c "SELECT wal_records || ' ' || wal_bytes FROM pg_stat_wal")
+  drain http "$BACKLOG" >/dev/null
+  wal1=$(bench_sql -c "SELECT wal_records || ' ' || wal_bytes FROM pg_stat_wal")
+  R[wal]=$(awk -v a="$wal0" -v b="$wal1" -v n="$BACKLOG" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.2f %.0f", (y[1] - x[1]) / n, (y[2] - x[2]) / n}')
+}
+
+case_3() {
+  log "3. NOTIFY drain with a listener connected"
+  start_listener
+  R[notify]=$(drain_case notify 0)
+  stop_listener
+}
+
+case_3b() {
+  log "3b. PgQ's batch consumer, no-op, draining $BACKLOG events in batches of $PGQ_BATCH (filled and ticked first)"
+  R[pgq_drain]=$(pgq_drain_case "$BACKLOG")
+}
+
+case_4() {
+  log "4. steady state: 1,000 messages/s for 30 s, COMMIT->receipt latency at the receiver"
+  python3 "$REPO/test/webhook_receiver.py" --port 0 --ready-file "$work/receiver.port" --log "$work/receiver.jsonl" \
+    --max-seconds 600 >/dev/null 2>&1 &
+  RECEIVER_PID=$!
+  for _ in $(seq 100); do [ -s "$work/receiver.port" ] && break; sleep 0.1; done
+  bench_sql -c "SELECT outbox.create_endpoint('latency', url => 'http://127.0.0.1:$(cat "$work/receiver.port")/latency')" >/dev/null
+  printf "SELECT outbox.enqueue('latency', jsonb_build_object('t', extract(epoch FROM clock_timestamp())));\n" >"$work/latency.sql"
+  chmod 644 "$work/latency.sql"
+  as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -R 1000 -T 30 \
+    -f "$work/latency.sql" bench >/dev/null 2>&1
+  sleep 2
+  R[latency]=$(python3 "$BENCH/latency.py" "$work/receiver.jsonl")
+  kill "$RECEIVER_PID" 2>/dev/null || true
+  RECEIVER_PID=
+}
+
+case_5() {
+  log "5. backlog scaling: case 2 with 1,000,000 retained sent rows and 100,000 dead letters"
+  bench_sql -c "INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
+                SELECT -g, 'http', jsonb_build_object('order_id', g, 'note', repeat('x', 120)), 1, now(), now()
+                  FROM generate_series(1, 1000000) g" \
+    -c "INSERT INTO dlq.dead_letters (message_id, endpoint, payload, reason_code, attempts, message_created_at)
+        SELECT g, 'http', jsonb_build_object('order_id', g), 'RETRY_EXHAUSTED', 10, now()
+          FROM generate_series(1, 100000) g" -c "VACUUM ANALYZE dlq.dead_letters" >/dev/null
+  R[backlog]=$(drain_case http 0)
+  bench_sql -c "TRUNCATE dlq.dead_letters" -c "SELECT outbox.purge('0')" >/dev/null
+}
+
+case_5b() {
+  log "5b. metrics() and endpoint_stats with an empty history, then with 10,000,000 retained delivered rows"
+  scrape_ms() {  # median of 5 timings of metrics() + endpoint_stats, in ms
+    for _ in 1 2 3 4 5; do
+      bench_sql -c "\\timing on" -c "SELECT length(outbox.metrics())" -c "SELECT count(*) FROM outbox.endpoint_stats" |
+        awk '/^Time:/ {t += $2} END {print t}'
+    done | median
+  }
+  R[scrape0]=$(scrape_ms)
+  # As the worker leaves them: rows in the current time partition, counted per partition.
+  bench_sql -c "INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
+                SELECT -g, 'http', '{\"order_id\": 1}', 1, now(), now() FROM generate_series(1, 10000000) g" \
+    -c "INSERT INTO outbox.history_counts (partition, endpoint, sent)
+        SELECT tableoid::regclass, endpoint, count(*) FROM outbox.history GROUP BY 1, 2
+        ON CONFLICT (partition, endpoint) DO UPDATE SET sent = excluded.sent" -c "VACUUM ANALYZE outbox.history" >/dev/null
+  R[scrape10m]=$(scrape_ms)
+  R[sent10m]=$(bench_sql -c "SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'http'")
+  bench_sql -c "SELECT outbox.purge('0')" >/dev/null
+}
+
+case_6() {
+  log "6. ordered endpoint, 1,000 keys"
+  R[ordered]=$(drain_case ordered 1000)
+}
+
+# Which cases run: all by default; case 2 (the unordered HTTP drain) is the reference of
+# 3b, 5 and 6, and of the later cases, so it runs whenever one of them does. Case 3b
+# compares with case 3 too.
+ALL_CASES="1 2 2b 2c 3 3b 4 5 5b 6"
+selected=" ${CASES:-$ALL_CASES} "
+for c in 3b 5 6; do [[ $selected == *" $c "* ]] && selected+=" 2 "; done
+[[ $selected == *" 3b "* ]] && selected+=" 3 "
+want() { [[ $selected == *" $1 "* ]]; }
+for c in $ALL_CASES; do
+  want "$c" || continue
+  declare -F "case_$c" >/dev/null || { echo "bench/run.sh: no case $c (cases: $ALL_CASES)" >&2; exit 2; }
 done
-for v in "${variants[@]}"; do R[tps_$v]=$(tr ' ' '\n' <<<"${T[$v]}" | grep . | median | xargs printf '%.0f'); done
-R[r_plain]=$(printf '%s\n' "${r_plain[@]}" | spread)
-R[r_hand]=$(printf '%s\n' "${r_hand[@]}" | spread)
-R[r_pgq]=$(printf '%s\n' "${r_pgq[@]}" | spread)
-R[r_ten]=$(printf '%s\n' "${r_ten[@]}" | spread)
-bench_sql -c "DELETE FROM outbox.messages" -c "TRUNCATE orders, hand_outbox" -c "VACUUM outbox.messages" \
-  -c "SELECT pgq.drop_queue('bench_insert')" >/dev/null
 
-log "2. HTTP drain of a $BACKLOG-message backlog to nginx, and wrk against the same nginx"
-R[http]=$(drain_case http 0)
-R[wrk]=$(wrk -t1 -c64 -d5s -s "$BENCH/post.lua" "http://127.0.0.1:$NGINX_PORT/hook" | awk '/Requests\/sec/ {printf "%.0f", $2}')
+source "$(dirname "$0")/setup.sh"
+for c in $ALL_CASES; do want "$c" && "case_$c"; done
 
-log "2b. drain, empty + VACUUM ANALYZE (what autovacuum does to a drained queue), idle ${IDLE:-60} s, drain"
-fill http "$BACKLOG"
-first=$(drain http "$BACKLOG")
-bench_sql -c "DELETE FROM outbox.messages" -c "VACUUM ANALYZE outbox.messages" >/dev/null
-sleep "${IDLE:-60}"
-fill http "$BACKLOG"
-second=$(drain http "$BACKLOG")
-R[flip]="${first% *} ${second% *}"
-
-log "2c. WAL per delivered message (pg_stat_wal from just after a CHECKPOINT, the backlog already filled)"
-fill http "$BACKLOG"
-bench_sql -c "CHECKPOINT" >/dev/null
-wal0=$(bench_sql -c "SELECT wal_records || ' ' || wal_bytes FROM pg_stat_wal")
-drain http "$BACKLOG" >/dev/null
-wal1=$(bench_sql -c "SELECT wal_records || ' ' || wal_bytes FROM pg_stat_wal")
-R[wal]=$(awk -v a="$wal0" -v b="$wal1" -v n="$BACKLOG" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.2f %.0f", (y[1] - x[1]) / n, (y[2] - x[2]) / n}')
-
-log "3. NOTIFY drain with a listener connected"
-start_listener
-R[notify]=$(drain_case notify 0)
-stop_listener
-
-log "3b. PgQ's batch consumer, no-op, draining $BACKLOG events in batches of $PGQ_BATCH (filled and ticked first)"
-R[pgq_drain]=$(pgq_drain_case "$BACKLOG")
-
-log "4. steady state: 1,000 messages/s for 30 s, COMMIT->receipt latency at the receiver"
-python3 "$REPO/test/webhook_receiver.py" --port 0 --ready-file "$work/receiver.port" --log "$work/receiver.jsonl" \
-  --max-seconds 600 >/dev/null 2>&1 &
-RECEIVER_PID=$!
-for _ in $(seq 100); do [ -s "$work/receiver.port" ] && break; sleep 0.1; done
-bench_sql -c "SELECT outbox.create_endpoint('latency', url => 'http://127.0.0.1:$(cat "$work/receiver.port")/latency')" >/dev/null
-printf "SELECT outbox.enqueue('latency', jsonb_build_object('t', extract(epoch FROM clock_timestamp())));\n" >"$work/latency.sql"
-chmod 644 "$work/latency.sql"
-as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -R 1000 -T 30 \
-  -f "$work/latency.sql" bench >/dev/null 2>&1
-sleep 2
-R[latency]=$(python3 "$BENCH/latency.py" "$work/receiver.jsonl")
-kill "$RECEIVER_PID" 2>/dev/null || true
-RECEIVER_PID=
-
-log "5. backlog scaling: case 2 with 1,000,000 retained sent rows and 100,000 dead letters"
-bench_sql -c "INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
-              SELECT -g, 'http', jsonb_build_object('order_id', g, 'note', repeat('x', 120)), 1, now(), now()
-                FROM generate_series(1, 1000000) g" \
-  -c "INSERT INTO dlq.dead_letters (message_id, endpoint, payload, reason_code, attempts, message_created_at)
-      SELECT g, 'http', jsonb_build_object('order_id', g), 'RETRY_EXHAUSTED', 10, now()
-        FROM generate_series(1, 100000) g" -c "VACUUM ANALYZE dlq.dead_letters" >/dev/null
-R[backlog]=$(drain_case http 0)
-bench_sql -c "TRUNCATE dlq.dead_letters" -c "SELECT outbox.purge('0')" >/dev/null
-
-log "5b. metrics() and endpoint_stats with an empty history, then with 10,000,000 retained delivered rows"
-scrape_ms() {  # median of 5 timings of metrics() + endpoint_stats, in ms
-  for _ in 1 2 3 4 5; do
-    bench_sql -c "\\timing on" -c "SELECT length(outbox.metrics())" -c "SELECT count(*) FROM outbox.endpoint_stats" |
-      awk '/^Time:/ {t += $2} END {print t}'
-  done | median
-}
-R[scrape0]=$(scrape_ms)
-# As the worker leaves them: rows in the current time partition, counted per partition.
-bench_sql -c "INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
-              SELECT -g, 'http', '{\"order_id\": 1}', 1, now(), now() FROM generate_series(1, 10000000) g" \
-  -c "INSERT INTO outbox.history_counts (partition, endpoint, sent)
-      SELECT tableoid::regclass, endpoint, count(*) FROM outbox.history GROUP BY 1, 2
-      ON CONFLICT (partition, endpoint) DO UPDATE SET sent = excluded.sent" -c "VACUUM ANALYZE outbox.history" >/dev/null
-R[scrape10m]=$(scrape_ms)
-R[sent10m]=$(bench_sql -c "SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'http'")
-bench_sql -c "SELECT outbox.purge('0')" >/dev/null
-
-log "6. ordered endpoint, 1,000 keys"
-R[ordered]=$(drain_case ordered 1000)
-
-http_rate=${R[http]% *}
-read -r lat_n lat_p50 lat_p95 lat_p99 lat_max <<<"${R[latency]}"
+http_rate=${R[http]%% *}
 sp() { read -r m lo hi <<<"${R[$1]}"; echo "$m ($lo-$hi)"; }  # median (min-max) of a case 1 ratio
 row() { printf '| %-56s | %-48s | %-44s |\n' "$@"; }
 echo
@@ -153,17 +188,27 @@ echo "pg_outbox benchmark — $(nproc) cores, $(awk -F: '/model name/ {print $2;
 echo "drains: median of $RUNS runs; case 1: $ROUNDS interleaved rounds of $ROUND_SECONDS s, TPS medians, ratios as median (min-max) of the rounds' ratios"
 row case result "reference / ratio"
 row "$(printf -- '-%.0s' {1..56})" "$(printf -- '-%.0s' {1..48})" "$(printf -- '-%.0s' {1..44})"
-row "1. enqueue overhead, 1 per transaction" "${R[tps_one]} TPS" "plain ${R[tps_plain]} TPS, ratio $(sp r_plain)"
-row "1. hand-written outbox INSERT (reference)" "${R[tps_hand]} TPS" "enqueue / hand-written $(sp r_hand)"
-row "1. PgQ insert_event (reference)" "${R[tps_pgq]} TPS" "enqueue / PgQ $(sp r_pgq)"
-row "1. enqueue overhead, 10 per transaction" "${R[tps_ten]} TPS" "ratio $(sp r_ten) to plain"
-row "2. HTTP drain ($BACKLOG msgs)" "$http_rate msg/s, ${R[http]#* } ms CPU/1k" "wrk on the same nginx ${R[wrk]} req/s"
-row "2b. drain, VACUUM ANALYZE, idle, drain" "${R[flip]% *} then ${R[flip]#* } msg/s" "ratio $(ratio "${R[flip]#* }" "${R[flip]% *}")"
-row "2c. WAL per delivered message" "${R[wal]% *} records, ${R[wal]#* } bytes" "retention 1 day (history kept)"
-row "3. NOTIFY drain ($BACKLOG msgs)" "${R[notify]% *} msg/s, ${R[notify]#* } ms CPU/1k" ""
-row "3b. PgQ consumer, no-op ($BACKLOG events, batches of $PGQ_BATCH)" "${R[pgq_drain]% *} ev/s, ${R[pgq_drain]#* } ms CPU/1k (backend + client)" \
+if want 1; then
+  row "1. enqueue overhead, 1 per transaction" "${R[tps_one]} TPS" "plain ${R[tps_plain]} TPS, ratio $(sp r_plain)"
+  row "1. hand-written outbox INSERT (reference)" "${R[tps_hand]} TPS" "enqueue / hand-written $(sp r_hand)"
+  row "1. PgQ insert_event (reference)" "${R[tps_pgq]} TPS" "enqueue / PgQ $(sp r_pgq)"
+  row "1. enqueue overhead, 10 per transaction" "${R[tps_ten]} TPS" "ratio $(sp r_ten) to plain"
+fi
+want 2 && row "2. HTTP drain ($BACKLOG msgs)" "$http_rate msg/s, ${R[http]#* } ms CPU/1k" "wrk on the same nginx ${R[wrk]} req/s"
+want 2b && row "2b. drain, VACUUM ANALYZE, idle, drain" "${R[flip]% *} then ${R[flip]#* } msg/s" \
+  "ratio $(ratio "${R[flip]#* }" "${R[flip]% *}")"
+want 2c && row "2c. WAL per delivered message" "${R[wal]% *} records, ${R[wal]#* } bytes" "retention 1 day (history kept)"
+want 3 && row "3. NOTIFY drain ($BACKLOG msgs)" "${R[notify]% *} msg/s, ${R[notify]#* } ms CPU/1k" ""
+want 3b && row "3b. PgQ consumer, no-op ($BACKLOG events, batches of $PGQ_BATCH)" \
+  "${R[pgq_drain]% *} ev/s, ${R[pgq_drain]#* } ms CPU/1k (backend + client)" \
   "case 2 / PgQ $(ratio "$http_rate" "${R[pgq_drain]% *}"), case 3 / PgQ $(ratio "${R[notify]% *}" "${R[pgq_drain]% *}")"
-row "4. latency at 1,000 msg/s, 30 s" "p50 $lat_p50 ms, p95 $lat_p95 ms, p99 $lat_p99 ms" "max $lat_max ms, $lat_n samples"
-row "5. HTTP drain with 1M sent + 100k DLQ" "${R[backlog]% *} msg/s, ${R[backlog]#* } ms CPU/1k" "ratio $(ratio "${R[backlog]% *}" "$http_rate") to case 2"
-row "5b. metrics() + endpoint_stats" "${R[scrape0]} ms with no history" "${R[scrape10m]} ms with ${R[sent10m]} retained"
-row "6. ordered endpoint, 1,000 keys" "${R[ordered]% *} msg/s, ${R[ordered]#* } ms CPU/1k" "ratio $(ratio "${R[ordered]% *}" "$http_rate") to case 2"
+if want 4; then
+  read -r lat_n lat_p50 lat_p95 lat_p99 lat_max <<<"${R[latency]}"
+  row "4. latency at 1,000 msg/s, 30 s" "p50 $lat_p50 ms, p95 $lat_p95 ms, p99 $lat_p99 ms" "max $lat_max ms, $lat_n samples"
+fi
+want 5 && row "5. HTTP drain with 1M sent + 100k DLQ" "${R[backlog]% *} msg/s, ${R[backlog]#* } ms CPU/1k" \
+  "ratio $(ratio "${R[backlog]% *}" "$http_rate") to case 2"
+want 5b && row "5b. metrics() + endpoint_stats" "${R[scrape0]} ms with no history" "${R[scrape10m]} ms with ${R[sent10m]} retained"
+want 6 && row "6. ordered endpoint, 1,000 keys" "${R[ordered]% *} msg/s, ${R[ordered]#* } ms CPU/1k" \
+  "ratio $(ratio "${R[ordered]% *}" "$http_rate") to case 2"
+exit 0
