@@ -68,7 +68,8 @@ CREATE OR REPLACE FUNCTION outbox.create_endpoint(name text,
                                        ordered boolean DEFAULT false,
                                        max_pending bigint DEFAULT NULL,
                                        concurrency int DEFAULT NULL,
-                                       rate_limit int DEFAULT NULL)
+                                       rate_limit int DEFAULT NULL,
+                                       pull boolean DEFAULT false)
     RETURNS void
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -81,12 +82,19 @@ BEGIN
     END IF;
     PERFORM outbox._check_endpoint_name(create_endpoint.name);
 
-    IF (create_endpoint.url IS NULL) = (create_endpoint.channel IS NULL) THEN
-        RAISE EXCEPTION 'exactly one of url or channel must be given'
+    IF num_nonnulls(create_endpoint.url, create_endpoint.channel, nullif(create_endpoint.pull, false)) <> 1 THEN
+        RAISE EXCEPTION 'exactly one of url, channel or pull => true must be given'
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Give url for HTTP delivery, or channel for NOTIFY.';
+                  HINT = 'Give url for HTTP delivery, channel for NOTIFY, or pull => true for readers (outbox.read).';
     END IF;
-    IF create_endpoint.url IS NOT NULL THEN
+    IF create_endpoint.pull THEN
+        -- Pull endpoints (docs/delivery.md, Pull endpoints): nothing is sent, so nothing is signed.
+        IF create_endpoint.secret IS NOT NULL THEN
+            RAISE EXCEPTION 'a secret can only be set on a url endpoint'
+                USING ERRCODE = 'invalid_parameter_value',
+                      DETAIL = 'Readers of a pull endpoint take its messages from the database.';
+        END IF;
+    ELSIF create_endpoint.url IS NOT NULL THEN
         PERFORM outbox._check_url(create_endpoint.url);
         PERFORM outbox._check_egress(create_endpoint.url);
     ELSE
@@ -108,11 +116,12 @@ BEGIN
                                            create_endpoint.rate_limit);
 
     INSERT INTO outbox.endpoints (name, url, channel, headers, timeout_ms, max_attempts,
-                                  ordered, max_pending, concurrency, rate_limit)
+                                  ordered, max_pending, concurrency, rate_limit, pull)
     VALUES (create_endpoint.name, create_endpoint.url, create_endpoint.channel,
             coalesce(create_endpoint.headers, '{}'), create_endpoint.timeout_ms,
             create_endpoint.max_attempts, coalesce(create_endpoint.ordered, false),
-            create_endpoint.max_pending, create_endpoint.concurrency, create_endpoint.rate_limit)
+            create_endpoint.max_pending, create_endpoint.concurrency, create_endpoint.rate_limit,
+            create_endpoint.pull)
     ON CONFLICT (name) DO NOTHING;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'endpoint "%" already exists', create_endpoint.name
@@ -128,8 +137,8 @@ BEGIN
     PERFORM outbox._request_wake();
 END
 $fn$;
-COMMENT ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int) IS
-    'creates an endpoint: exactly one of url (http/https) or channel (NOTIFY); NULL options use the GUCs';
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean) IS
+    'creates an endpoint: exactly one of url (http/https), channel (NOTIFY) or pull => true (outbox.read); NULL options use the GUCs';
 
 -- Changes only the arguments that are not NULL.  secret => '' removes the secret (the
 -- endpoint's deliveries are no longer signed); any other secret replaces it.  An
@@ -154,12 +163,13 @@ AS $fn$
 DECLARE
     v_channel text;
     v_ordered boolean;
+    v_pull boolean;
 BEGIN
     IF alter_endpoint.name IS NULL THEN
         RAISE EXCEPTION 'endpoint name must not be NULL'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    SELECT e.channel, e.ordered INTO v_channel, v_ordered
+    SELECT e.channel, e.ordered, e.pull INTO v_channel, v_ordered, v_pull
       FROM outbox.endpoints e
      WHERE e.name = alter_endpoint.name
        FOR UPDATE;
@@ -172,6 +182,11 @@ BEGIN
         RAISE EXCEPTION 'endpoint "%" delivers by NOTIFY and cannot be given a url', alter_endpoint.name
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'Drop the endpoint and create it again with a url.';
+    END IF;
+    IF v_pull AND (alter_endpoint.url IS NOT NULL OR alter_endpoint.secret IS NOT NULL) THEN
+        RAISE EXCEPTION 'endpoint "%" is a pull endpoint and cannot be given a url or a secret', alter_endpoint.name
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'pull is set at creation only: drop the endpoint and create it again with a url.';
     END IF;
     IF v_channel IS NOT NULL AND alter_endpoint.secret IS NOT NULL THEN
         RAISE EXCEPTION 'a secret can only be set on a url endpoint'

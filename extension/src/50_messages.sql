@@ -61,7 +61,8 @@ CREATE OR REPLACE FUNCTION outbox.message(message_id bigint,
     ROWS 1
 AS $fn$
     (SELECT m.id, m.endpoint,
-            CASE WHEN EXISTS (SELECT FROM outbox.claims c WHERE m.id = ANY (c.message_ids))
+            CASE WHEN m.read_until > clock_timestamp()  -- held by a pull endpoint's reader
+                      OR EXISTS (SELECT FROM outbox.claims c WHERE m.id = ANY (c.message_ids))
                  THEN 'in_flight' ELSE 'pending' END,
             m.attempts, m.last_error, m.last_http_status, m.created_at, NULL::timestamptz, NULL::bigint
        FROM outbox.messages m WHERE m.id = $1)

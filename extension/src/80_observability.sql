@@ -23,12 +23,13 @@ COMMENT ON VIEW dlq.summary IS 'open dead letters by endpoint, reason_code and e
 -- cost never depends on the retained history.  oldest_due: when the oldest waiting
 -- message first became due (its created_at, or its deliver_at for a scheduled message
 -- not yet attempted); a message whose deliver_at is still in the future is not waiting
--- yet.  In-flight messages count as waiting.  Every endpoint that appears anywhere has
--- a row, whether or not it still exists.
+-- yet.  In-flight messages count as waiting.  A message a reader of a pull endpoint
+-- holds (docs/delivery.md, Pull endpoints) is in flight.  Every endpoint that appears
+-- anywhere has a row, whether or not it still exists.
 CREATE OR REPLACE VIEW outbox._message_counts AS
 SELECT n.endpoint,
-       coalesce(q.undelivered, 0) - coalesce(f.in_flight, 0) AS pending,
-       coalesce(f.in_flight, 0)                              AS in_flight,
+       coalesce(q.undelivered, 0) - coalesce(f.in_flight, 0) - coalesce(q.held, 0) AS pending,
+       coalesce(f.in_flight, 0) + coalesce(q.held, 0)                            AS in_flight,
        coalesce(h.sent, 0)                                   AS sent,
        q.oldest_due
   FROM (SELECT e.name AS endpoint FROM outbox.endpoints e
@@ -36,6 +37,7 @@ SELECT n.endpoint,
         UNION SELECT DISTINCT hc.endpoint FROM outbox.history_counts hc WHERE hc.sent > 0
         UNION SELECT DISTINCT hd.endpoint FROM outbox.history_default hd) n
   LEFT JOIN (SELECT m.endpoint, count(*) AS undelivered,
+                    count(*) FILTER (WHERE m.read_until > clock_timestamp()) AS held,
                     min(CASE WHEN m.attempts = 0 THEN m.next_attempt_at ELSE m.created_at END)
                         FILTER (WHERE m.attempts > 0 OR m.next_attempt_at <= now()) AS oldest_due
                FROM outbox.messages m GROUP BY m.endpoint) q ON q.endpoint = n.endpoint

@@ -16,11 +16,19 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 --   GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz) TO producer;
 --   SELECT outbox.grant_send('billing', 'producer');     -- per endpoint
 --
+--   -- consumer: reads, acknowledges and refuses the messages of the pull endpoints it
+--   -- was granted (docs/delivery.md, Pull endpoints); reads nothing else.
+--   GRANT USAGE ON SCHEMA outbox TO consumer;
+--   GRANT EXECUTE ON FUNCTION outbox.read(text, int, interval, interval),
+--       outbox.ack(text, bigint[]), outbox.nack(text, bigint, text, interval, boolean)
+--     TO consumer;
+--   SELECT outbox.grant_consume('parser', 'consumer');   -- per pull endpoint
+--
 --   -- operator: manages endpoints, inspects and redrives dead letters, reads stats and
 --   -- metrics.  Never the secrets (outbox.endpoint_secrets stays owner-only).
 --   GRANT USAGE ON SCHEMA outbox, dlq TO operator;
 --   GRANT EXECUTE ON FUNCTION
---       outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int),
+--       outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean),
 --       outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int),
 --       outbox.drop_endpoint(text, boolean),
 --       outbox.pause_endpoint(text),
@@ -31,10 +39,12 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 --       outbox.worker_status(),
 --       outbox.grant_send(text, name),
 --       outbox.revoke_send(text, name),
+--       outbox.grant_consume(text, name),
+--       outbox.revoke_consume(text, name),
 --       dlq.requeue(bigint, jsonb),
 --       dlq.requeue_all(text, text, timestamptz),
 --       dlq.discard(bigint, text)
 --     TO operator;
---   GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages, outbox.history,
+--   GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.endpoint_consumers, outbox.messages, outbox.history,
 --                   outbox.endpoint_stats, dlq.dead_letters, dlq.summary
 --     TO operator;

@@ -18,11 +18,13 @@ enum class DeadReason {
   RetryExhausted,
   EndpointDropped,
   InvalidMessage,
-  EgressDenied
+  EgressDenied,
+  RejectedByConsumer  // a pull consumer's outbox.nack(..., permanent => true)
 };
 
 // The dlq.dead_letters.reason_code text: "HTTP_CLIENT_ERROR", "PAYLOAD_TOO_LARGE",
-// "RETRY_EXHAUSTED", "ENDPOINT_DROPPED", "INVALID_MESSAGE"; "" for None.
+// "RETRY_EXHAUSTED", "ENDPOINT_DROPPED", "INVALID_MESSAGE", "EGRESS_DENIED",
+// "REJECTED_BY_CONSUMER"; "" for None.
 const char* reason_code(DeadReason reason);
 
 struct Outcome {

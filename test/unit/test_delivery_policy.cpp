@@ -26,6 +26,7 @@ TEST(ReasonCode, Names) {
   EXPECT_STREQ(reason_code(DeadReason::RetryExhausted), "RETRY_EXHAUSTED");
   EXPECT_STREQ(reason_code(DeadReason::EndpointDropped), "ENDPOINT_DROPPED");
   EXPECT_STREQ(reason_code(DeadReason::InvalidMessage), "INVALID_MESSAGE");
+  EXPECT_STREQ(reason_code(DeadReason::RejectedByConsumer), "REJECTED_BY_CONSUMER");
 }
 
 TEST(ClassifyHttpStatus, SuccessIsEvery2xx) {

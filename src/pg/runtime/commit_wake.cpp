@@ -28,7 +28,10 @@ void commit_wake_at_transaction_end(XactEvent event) {
   switch (event) {
     case XACT_EVENT_COMMIT:
       if (endpoints_at_commit) endpoints_changed();
-      if (wake_at_commit) wake_worker();
+      if (wake_at_commit) {
+        wake_worker();
+        wake_pull_readers();  // any commit that wrote messages: cheap, and no list of pull endpoints to keep
+      }
       if (launcher_at_commit) request_launcher(MyDatabaseId);
       wake_at_commit = endpoints_at_commit = launcher_at_commit = false;
       break;

@@ -41,6 +41,10 @@ void on_shmem_startup() {
     LWLockPadded* locks = GetNamedLWLockTranche(kLockTranche);
     state->slot_count = settings.max_workers;
     state->launcher.lock = &locks[state->slot_count].lock;
+    for (PullWake& wake : state->pull_wakes) {
+      pg_atomic_init_u64(&wake.commits, 0);
+      ConditionVariableInit(&wake.committed);
+    }
     for (int i = 0; i < state->slot_count; ++i) {
       DatabaseSlot& slot = state->slots[i];
       pg_atomic_init_u32(&slot.wake_requested, 0);
@@ -120,6 +124,20 @@ void wake_worker() {
   // reads wake_requested after; the exchange above is a full barrier: either it sees
   // the wake, or this read sees the slot gone, and the launcher hears of the database.
   if (slot->database_oid != MyDatabaseId) request_launcher(MyDatabaseId);
+}
+
+PullWake* pull_wake_of(Oid database) {
+  if (shared_state == nullptr) return nullptr;
+  return &shared_state->pull_wakes[database % kPullWakes];
+}
+
+// The bump comes first: a reader that read the counter before this commit and finds it
+// changed does not sleep, and one already asleep is woken by the broadcast.
+void wake_pull_readers() {
+  PullWake* wake = pull_wake_of(MyDatabaseId);
+  if (wake == nullptr) return;
+  pg_atomic_fetch_add_u64(&wake->commits, 1);
+  ConditionVariableBroadcast(&wake->committed);
 }
 
 void endpoints_changed() {

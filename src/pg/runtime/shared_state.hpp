@@ -12,6 +12,7 @@
 extern "C" {
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
+#include "storage/condition_variable.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 }
@@ -106,8 +107,21 @@ struct LauncherState {
   NotServedNote not_served[kNotServedNotes];
 };
 
+// Pull consumers waiting in outbox.read(wait => ...) (consumer/pull_wait.cpp): the
+// commit of a transaction that enqueued in their database bumps `commits` and wakes
+// them. A small table by database oid, apart from the worker slots: readers wait whether
+// or not a worker serves their database; two databases sharing an entry only cost a
+// reader a wake it checks and sleeps again after.
+constexpr int kPullWakes = 16;
+
+struct PullWake {
+  pg_atomic_uint64 commits;
+  ConditionVariable committed;
+};
+
 struct SharedState {
   LauncherState launcher;
+  PullWake pull_wakes[kPullWakes];
   int slot_count;  // pg_outbox.max_workers at server start
   DatabaseSlot slots[FLEXIBLE_ARRAY_MEMBER];
 };
@@ -124,6 +138,10 @@ DatabaseSlot* slot_of_database(Oid database);
 // Any backend, at commit: wake this database's worker (collapsed), or ask the launcher
 // to start one when none is assigned.
 void wake_worker();
+// Any backend, at commit of a transaction that enqueued: wake this database's pull
+// readers (outbox.read with a wait).
+void wake_pull_readers();
+PullWake* pull_wake_of(Oid database);  // nullptr without shared memory
 // Any backend, at commit: this database's worker must re-read outbox.endpoints.
 void endpoints_changed();
 // Ask the launcher to start (or look again for) a worker for this database.

@@ -25,6 +25,7 @@ std::vector<EndpointRow> load_endpoints() {
            (extract(epoch FROM e.breaker_open_until) * 1000)::bigint, e.breaker_cooldown_ms, e.concurrency,
            e.rate_limit, e.max_pending IS NOT NULL
       FROM outbox.endpoints e LEFT JOIN outbox.endpoint_secrets s ON s.endpoint = e.name
+     WHERE NOT e.pull  -- read by application workers (consumer/README.md), never pushed
   )sql",
                              {});
   Rows rows = statement.run({});

@@ -87,7 +87,8 @@ void settle_retry(const std::vector<Settlements::Retry>& retry) {
     UPDATE outbox.messages m SET attempts = r.attempts,
            next_attempt_at = now() + r.delay_ms * interval '1 millisecond',
            last_error = r.error, last_http_status = NULLIF(r.http_status, 0),
-           first_failed_at = coalesce(m.first_failed_at, now())
+           first_failed_at = coalesce(m.first_failed_at, now()),
+           read_until = NULL  -- a pull consumer's nack (consumer/pull_settle.cpp): no longer held
       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::int[])
            AS r(id, delay_ms, error, http_status, attempts)
      WHERE m.id = ANY ($1) AND m.id = r.id

@@ -1,0 +1,37 @@
+------------------------------------------------------------------------------------------
+-- Pull endpoints (0.4.0): endpoints nobody pushes to, whose messages application workers
+-- take with outbox.read (docs/delivery.md, Pull endpoints).  The same statements are in
+-- the update from 0.3.0 (extension/upgrade/0.3.0--0.4.0/45_pull.sql).
+------------------------------------------------------------------------------------------
+
+-- An endpoint is reached by exactly one of: an http(s) url, a NOTIFY channel, or its
+-- readers (pull).  pull is set at creation only.
+ALTER TABLE outbox.endpoints ADD COLUMN pull boolean NOT NULL DEFAULT false;
+ALTER TABLE outbox.endpoints DROP CONSTRAINT endpoints_url_xor_channel;
+ALTER TABLE outbox.endpoints ADD CONSTRAINT endpoints_one_destination
+    CHECK (num_nonnulls(url, channel, nullif(pull, false)) = 1);
+
+-- Until when a reader holds the message (set by outbox.read to its visibility, NULL
+-- until the first read and again after a nack).  While it is ahead of the clock the
+-- message is invisible to other reads and may be acknowledged; next_attempt_at is set
+-- to the same moment, so that the message comes back by itself when nobody answers.
+ALTER TABLE outbox.messages ADD COLUMN read_until timestamptz;
+
+-- A consumer's own refusal (outbox.nack(..., permanent => true)).
+ALTER TABLE dlq.dead_letters DROP CONSTRAINT dead_letters_reason_code_check;
+ALTER TABLE dlq.dead_letters ADD CONSTRAINT dead_letters_reason_code_check
+    CHECK (reason_code IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE', 'RETRY_EXHAUSTED', 'ENDPOINT_DROPPED',
+                           'INVALID_MESSAGE', 'EGRESS_DENIED', 'REJECTED_BY_CONSUMER'));
+
+-- Who may read, acknowledge and refuse the messages of which pull endpoint
+-- (outbox.grant_consume / outbox.revoke_consume), kept as the send rights are
+-- (outbox.endpoint_senders): a role with the privileges of a listed role, or PUBLIC
+-- ('-', oid 0) when listed.
+CREATE TABLE outbox.endpoint_consumers (
+    endpoint text    NOT NULL REFERENCES outbox.endpoints (name) ON DELETE CASCADE,
+    role     regrole NOT NULL,
+    PRIMARY KEY (endpoint, role)
+);
+COMMENT ON TABLE outbox.endpoint_consumers IS
+    'pg_outbox consume rights: the roles that may read each pull endpoint; manage with outbox.grant_consume()';
+SELECT pg_catalog.pg_extension_config_dump('outbox.endpoint_consumers', '');

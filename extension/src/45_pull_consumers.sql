@@ -1,0 +1,271 @@
+------------------------------------------------------------------------------------------
+-- Pull endpoints: readers take the messages (docs/delivery.md, Pull endpoints)
+------------------------------------------------------------------------------------------
+
+-- What needs C++ (src/pg/consumer/): the settle of acknowledged and refused messages by
+-- the worker's own settle, the wait for an enqueuing commit, the session's role.
+CREATE OR REPLACE FUNCTION outbox._pull_ack(endpoint text, ids bigint[]) RETURNS bigint
+    AS 'MODULE_PATHNAME', 'pg_outbox_pull_ack'
+    LANGUAGE C VOLATILE STRICT;
+CREATE OR REPLACE FUNCTION outbox._pull_nack(endpoint text, id bigint, error text, retry_after_ms bigint,
+                                             permanent boolean, max_attempts int) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'pg_outbox_pull_nack'
+    LANGUAGE C VOLATILE;
+CREATE OR REPLACE FUNCTION outbox._pull_exhausted(endpoint text, ids bigint[]) RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_pull_exhausted'
+    LANGUAGE C VOLATILE STRICT;
+CREATE OR REPLACE FUNCTION outbox._pull_commits() RETURNS bigint
+    AS 'MODULE_PATHNAME', 'pg_outbox_pull_commits'
+    LANGUAGE C VOLATILE;
+CREATE OR REPLACE FUNCTION outbox._pull_wait(seen bigint, until timestamptz) RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_pull_wait'
+    LANGUAGE C VOLATILE STRICT;
+CREATE OR REPLACE FUNCTION outbox._outer_role() RETURNS oid
+    AS 'MODULE_PATHNAME', 'pg_outbox_outer_role'
+    LANGUAGE C STABLE;
+
+-- The endpoint argument of read/ack/nack: an existing pull endpoint that the session's
+-- role may consume (a superuser, the extension's owner, or a role given the right by
+-- outbox.grant_consume).  Returns its max_attempts (NULL: pg_outbox.max_attempts) and
+-- whether it is paused.
+CREATE OR REPLACE FUNCTION outbox._consumed_endpoint(endpoint text, OUT max_attempts int, OUT paused boolean)
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_pull boolean;
+    v_role oid := outbox._outer_role();
+BEGIN
+    IF _consumed_endpoint.endpoint IS NULL THEN
+        RAISE EXCEPTION 'endpoint must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT e.pull, e.max_attempts, e.paused INTO v_pull, max_attempts, paused
+      FROM outbox.endpoints e WHERE e.name = _consumed_endpoint.endpoint;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'endpoint "%" does not exist', _consumed_endpoint.endpoint
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT (EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = v_role AND r.rolsuper)
+            OR EXISTS (SELECT FROM pg_catalog.pg_extension x WHERE x.extname = 'pg_outbox' AND x.extowner = v_role)
+            OR EXISTS (SELECT FROM outbox.endpoint_consumers c
+                        WHERE c.endpoint = _consumed_endpoint.endpoint
+                          AND (c.role::oid = 0 OR pg_catalog.pg_has_role(v_role, c.role::oid, 'USAGE')))) THEN
+        RAISE EXCEPTION 'permission denied to consume endpoint "%"', _consumed_endpoint.endpoint
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'An administrator gives the right with outbox.grant_consume().';
+    END IF;
+    IF NOT v_pull THEN
+        RAISE EXCEPTION 'endpoint "%" is not a pull endpoint', _consumed_endpoint.endpoint
+            USING ERRCODE = 'wrong_object_type',
+                  DETAIL = 'The worker delivers its messages; only a pull endpoint''s are read.',
+                  HINT = 'Create the endpoint with pull => true.';
+    END IF;
+END
+$fn$;
+
+-- A duration argument: not NULL, not negative, finite.
+CREATE OR REPLACE FUNCTION outbox._check_duration(name text, value interval)
+    RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF _check_duration.value IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', _check_duration.name USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF _check_duration.value < interval '0' OR NOT isfinite(_check_duration.value)
+       OR _check_duration.value > interval '1 day' THEN
+        RAISE EXCEPTION '% must be between 0 and 1 day', _check_duration.name
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('%s is %s.', _check_duration.name, _check_duration.value);
+    END IF;
+END
+$fn$;
+
+-- Takes up to max of the endpoint's due messages, each for one reader: they become
+-- invisible for visibility and their attempt counts now.  On an ordered endpoint only
+-- each key's head is ever due (src/pg/ordering/ordering.cpp).  With wait, sleeps until
+-- an enqueuing transaction commits, then looks again (a new statement: a fresh snapshot),
+-- until a message comes or wait is up.  A message whose reader let the visibility pass
+-- on its last attempt goes to the DLQ (RETRY_EXHAUSTED) instead of coming back.
+-- clock_timestamp(), not now(): a read that waits sees messages committed after its
+-- transaction began.
+CREATE OR REPLACE FUNCTION outbox.read(endpoint text, max int DEFAULT 1, visibility interval DEFAULT '30s',
+                                       wait interval DEFAULT '0')
+    RETURNS TABLE (id bigint, webhook_id text, event_type text, payload jsonb, headers jsonb,
+                   ordering_key text, attempt int, created_at timestamptz)
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_max_attempts int;
+    v_paused boolean;
+    v_until timestamptz;
+    v_seen bigint;
+    v_now timestamptz;
+    v_ids bigint[];
+    v_exhausted bigint[];
+BEGIN
+    SELECT c.max_attempts INTO v_max_attempts FROM outbox._consumed_endpoint(read.endpoint) c;
+    v_max_attempts := coalesce(v_max_attempts, current_setting('pg_outbox.max_attempts')::int);
+    IF read.max IS NULL OR read.max < 1 OR read.max > 1000 THEN
+        RAISE EXCEPTION 'max must be between 1 and 1000'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('max is %s.', coalesce(read.max::text, 'NULL'));
+    END IF;
+    PERFORM outbox._check_duration('visibility', read.visibility);
+    PERFORM outbox._check_duration('wait', read.wait);
+    IF read.visibility = interval '0' THEN
+        RAISE EXCEPTION 'visibility must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_until := clock_timestamp() + read.wait;
+    LOOP
+        v_seen := outbox._pull_commits();  -- before looking: a commit after it ends the wait
+        v_now := clock_timestamp();
+        SELECT e.paused INTO v_paused FROM outbox.endpoints e WHERE e.name = read.endpoint;
+        IF NOT coalesce(v_paused, true) THEN
+            SELECT array_agg(c.id ORDER BY c.next_attempt_at, c.id) FILTER (WHERE NOT c.exhausted),
+                   array_agg(c.id) FILTER (WHERE c.exhausted)
+              INTO v_ids, v_exhausted
+              FROM (SELECT m.id, m.next_attempt_at,
+                           m.read_until IS NOT NULL
+                           AND m.attempts >= v_max_attempts AS exhausted
+                      FROM outbox.messages m
+                     WHERE m.endpoint = read.endpoint AND m.ordering_seq IS NULL AND m.next_attempt_at <= v_now
+                     ORDER BY m.next_attempt_at
+                     LIMIT read.max
+                       FOR UPDATE SKIP LOCKED) c;
+            IF v_exhausted IS NOT NULL THEN
+                PERFORM outbox._pull_exhausted(read.endpoint, v_exhausted);
+            END IF;
+            IF v_ids IS NOT NULL THEN
+                -- A message read before and not answered: its reader let the visibility pass.
+                RETURN QUERY
+                WITH taken AS (
+                    UPDATE outbox.messages m
+                       SET attempts = m.attempts + 1,
+                           next_attempt_at = v_now + read.visibility,
+                           read_until = v_now + read.visibility,
+                           last_error = CASE WHEN m.read_until IS NOT NULL
+                                             THEN 'not acknowledged within its visibility timeout'
+                                             ELSE m.last_error END,
+                           first_failed_at = CASE WHEN m.read_until IS NOT NULL
+                                                  THEN coalesce(m.first_failed_at, v_now)
+                                                  ELSE m.first_failed_at END
+                     WHERE m.id = ANY (v_ids)
+                    RETURNING m.*)
+                SELECT t.id, outbox._webhook_id(t.id, t.idempotency_key), t.event_type, t.payload, t.headers,
+                       t.ordering_key, t.attempts, t.created_at
+                  FROM taken t
+                 ORDER BY array_position(v_ids, t.id);
+                RETURN;
+            END IF;
+            CONTINUE WHEN v_exhausted IS NOT NULL;  -- took only dead ones: look again
+        END IF;
+        EXIT WHEN clock_timestamp() >= v_until;
+        PERFORM outbox._pull_wait(v_seen, v_until);
+    END LOOP;
+END
+$fn$;
+COMMENT ON FUNCTION outbox.read(text, int, interval, interval) IS
+    'takes up to max messages of a pull endpoint, invisible to other readers for visibility; waits up to wait for one';
+
+-- The messages among ids that a reader of the endpoint holds now are delivered: they
+-- leave the queue for the history as a 2xx does.  Others (unknown, of another endpoint,
+-- never read, or whose visibility has passed) are not counted.  Returns how many.
+CREATE OR REPLACE FUNCTION outbox.ack(endpoint text, ids bigint[])
+    RETURNS bigint
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    PERFORM outbox._consumed_endpoint(ack.endpoint);
+    IF ack.ids IS NULL THEN
+        RAISE EXCEPTION 'ids must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF cardinality(ack.ids) > 10000 THEN
+        RAISE EXCEPTION 'at most 10000 ids at once' USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = format('%s ids were given.', cardinality(ack.ids));
+    END IF;
+    RETURN outbox._pull_ack(ack.endpoint, ack.ids);
+END
+$fn$;
+COMMENT ON FUNCTION outbox.ack(text, bigint[]) IS
+    'acknowledges messages a reader holds: delivered; returns how many';
+
+-- The consumer could not process the message it holds: retried after retry_after when
+-- given (at most pg_outbox.backoff_max), else with the endpoint's backoff; dead-lettered
+-- with the consumer's error after max_attempts (RETRY_EXHAUSTED), or at once when
+-- permanent (REJECTED_BY_CONSUMER).  An id the endpoint's readers do not hold is an
+-- error (42704).
+CREATE OR REPLACE FUNCTION outbox.nack(endpoint text, id bigint, error text, retry_after interval DEFAULT NULL,
+                                       permanent boolean DEFAULT false)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_max_attempts int;
+BEGIN
+    SELECT c.max_attempts INTO v_max_attempts FROM outbox._consumed_endpoint(nack.endpoint) c;
+    IF nack.id IS NULL OR nack.error IS NULL OR nack.permanent IS NULL THEN
+        RAISE EXCEPTION 'id, error and permanent must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF nack.retry_after IS NOT NULL THEN
+        PERFORM outbox._check_duration('retry_after', nack.retry_after);
+    END IF;
+    IF NOT outbox._pull_nack(nack.endpoint, nack.id, nack.error,
+                             (extract(epoch FROM nack.retry_after) * 1000)::bigint,
+                             nack.permanent, v_max_attempts) THEN
+        RAISE EXCEPTION 'message % is not held by a reader of endpoint "%"', nack.id, nack.endpoint
+            USING ERRCODE = 'undefined_object',
+                  DETAIL = 'It is unknown, of another endpoint, not read, or its visibility has passed.';
+    END IF;
+END
+$fn$;
+COMMENT ON FUNCTION outbox.nack(text, bigint, text, interval, boolean) IS
+    'refuses a message a reader holds: retried later, or dead-lettered (permanent, or after max_attempts)';
+
+------------------------------------------------------------------------------------------
+-- Consume rights
+------------------------------------------------------------------------------------------
+
+-- Lets role (a role name, or 'public') read, acknowledge and refuse the messages of a
+-- pull endpoint (with EXECUTE on outbox.read, outbox.ack and outbox.nack).  Granting
+-- twice is not an error.  42704 for an unknown endpoint or role; 42809 for an endpoint
+-- that is not a pull endpoint.
+CREATE OR REPLACE FUNCTION outbox.grant_consume(endpoint text, role name)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    IF NOT (SELECT e.pull FROM outbox.endpoints e WHERE e.name = outbox._sending_endpoint(grant_consume.endpoint)) THEN
+        RAISE EXCEPTION 'endpoint "%" is not a pull endpoint', grant_consume.endpoint
+            USING ERRCODE = 'wrong_object_type';
+    END IF;
+    INSERT INTO outbox.endpoint_consumers (endpoint, role)
+    VALUES (grant_consume.endpoint, outbox._sending_role(grant_consume.role))
+    ON CONFLICT DO NOTHING;
+END
+$fn$;
+COMMENT ON FUNCTION outbox.grant_consume(text, name) IS
+    'lets a role (or public) read, acknowledge and refuse the messages of a pull endpoint';
+
+-- Takes the right back.  Revoking what was not granted is not an error (as REVOKE).
+CREATE OR REPLACE FUNCTION outbox.revoke_consume(endpoint text, role name)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    DELETE FROM outbox.endpoint_consumers c
+     WHERE c.endpoint = outbox._sending_endpoint(revoke_consume.endpoint)
+       AND c.role = outbox._sending_role(revoke_consume.role);
+END
+$fn$;
+COMMENT ON FUNCTION outbox.revoke_consume(text, name) IS
+    'takes back a role''s right to consume a pull endpoint';

@@ -1,0 +1,26 @@
+-- Pull endpoints (docs/delivery.md, Pull endpoints): the tables' changes, as
+-- extension/src/37_pull_tables.sql makes them on a fresh install, and create_endpoint's
+-- new signature (its pull option).
+
+ALTER TABLE outbox.endpoints ADD COLUMN pull boolean NOT NULL DEFAULT false;
+ALTER TABLE outbox.endpoints DROP CONSTRAINT endpoints_url_xor_channel;
+ALTER TABLE outbox.endpoints ADD CONSTRAINT endpoints_one_destination
+    CHECK (num_nonnulls(url, channel, nullif(pull, false)) = 1);
+
+ALTER TABLE outbox.messages ADD COLUMN read_until timestamptz;
+
+ALTER TABLE dlq.dead_letters DROP CONSTRAINT dead_letters_reason_code_check;
+ALTER TABLE dlq.dead_letters ADD CONSTRAINT dead_letters_reason_code_check
+    CHECK (reason_code IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE', 'RETRY_EXHAUSTED', 'ENDPOINT_DROPPED',
+                           'INVALID_MESSAGE', 'EGRESS_DENIED', 'REJECTED_BY_CONSUMER'));
+
+CREATE TABLE outbox.endpoint_consumers (
+    endpoint text    NOT NULL REFERENCES outbox.endpoints (name) ON DELETE CASCADE,
+    role     regrole NOT NULL,
+    PRIMARY KEY (endpoint, role)
+);
+COMMENT ON TABLE outbox.endpoint_consumers IS
+    'pg_outbox consume rights: the roles that may read each pull endpoint; manage with outbox.grant_consume()';
+SELECT pg_catalog.pg_extension_config_dump('outbox.endpoint_consumers', '');
+
+DROP FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int);

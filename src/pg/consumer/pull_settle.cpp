@@ -1,0 +1,151 @@
+// What a pull consumer's answer does to the messages it holds (docs/delivery.md, Pull
+// endpoints): outbox.ack, outbox.nack and outbox.read (extension/src/45_pull_consumers.sql)
+// check their arguments and rights, then settle through the worker's own settle
+// (store/settlements.cpp): an acknowledged message goes to the history as a 2xx does, a
+// refused one is retried with the endpoint's backoff or dead-lettered, and a keyed head
+// that leaves hands its place to its key's next message by the one promotion rule
+// (ordering/ordering.hpp).
+//
+// "Held by a reader" is precise: the message's read_until (set by outbox.read, cleared
+// by a nack) is still ahead of the clock. Once it has passed, the message is pending
+// again and another read may take it; an ack or nack that comes later finds nothing.
+#include "core/delivery_policy.hpp"
+#include "core/ordering_lock.hpp"
+#include "pg/boundary/boundary.hpp"
+#include "pg/boundary/spi.hpp"
+#include "pg/runtime/settings.hpp"
+#include "pg/store/settlements.hpp"
+
+extern "C" {
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+}
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace pg_outbox::pg {
+
+namespace {
+
+struct Held {
+  int64_t id;
+  int attempts;
+  std::optional<int32_t> ordering_lock;
+};
+
+// The endpoint's messages among ids, locked (waiting for a reader that is taking one of
+// them). held: those a reader holds now; else those whose visibility has passed.
+std::vector<Held> lock_messages(Datum endpoint, Datum ids, bool held) {
+  static Statement held_now(R"sql(
+    SELECT m.id, m.attempts, m.ordering_key FROM outbox.messages m
+     WHERE m.endpoint = $1 AND m.id = ANY ($2) AND m.read_until > clock_timestamp()
+     ORDER BY m.id FOR UPDATE
+  )sql",
+                            {TEXTOID, INT8ARRAYOID});
+  static Statement let_go(R"sql(
+    SELECT m.id, m.attempts, m.ordering_key FROM outbox.messages m
+     WHERE m.endpoint = $1 AND m.id = ANY ($2) AND m.read_until <= clock_timestamp()
+     ORDER BY m.id FOR UPDATE
+  )sql",
+                          {TEXTOID, INT8ARRAYOID});
+  Rows rows = (held ? held_now : let_go).run({endpoint, ids});
+  const std::string name = pg_call([&] { return static_cast<const char*>(TextDatumGetCString(endpoint)); });
+  std::vector<Held> found(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    found[r] = {rows.int64(r, 0), static_cast<int>(rows.int64(r, 1)), std::nullopt};
+    if (!rows.is_null(r, 2)) found[r].ordering_lock = core::ordering_lock(name, rows.text(r, 2));
+  }
+  return found;
+}
+
+std::string text_argument(FunctionCallInfo fcinfo, int n) {
+  return pg_call([&] { return static_cast<const char*>(TextDatumGetCString(PG_GETARG_DATUM(n))); });
+}
+
+store::Settlements::Dead dead(const Held& m, const std::string& endpoint, core::DeadReason reason, std::string error) {
+  store::Settlements::Dead d;
+  d.id = m.id;
+  d.reason = reason;
+  d.error = std::move(error);
+  d.attempts = m.attempts;
+  d.endpoint = endpoint;
+  d.ordering_lock = m.ordering_lock;
+  return d;
+}
+
+}  // namespace
+
+}  // namespace pg_outbox::pg
+
+using pg_outbox::pg::Held;
+
+// outbox._pull_ack(endpoint text, ids bigint[]) RETURNS bigint: the held messages
+// among ids are delivered; returns how many.
+PG_OUTBOX_FUNCTION(pg_outbox_pull_ack) {
+  using namespace pg_outbox::pg;
+  int64_t count = 0;
+  with_spi([&] {
+    const std::string endpoint = text_argument(fcinfo, 0);
+    store::Settlements settlements;
+    for (const Held& m : lock_messages(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), true))
+      settlements.sent.push_back({m.id, 0, m.attempts, endpoint, m.ordering_lock});
+    count = static_cast<int64_t>(settlements.sent.size());
+    if (count > 0) store::settle(settlements, settings.sent_retention_s > 0);
+  });
+  PG_RETURN_INT64(count);
+}
+
+// outbox._pull_nack(endpoint text, id bigint, error text, retry_after_ms bigint,
+// permanent boolean, max_attempts int) RETURNS boolean: the held message is retried
+// (after retry_after_ms when not NULL, else with the backoff) or dead-lettered with the
+// consumer's error; false when the endpoint's reader does not hold it.
+PG_OUTBOX_FUNCTION(pg_outbox_pull_nack) {
+  using namespace pg_outbox;
+  using namespace pg_outbox::pg;
+  bool found = false;
+  with_spi([&] {
+    const std::string endpoint = text_argument(fcinfo, 0);
+    const Datum ids = int8_array({PG_GETARG_INT64(1)});
+    std::vector<Held> held = lock_messages(PG_GETARG_DATUM(0), ids, true);
+    if (held.empty()) return;
+    found = true;
+    const Held& m = held.front();
+    std::string error = text_argument(fcinfo, 2);
+    std::optional<int64_t> retry_after_ms;
+    if (!PG_ARGISNULL(3)) retry_after_ms = PG_GETARG_INT64(3);
+    const bool permanent = PG_GETARG_BOOL(4);
+    const int max_attempts = PG_ARGISNULL(5) ? settings.max_attempts : PG_GETARG_INT32(5);
+    static std::mt19937_64 random{std::random_device{}()};
+    const core::Outcome outcome = permanent ? core::Outcome{core::Verdict::Dead, core::DeadReason::RejectedByConsumer}
+                                            : core::Outcome{core::Verdict::Retry, core::DeadReason::None};
+    const core::Settlement settled = core::settle_attempt(
+        outcome, m.attempts, max_attempts, core::BackoffPolicy(settings.backoff_base_ms, settings.backoff_max_ms),
+        retry_after_ms, std::uniform_real_distribution<double>(0.0, 1.0)(random));
+    store::Settlements settlements;
+    if (settled.verdict == core::Verdict::Retry)
+      settlements.retry.push_back({m.id, settled.retry_delay_ms, std::move(error), 0, m.attempts, endpoint});
+    else
+      settlements.dead.push_back(dead(m, endpoint, settled.reason, std::move(error)));
+    store::settle(settlements, settings.sent_retention_s > 0);
+  });
+  PG_RETURN_BOOL(found);
+}
+
+// outbox._pull_exhausted(endpoint text, ids bigint[]) RETURNS void: messages whose
+// reader let the visibility pass on their last attempt go to the DLQ (outbox.read finds
+// them when it would hand them out again).
+PG_OUTBOX_FUNCTION(pg_outbox_pull_exhausted) {
+  using namespace pg_outbox;
+  using namespace pg_outbox::pg;
+  with_spi([&] {
+    const std::string endpoint = text_argument(fcinfo, 0);
+    store::Settlements settlements;
+    for (const Held& m : lock_messages(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), false))
+      settlements.dead.push_back(
+          dead(m, endpoint, core::DeadReason::RetryExhausted, "not acknowledged within its visibility timeout"));
+    if (!settlements.dead.empty()) store::settle(settlements, settings.sent_retention_s > 0);
+  });
+  PG_RETURN_VOID();
+}
