@@ -85,8 +85,8 @@ $fn$;
 -- Takes up to max of the endpoint's due messages, each for one reader: they become
 -- invisible for visibility and their attempt counts now.  On an ordered endpoint only
 -- each key's head is ever due (src/pg/ordering/ordering.cpp).  With wait, sleeps until
--- an enqueuing transaction commits, then looks again (a new statement: a fresh snapshot),
--- until a message comes or wait is up.  A message whose reader let the visibility pass
+-- an enqueuing transaction commits or the endpoint's next message comes due, then looks
+-- again (a new statement: a fresh snapshot), until a message comes or wait is up.  A message whose reader let the visibility pass
 -- on its last attempt goes to the DLQ (RETRY_EXHAUSTED) instead of coming back.
 -- clock_timestamp(), not now(): a read that waits sees messages committed after its
 -- transaction began.
@@ -104,6 +104,7 @@ DECLARE
     v_until timestamptz;
     v_seen bigint;
     v_now timestamptz;
+    v_next timestamptz;
     v_ids bigint[];
     v_exhausted bigint[];
 BEGIN
@@ -164,7 +165,11 @@ BEGIN
             CONTINUE WHEN v_exhausted IS NOT NULL;  -- took only dead ones: look again
         END IF;
         EXIT WHEN clock_timestamp() >= v_until;
-        PERFORM outbox._pull_wait(v_seen, v_until);
+        -- Also woken when the endpoint's next message comes due by itself (a retry after
+        -- its backoff, a visibility that passes, a deliver_at): no commit announces it.
+        SELECT min(m.next_attempt_at) INTO v_next FROM outbox.messages m
+         WHERE m.endpoint = read.endpoint AND m.ordering_seq IS NULL AND m.next_attempt_at > v_now;
+        PERFORM outbox._pull_wait(v_seen, least(v_until, v_next));
     END LOOP;
 END
 $fn$;
