@@ -249,6 +249,16 @@ $waiter->finish;
 is($wout =~ s/\s+//gr, '0', 'a rolled-back enqueue gives the reader nothing');
 ok(time - $t_start >= 1.4, '... and the reader waited its full time');
 
+# A cancel ends the wait at once (statement_timeout here).
+sql($node, q{SELECT outbox.create_endpoint('idle', pull => true)});
+my ($crc, $cout, $cerr) = (0, '', '');
+my $c0 = time;
+$crc = $node->psql('postgres', q{SET statement_timeout = '300ms'; SELECT * FROM outbox.read('idle', wait => '30s')},
+	stdout => \$cout, stderr => \$cerr);
+my $cancelled_after = time - $c0;
+like($cerr, qr/canceling statement due to statement timeout/, 'statement_timeout cancels a waiting read');
+ok($cancelled_after < 5, sprintf('... at once (%.2f s), not at the end of its 30 s wait', $cancelled_after));
+
 ###############################################################################
 # 6. A restart and a crash in the middle lose nothing.
 ###############################################################################
@@ -277,6 +287,61 @@ is(sql($node, q{SELECT pending || ' ' || in_flight || ' ' || (oldest_pending_age
 	FROM outbox.endpoint_stats WHERE endpoint = 'work'}), '1 2 true', 'endpoint_stats: 1 pending, 2 in flight');
 like(sql($node, 'SELECT outbox.metrics()'), qr/pg_outbox_messages\{endpoint="work",status="in_flight"\} 2/,
 	'metrics: 2 in flight');
+
+###############################################################################
+# 8. examples/pull-consumer/: the upload flow, processed by a worker of the application.
+###############################################################################
+my $EXAMPLE = abs_path("$FindBin::RealBin/../../examples/pull-consumer");
+my $PYTHON  = '/usr/bin/python3';
+sql($node, 'CREATE ROLE uploads_app LOGIN');
+sql($node, 'CREATE ROLE parser_app LOGIN');
+{
+	open my $fh, '<', "$EXAMPLE/setup.sql" or die "examples/pull-consumer/setup.sql: $!";
+	local $/;
+	my $setup = <$fh>;
+	$node->safe_psql('postgres', $setup,
+		extra_params => [ '-v', 'producer=uploads_app', '-v', 'consumer=parser_app' ]);
+}
+is( sql($node, q{SELECT has_function_privilege('parser_app',
+	         'outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz)', 'EXECUTE')
+	     OR has_table_privilege('parser_app', 'outbox.messages', 'SELECT')
+	     OR has_function_privilege('uploads_app', 'outbox.read(text, int, interval, interval)', 'EXECUTE')
+	     OR has_table_privilege('uploads_app', 'outbox.messages', 'SELECT')}),
+	'f', 'example setup: the worker cannot enqueue or read the queue; the web role cannot read');
+
+sub run_example
+{
+	my ($user, @args) = @_;
+	my ($out, $err) = ('', '');
+	local %ENV = (%ENV, PGHOST => $node->host, PGPORT => $node->port, PGDATABASE => 'postgres',
+		PGUSER => $user);
+	delete $ENV{$_} for qw(PGPASSWORD PGSERVICE DATABASE_URL);
+	my $ok = eval {
+		IPC::Run::run([ $PYTHON, "$EXAMPLE/pull_consumer.py", @args ], '<', \undef, '>', \$out, '2>', \$err,
+			IPC::Run::timeout(120));
+		1;
+	};
+	return ($ok ? $? >> 8 : -1, $out, $err . ($@ // ''));
+}
+
+my ($rc, $out, $err) = run_example('uploads_app', 'upload', '--uploads', '8', '--corrupt-every', '4');
+is($rc, 0, 'example: 8 uploads saved') or diag($err);
+($rc, $out, $err) = run_example('uploads_app', 'work', '--idle-exit', '1');
+isnt($rc, 0, 'example: the web role cannot work the queue');
+like($err, qr/permission denied/, '... permission denied');
+($rc, $out, $err) = run_example('parser_app', 'work', '--idle-exit', '3');
+is($rc, 0, 'example: the worker ran') or diag($err);
+note($out);
+like($out, qr/^6 done, 6 refused$/m, 'the worker did 6 and refused the 2 corrupt files 3 times each');
+is(sql($node, q{SELECT count(*) FILTER (WHERE status = 'done') || ' ' || count(*) FROM tasks}), '6 8',
+	'6 tasks done (the 2 corrupt ones not)');
+is( sql($node, q{SELECT string_agg(reason_code || '|' || error_message || '|' || attempts, E'\n' ORDER BY message_id)
+	FROM dlq.dead_letters WHERE endpoint = 'parser'}),
+	"RETRY_EXHAUSTED|cannot parse corrupt-004.pdf: not a PDF|3\nRETRY_EXHAUSTED|cannot parse corrupt-008.pdf: not a PDF|3",
+	'the 2 corrupt files are in the DLQ after 3 attempts, with the worker\'s error');
+is(sql($node, q{SELECT count(*) FROM outbox.history WHERE endpoint = 'parser'}), '6',
+	'the 6 done are in the history');
+is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'parser'}), '0', 'nothing left for parser');
 
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);
 ok(!@bad, 'no PANIC, no crash in the server log') or diag(join "\n", @bad);
