@@ -196,6 +196,21 @@ SELECT * FROM outbox.read('ordered');
 SELECT count(*) FROM outbox.messages;
 \echo :SQLSTATE
 RESET ROLE;
+-- The right is the role's that really calls: the owner of a SECURITY DEFINER function
+-- that calls read, whoever runs it (a superuser here), not the session user.
+CREATE FUNCTION public.stranger_reads() RETURNS bigint LANGUAGE sql SECURITY DEFINER
+    RETURN (SELECT count(*) FROM outbox.read('parser'));
+ALTER FUNCTION public.stranger_reads() OWNER TO regress_stranger;
+CREATE FUNCTION public.consumer_reads() RETURNS bigint LANGUAGE sql SECURITY DEFINER
+    RETURN (SELECT count(*) FROM outbox.read('parser'));
+ALTER FUNCTION public.consumer_reads() OWNER TO regress_consumer;
+GRANT EXECUTE ON FUNCTION public.consumer_reads() TO regress_stranger;
+SELECT public.stranger_reads();
+\echo :SQLSTATE
+SET ROLE regress_stranger;
+SELECT public.consumer_reads();
+RESET ROLE;
+DROP FUNCTION public.stranger_reads(), public.consumer_reads();
 SELECT outbox.revoke_consume('parser', 'regress_consumer');
 SET ROLE regress_consumer;
 SELECT * FROM outbox.read('parser');

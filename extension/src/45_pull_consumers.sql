@@ -20,21 +20,37 @@ CREATE OR REPLACE FUNCTION outbox._pull_commits() RETURNS bigint
 CREATE OR REPLACE FUNCTION outbox._pull_wait(seen bigint, until timestamptz) RETURNS void
     AS 'MODULE_PATHNAME', 'pg_outbox_pull_wait'
     LANGUAGE C VOLATILE STRICT;
-CREATE OR REPLACE FUNCTION outbox._outer_role() RETURNS oid
-    AS 'MODULE_PATHNAME', 'pg_outbox_outer_role'
-    LANGUAGE C STABLE;
 
--- The endpoint argument of read/ack/nack: an existing pull endpoint that the session's
+-- The consumer's entry points (src/pg/consumer/consumer_functions.cpp): not SECURITY
+-- DEFINER, so that they know the role that really calls them; they run outbox._read,
+-- _ack and _nack below as the extension's owner, with that role's oid.
+CREATE OR REPLACE FUNCTION outbox.read(endpoint text, max int DEFAULT 1, visibility interval DEFAULT '30s',
+                                       wait interval DEFAULT '0')
+    RETURNS TABLE (id bigint, webhook_id text, event_type text, payload jsonb, headers jsonb,
+                   ordering_key text, attempt int, created_at timestamptz)
+    AS 'MODULE_PATHNAME', 'pg_outbox_read'
+    LANGUAGE C VOLATILE ROWS 10;
+COMMENT ON FUNCTION outbox.read(text, int, interval, interval) IS
+    'takes up to max messages of a pull endpoint, invisible to other readers for visibility; waits up to wait for one';
+CREATE OR REPLACE FUNCTION outbox.ack(endpoint text, ids bigint[]) RETURNS bigint
+    AS 'MODULE_PATHNAME', 'pg_outbox_ack'
+    LANGUAGE C VOLATILE;
+CREATE OR REPLACE FUNCTION outbox.nack(endpoint text, id bigint, error text, retry_after interval DEFAULT NULL,
+                                       permanent boolean DEFAULT false) RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_nack'
+    LANGUAGE C VOLATILE;
+
+-- The endpoint argument of read/ack/nack: an existing pull endpoint that the calling
 -- role may consume (a superuser, the extension's owner, or a role given the right by
 -- outbox.grant_consume).  Returns its max_attempts (NULL: pg_outbox.max_attempts) and
 -- whether it is paused.
-CREATE OR REPLACE FUNCTION outbox._consumed_endpoint(endpoint text, OUT max_attempts int, OUT paused boolean)
+CREATE OR REPLACE FUNCTION outbox._consumed_endpoint(endpoint text, caller oid, OUT max_attempts int, OUT paused boolean)
     LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_pull boolean;
-    v_role oid := outbox._outer_role();
+    v_role oid := _consumed_endpoint.caller;
 BEGIN
     IF _consumed_endpoint.endpoint IS NULL THEN
         RAISE EXCEPTION 'endpoint must not be NULL' USING ERRCODE = 'null_value_not_allowed';
@@ -89,12 +105,11 @@ $fn$;
 -- again (a new statement: a fresh snapshot), until a message comes or wait is up.  A message whose reader let the visibility pass
 -- on its last attempt goes to the DLQ (RETRY_EXHAUSTED) instead of coming back.
 -- clock_timestamp(), not now(): a read that waits sees messages committed after its
--- transaction began.
-CREATE OR REPLACE FUNCTION outbox.read(endpoint text, max int DEFAULT 1, visibility interval DEFAULT '30s',
-                                       wait interval DEFAULT '0')
+-- transaction began.  outbox.read runs it as the extension's owner, with the caller.
+CREATE OR REPLACE FUNCTION outbox._read(endpoint text, max int, visibility interval, wait interval, caller oid)
     RETURNS TABLE (id bigint, webhook_id text, event_type text, payload jsonb, headers jsonb,
                    ordering_key text, attempt int, created_at timestamptz)
-    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
 #variable_conflict use_column
@@ -108,23 +123,23 @@ DECLARE
     v_ids bigint[];
     v_exhausted bigint[];
 BEGIN
-    SELECT c.max_attempts INTO v_max_attempts FROM outbox._consumed_endpoint(read.endpoint) c;
+    SELECT c.max_attempts INTO v_max_attempts FROM outbox._consumed_endpoint(_read.endpoint, _read.caller) c;
     v_max_attempts := coalesce(v_max_attempts, current_setting('pg_outbox.max_attempts')::int);
-    IF read.max IS NULL OR read.max < 1 OR read.max > 1000 THEN
+    IF _read.max IS NULL OR _read.max < 1 OR _read.max > 1000 THEN
         RAISE EXCEPTION 'max must be between 1 and 1000'
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = format('max is %s.', coalesce(read.max::text, 'NULL'));
+                  DETAIL = format('max is %s.', coalesce(_read.max::text, 'NULL'));
     END IF;
-    PERFORM outbox._check_duration('visibility', read.visibility);
-    PERFORM outbox._check_duration('wait', read.wait);
-    IF read.visibility = interval '0' THEN
+    PERFORM outbox._check_duration('visibility', _read.visibility);
+    PERFORM outbox._check_duration('wait', _read.wait);
+    IF _read.visibility = interval '0' THEN
         RAISE EXCEPTION 'visibility must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    v_until := clock_timestamp() + read.wait;
+    v_until := clock_timestamp() + _read.wait;
     LOOP
         v_seen := outbox._pull_commits();  -- before looking: a commit after it ends the wait
         v_now := clock_timestamp();
-        SELECT e.paused INTO v_paused FROM outbox.endpoints e WHERE e.name = read.endpoint;
+        SELECT e.paused INTO v_paused FROM outbox.endpoints e WHERE e.name = _read.endpoint;
         IF NOT coalesce(v_paused, true) THEN
             SELECT array_agg(c.id ORDER BY c.next_attempt_at, c.id) FILTER (WHERE NOT c.exhausted),
                    array_agg(c.id) FILTER (WHERE c.exhausted)
@@ -133,12 +148,12 @@ BEGIN
                            m.read_until IS NOT NULL
                            AND m.attempts >= v_max_attempts AS exhausted
                       FROM outbox.messages m
-                     WHERE m.endpoint = read.endpoint AND m.ordering_seq IS NULL AND m.next_attempt_at <= v_now
+                     WHERE m.endpoint = _read.endpoint AND m.ordering_seq IS NULL AND m.next_attempt_at <= v_now
                      ORDER BY m.next_attempt_at
-                     LIMIT read.max
+                     LIMIT _read.max
                        FOR UPDATE SKIP LOCKED) c;
             IF v_exhausted IS NOT NULL THEN
-                PERFORM outbox._pull_exhausted(read.endpoint, v_exhausted);
+                PERFORM outbox._pull_exhausted(_read.endpoint, v_exhausted);
             END IF;
             IF v_ids IS NOT NULL THEN
                 -- A message read before and not answered: its reader let the visibility pass.
@@ -146,8 +161,8 @@ BEGIN
                 WITH taken AS (
                     UPDATE outbox.messages m
                        SET attempts = m.attempts + 1,
-                           next_attempt_at = v_now + read.visibility,
-                           read_until = v_now + read.visibility,
+                           next_attempt_at = v_now + _read.visibility,
+                           read_until = v_now + _read.visibility,
                            last_error = CASE WHEN m.read_until IS NOT NULL
                                              THEN 'not acknowledged within its visibility timeout'
                                              ELSE m.last_error END,
@@ -168,69 +183,63 @@ BEGIN
         -- Also woken when the endpoint's next message comes due by itself (a retry after
         -- its backoff, a visibility that passes, a deliver_at): no commit announces it.
         SELECT min(m.next_attempt_at) INTO v_next FROM outbox.messages m
-         WHERE m.endpoint = read.endpoint AND m.ordering_seq IS NULL AND m.next_attempt_at > v_now;
+         WHERE m.endpoint = _read.endpoint AND m.ordering_seq IS NULL AND m.next_attempt_at > v_now;
         PERFORM outbox._pull_wait(v_seen, least(v_until, v_next));
     END LOOP;
 END
 $fn$;
-COMMENT ON FUNCTION outbox.read(text, int, interval, interval) IS
-    'takes up to max messages of a pull endpoint, invisible to other readers for visibility; waits up to wait for one';
-
 -- The messages among ids that a reader of the endpoint holds now are delivered: they
 -- leave the queue for the history as a 2xx does.  Others (unknown, of another endpoint,
 -- never read, or whose visibility has passed) are not counted.  Returns how many.
-CREATE OR REPLACE FUNCTION outbox.ack(endpoint text, ids bigint[])
+-- outbox.ack runs it as the extension's owner, with the caller.
+CREATE OR REPLACE FUNCTION outbox._ack(endpoint text, ids bigint[], caller oid)
     RETURNS bigint
-    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    PERFORM outbox._consumed_endpoint(ack.endpoint);
-    IF ack.ids IS NULL THEN
+    PERFORM outbox._consumed_endpoint(_ack.endpoint, _ack.caller);
+    IF _ack.ids IS NULL THEN
         RAISE EXCEPTION 'ids must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF cardinality(ack.ids) > 10000 THEN
+    IF cardinality(_ack.ids) > 10000 THEN
         RAISE EXCEPTION 'at most 10000 ids at once' USING ERRCODE = 'invalid_parameter_value',
-            DETAIL = format('%s ids were given.', cardinality(ack.ids));
+            DETAIL = format('%s ids were given.', cardinality(_ack.ids));
     END IF;
-    RETURN outbox._pull_ack(ack.endpoint, ack.ids);
+    RETURN outbox._pull_ack(_ack.endpoint, _ack.ids);
 END
 $fn$;
-COMMENT ON FUNCTION outbox.ack(text, bigint[]) IS
-    'acknowledges messages a reader holds: delivered; returns how many';
 
 -- The consumer could not process the message it holds: retried after retry_after when
 -- given (at most pg_outbox.backoff_max), else with the endpoint's backoff; dead-lettered
 -- with the consumer's error after max_attempts (RETRY_EXHAUSTED), or at once when
 -- permanent (REJECTED_BY_CONSUMER).  An id the endpoint's readers do not hold is an
--- error (42704).
-CREATE OR REPLACE FUNCTION outbox.nack(endpoint text, id bigint, error text, retry_after interval DEFAULT NULL,
-                                       permanent boolean DEFAULT false)
+-- error (42704).  outbox.nack runs it as the extension's owner, with the caller.
+CREATE OR REPLACE FUNCTION outbox._nack(endpoint text, id bigint, error text, retry_after interval,
+                                        permanent boolean, caller oid)
     RETURNS void
-    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_max_attempts int;
 BEGIN
-    SELECT c.max_attempts INTO v_max_attempts FROM outbox._consumed_endpoint(nack.endpoint) c;
-    IF nack.id IS NULL OR nack.error IS NULL OR nack.permanent IS NULL THEN
+    SELECT c.max_attempts INTO v_max_attempts FROM outbox._consumed_endpoint(_nack.endpoint, _nack.caller) c;
+    IF _nack.id IS NULL OR _nack.error IS NULL OR _nack.permanent IS NULL THEN
         RAISE EXCEPTION 'id, error and permanent must not be NULL' USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    IF nack.retry_after IS NOT NULL THEN
-        PERFORM outbox._check_duration('retry_after', nack.retry_after);
+    IF _nack.retry_after IS NOT NULL THEN
+        PERFORM outbox._check_duration('retry_after', _nack.retry_after);
     END IF;
-    IF NOT outbox._pull_nack(nack.endpoint, nack.id, nack.error,
-                             (extract(epoch FROM nack.retry_after) * 1000)::bigint,
-                             nack.permanent, v_max_attempts) THEN
-        RAISE EXCEPTION 'message % is not held by a reader of endpoint "%"', nack.id, nack.endpoint
+    IF NOT outbox._pull_nack(_nack.endpoint, _nack.id, _nack.error,
+                             (extract(epoch FROM _nack.retry_after) * 1000)::bigint,
+                             _nack.permanent, v_max_attempts) THEN
+        RAISE EXCEPTION 'message % is not held by a reader of endpoint "%"', _nack.id, _nack.endpoint
             USING ERRCODE = 'undefined_object',
                   DETAIL = 'It is unknown, of another endpoint, not read, or its visibility has passed.';
     END IF;
 END
 $fn$;
-COMMENT ON FUNCTION outbox.nack(text, bigint, text, interval, boolean) IS
-    'refuses a message a reader holds: retried later, or dead-lettered (permanent, or after max_attempts)';
 
 ------------------------------------------------------------------------------------------
 -- Consume rights

@@ -1,13 +1,16 @@
 #include "pg/boundary/spi.hpp"
 
 extern "C" {
+#include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 }
 
 #include <stdexcept>
@@ -203,6 +206,14 @@ void with_spi(const std::function<void()>& body, TriggerData* trigger) {
   });
   body();
   pg_call([] { SPI_finish(); });
+}
+
+Oid function_owner(Oid function) {
+  HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
+  if (!HeapTupleIsValid(tuple)) elog(ERROR, "cache lookup failed for function %u", function);
+  Oid owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->proowner;
+  ReleaseSysCache(tuple);
+  return owner;
 }
 
 void as_owner(Oid owner, const std::function<void()>& body) {

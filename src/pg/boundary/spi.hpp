@@ -98,4 +98,8 @@ void with_spi(const std::function<void()>& body, TriggerData* trigger = nullptr)
 // rights. The caller's identity and settings come back afterwards, also when body throws.
 void as_owner(Oid owner, const std::function<void()>& body);
 
+// The owner of a function (the extension's owner, for the extension's functions): whom
+// as_owner acts as. May raise an ERROR: call it inside pg_call.
+Oid function_owner(Oid function);
+
 }  // namespace pg_outbox::pg

@@ -50,6 +50,7 @@ namespace {
 
 using pg_outbox::pg::as_owner;
 using pg_outbox::pg::count_queued_rows;
+using pg_outbox::pg::function_owner;
 using pg_outbox::pg::pg_call;
 using pg_outbox::pg::release_queued;
 using pg_outbox::pg::reserve_queued;
@@ -61,14 +62,6 @@ using pg_outbox::pg::with_spi;
 using namespace pg_outbox::pg::enqueue;
 
 constexpr int kKeyLengthMax = 200;  // event_type, ordering_key (the table's CHECKs say the same)
-
-Oid function_owner(Oid function) {
-  HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
-  if (!HeapTupleIsValid(tuple)) elog(ERROR, "cache lookup failed for function %u", function);
-  Oid owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->proowner;
-  ReleaseSysCache(tuple);
-  return owner;
-}
 
 // The size of a stored value uncompressed, from its header alone (never detoasted).
 int64 stored_size(Datum value) { return static_cast<int64>(toast_raw_datum_size(value)) - VARHDRSZ; }
