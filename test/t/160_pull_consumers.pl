@@ -288,6 +288,18 @@ is(sql($node, q{SELECT pending || ' ' || in_flight || ' ' || (oldest_pending_age
 like(sql($node, 'SELECT outbox.metrics()'), qr/pg_outbox_messages\{endpoint="work",status="in_flight"\} 2/,
 	'metrics: 2 in flight');
 
+# max_pending: the worker counts a pull endpoint's queue, which acknowledgements shrink.
+sql($node, q{SELECT outbox.create_endpoint('capped', pull => true, max_pending => 3)});
+sql($node, q{SELECT outbox.enqueue('capped', '{}') FROM generate_series(1, 3)});
+my ($prc, $pout, $perr) = (0, '', '');
+$prc = $node->psql('postgres', q{SELECT outbox.enqueue('capped', '{}')}, stdout => \$pout, stderr => \$perr);
+like($perr, qr/max_pending/, 'max_pending: a fourth message is refused');
+is(sql($node, q{SELECT outbox.ack('capped', array_agg(id)) FROM outbox.read('capped', max => 3)}), '3',
+	'... the three are read and acknowledged');
+ok(wait_until(sub {
+		return $node->psql('postgres', q{SELECT outbox.enqueue('capped', '{}')}, stdout => \$pout, stderr => \$perr) == 0;
+	}, 30, 'enqueue to capped'), '... then there is room again (the worker counted the queue again)');
+
 ###############################################################################
 # 8. examples/pull-consumer/: the upload flow, processed by a worker of the application.
 ###############################################################################

@@ -23,9 +23,8 @@ std::vector<EndpointRow> load_endpoints() {
     SELECT e.name, e.url, e.channel, e.headers::text, s.secret, e.timeout_ms, e.max_attempts,
            e.ordered, e.paused, e.breaker_state, e.breaker_failures,
            (extract(epoch FROM e.breaker_open_until) * 1000)::bigint, e.breaker_cooldown_ms, e.concurrency,
-           e.rate_limit, e.max_pending IS NOT NULL
+           e.rate_limit, e.max_pending IS NOT NULL, e.pull
       FROM outbox.endpoints e LEFT JOIN outbox.endpoint_secrets s ON s.endpoint = e.name
-     WHERE NOT e.pull  -- read by application workers (consumer/README.md), never pushed
   )sql",
                              {});
   Rows rows = statement.run({});
@@ -48,6 +47,7 @@ std::vector<EndpointRow> load_endpoints() {
     e.concurrency = optional_int(rows, r, 13);
     e.rate_limit = optional_int(rows, r, 14);
     e.has_max_pending = rows.boolean(r, 15);
+    e.pull = rows.boolean(r, 16);
   }
   return endpoints;
 }

@@ -23,6 +23,7 @@ struct EndpointRow {
   bool ordered = false;
   bool paused = false;
   bool has_max_pending = false;
+  bool pull = false;  // read by application workers (consumer/README.md), never pushed
   core::Breaker breaker;
 };
 

@@ -12,7 +12,14 @@ void Endpoints::refresh(uint64_t version, int64_t now_ms, bool& max_pending_chan
   version_ = version;
   loaded_ms_ = now_ms;
   std::unordered_map<std::string, Endpoint> fresh;
+  std::vector<std::string> max_pending;
   for (store::EndpointRow& row : store::load_endpoints()) {
+    // A pull endpoint is never delivered (consumer/README.md): the worker only counts its
+    // queue for max_pending, which its readers' acknowledgements shrink.
+    if (row.pull) {
+      if (row.has_max_pending) max_pending.push_back(row.name);
+      continue;
+    }
     Endpoint endpoint;
     auto known = endpoints_.find(row.name);
     if (known != endpoints_.end()) {
@@ -31,7 +38,6 @@ void Endpoints::refresh(uint64_t version, int64_t now_ms, bool& max_pending_chan
     fresh.emplace(std::move(name), std::move(endpoint));
   }
   endpoints_ = std::move(fresh);
-  std::vector<std::string> max_pending;
   for (const auto& [name, endpoint] : endpoints_)
     if (endpoint.row.has_max_pending) max_pending.push_back(name);
   std::sort(max_pending.begin(), max_pending.end());
