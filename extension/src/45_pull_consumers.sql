@@ -3,7 +3,7 @@
 ------------------------------------------------------------------------------------------
 
 -- What needs C++ (src/pg/consumer/): the settle of acknowledged and refused messages by
--- the worker's own settle, the wait for an enqueuing commit, the session's role.
+-- the worker's own settle, and the wait for an enqueuing commit.
 CREATE OR REPLACE FUNCTION outbox._pull_ack(endpoint text, ids bigint[]) RETURNS bigint
     AS 'MODULE_PATHNAME', 'pg_outbox_pull_ack'
     LANGUAGE C VOLATILE STRICT;
