@@ -45,8 +45,8 @@ SELECT inhrelid::regclass AS partition, pg_get_expr(c.relpartbound, c.oid) AS bo
  WHERE i.inhparent = 'outbox.history'::regclass;
 SELECT count(*) AS time_partitions FROM outbox._history_partitions();
 
--- The commit-time wake-up: one AFTER INSERT statement trigger; no other table of the
--- extension has a trigger.
+-- The triggers: the queue's (the commit-time wake-up, the commit order, max_pending's
+-- counts) and the subscriptions' (publish's cached subscribers forgotten at commit).
 SELECT tgrelid::regclass AS "table", tgname, pg_get_triggerdef(oid) AS definition
   FROM pg_trigger
  WHERE tgrelid IN (SELECT c.oid FROM pg_class c

@@ -106,7 +106,7 @@ SELECT right(outbox.metrics(), 1) = E'\n' AS ends_with_newline;
 SELECT count(*) AS malformed_lines
   FROM regexp_split_to_table(rtrim(outbox.metrics(), E'\n'), E'\n') AS line
  WHERE line !~ '^# (HELP|TYPE) pg_outbox_[a-z_]+ .+$'
-   AND line !~ '^pg_outbox_[a-z_]+\{([a-z_]+="([^"\\\n]|\\[\\"n])*",?)+\} [0-9]+(\.[0-9]+)?$';
+   AND line !~ '^pg_outbox_[a-z_]+(\{([a-z_]+="([^"\\\n]|\\[\\"n])*",?)+\})? [0-9]+(\.[0-9]+)?$';
 -- Ages: the oldest waiting message of alpha is 10 minutes old, gamma's one hour; gamma's
 -- oldest open dead letter two hours.
 SELECT substring(outbox.metrics() FROM 'pg_outbox_oldest_pending_age_seconds\{endpoint="alpha"\} ([0-9.]+)')::numeric

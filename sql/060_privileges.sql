@@ -18,7 +18,8 @@ CREATE ROLE regress_nobody;
 
 -- producer
 GRANT USAGE ON SCHEMA outbox TO regress_producer;
-GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz) TO regress_producer;
+GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz),
+    outbox.publish(text, jsonb, jsonb, text, text, timestamptz) TO regress_producer;
 
 -- operator
 GRANT USAGE ON SCHEMA outbox, dlq TO regress_operator;
@@ -34,12 +35,14 @@ GRANT EXECUTE ON FUNCTION
     outbox.message(bigint),
     outbox.grant_send(text, name),
     outbox.revoke_send(text, name),
+    outbox.subscribe(text, text[]),
+    outbox.unsubscribe(text, text[]),
     dlq.requeue(bigint, jsonb),
     dlq.requeue_all(text, text, timestamptz),
     dlq.discard(bigint, text)
   TO regress_operator;
 GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages,
-                outbox.endpoint_stats, dlq.dead_letters, dlq.summary
+                outbox.subscriptions, outbox.endpoint_stats, dlq.dead_letters, dlq.summary
   TO regress_operator;
 
 SELECT outbox.create_endpoint('billing', url => 'http://127.0.0.1:8080/hooks/billing',

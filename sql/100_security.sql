@@ -30,7 +30,8 @@ CREATE ROLE regress_sec_attacker;
 
 -- The grants of docs/operations.md, exactly.
 GRANT USAGE ON SCHEMA outbox TO regress_sec_producer;
-GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz)
+GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz),
+    outbox.publish(text, jsonb, jsonb, text, text, timestamptz)
   TO regress_sec_producer;
 GRANT USAGE ON SCHEMA outbox, dlq TO regress_sec_operator;
 GRANT EXECUTE ON FUNCTION
@@ -39,10 +40,11 @@ GRANT EXECUTE ON FUNCTION
     outbox.drop_endpoint(text, boolean), outbox.pause_endpoint(text), outbox.resume_endpoint(text),
     outbox.purge(interval), outbox.metrics(), outbox.worker_status(), outbox.message(bigint),
     outbox.grant_send(text, name), outbox.revoke_send(text, name),
+    outbox.subscribe(text, text[]), outbox.unsubscribe(text, text[]),
     dlq.requeue(bigint, jsonb), dlq.requeue_all(text, text, timestamptz), dlq.discard(bigint, text)
   TO regress_sec_operator;
 GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages, outbox.endpoint_stats,
-                dlq.dead_letters, dlq.summary TO regress_sec_operator;
+                outbox.subscriptions, dlq.dead_letters, dlq.summary TO regress_sec_operator;
 
 ------------------------------------------------------------------------------------------
 -- 1. The catalog.

@@ -203,6 +203,12 @@ BEGIN
           || E'# TYPE pg_outbox_endpoint_paused gauge\n'
           || v_family || CASE WHEN v_family <> '' THEN E'\n' ELSE '' END;
 
+    -- pg_outbox_publishes_unmatched_total (docs/delivery.md, Publish and subscribe)
+    v_out := v_out
+          || E'# HELP pg_outbox_publishes_unmatched_total outbox.publish calls that found no subscriber, since the server started.\n'
+          || E'# TYPE pg_outbox_publishes_unmatched_total counter\n'
+          || format(E'pg_outbox_publishes_unmatched_total %s\n', outbox._unmatched_publishes());
+
     RETURN v_out;
 END
 $fn$;

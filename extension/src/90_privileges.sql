@@ -14,6 +14,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 --   -- reads nothing, creates nothing.
 --   GRANT USAGE ON SCHEMA outbox TO producer;
 --   GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz) TO producer;
+--   GRANT EXECUTE ON FUNCTION outbox.publish(text, jsonb, jsonb, text, text, timestamptz) TO producer;
 --   SELECT outbox.grant_send('billing', 'producer');     -- per endpoint
 --
 --   -- consumer: reads, acknowledges and refuses the messages of the pull endpoints it
@@ -41,10 +42,12 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 --       outbox.revoke_send(text, name),
 --       outbox.grant_consume(text, name),
 --       outbox.revoke_consume(text, name),
+--       outbox.subscribe(text, text[]),
+--       outbox.unsubscribe(text, text[]),
 --       dlq.requeue(bigint, jsonb),
 --       dlq.requeue_all(text, text, timestamptz),
 --       dlq.discard(bigint, text)
 --     TO operator;
 --   GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.endpoint_consumers, outbox.messages, outbox.history,
---                   outbox.endpoint_stats, dlq.dead_letters, dlq.summary
+--                   outbox.subscriptions, outbox.endpoint_stats, dlq.dead_letters, dlq.summary
 --     TO operator;

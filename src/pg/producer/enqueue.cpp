@@ -17,6 +17,7 @@
 #include "pg/boundary/boundary.hpp"
 #include "pg/runtime/commit_wake.hpp"
 #include "pg/producer/enqueue_row.hpp"
+#include "pg/producer/enqueue_checks.hpp"
 #include "pg/ordering/ordering.hpp"
 #include "pg/producer/queued_count.hpp"
 #include "pg/runtime/settings.hpp"
@@ -46,7 +47,7 @@ extern "C" {
 
 #include <string>
 
-namespace {
+namespace pg_outbox::pg::enqueue {
 
 using pg_outbox::pg::as_owner;
 using pg_outbox::pg::count_queued_rows;
@@ -59,8 +60,6 @@ using pg_outbox::pg::Rows;
 using pg_outbox::pg::SqlError;
 using pg_outbox::pg::Statement;
 using pg_outbox::pg::with_spi;
-using namespace pg_outbox::pg::enqueue;
-
 constexpr int kKeyLengthMax = 200;  // event_type, ordering_key (the table's CHECKs say the same)
 
 // The size of a stored value uncompressed, from its header alone (never detoasted).
@@ -75,14 +74,6 @@ Rows run_as_owner(Oid owner, Statement& statement, const std::vector<Datum>& arg
   as_owner(owner, [&] { with_spi([&] { rows = statement.run(arguments, visibility, nulls, 1); }); });
   return rows;
 }
-
-struct EndpointFacts {
-  bool exists = false;
-  bool may_send = false;
-  bool has_max_pending = false;
-  int64 max_pending = 0;
-  bool ordered = false;
-};
 
 // The endpoint's row, read by its primary key with the statement's snapshot (what a
 // SELECT would see), without a statement: this is on every enqueue's path.
@@ -221,7 +212,15 @@ void refuse_full(const std::string& endpoint, int64 max_pending) {
   });
 }
 
-}  // namespace
+}  // namespace pg_outbox::pg::enqueue
+
+using namespace pg_outbox::pg::enqueue;
+using pg_outbox::pg::function_owner;
+using pg_outbox::pg::pg_call;
+using pg_outbox::pg::release_queued;
+using pg_outbox::pg::reserve_queued;
+using pg_outbox::pg::Room;
+using pg_outbox::pg::SqlError;
 
 PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
   if (PG_ARGISNULL(kEndpoint)) throw SqlError(ERRCODE_NULL_VALUE_NOT_ALLOWED, "endpoint must not be NULL");

@@ -36,7 +36,8 @@ namespace {
 struct MessagesTable {
   Oid relid = InvalidOid;
   Oid sequence = InvalidOid;  // of the id identity
-  AttrNumber id, endpoint, event_type, payload, headers, ordering_key, attempts, next_attempt_at, created_at;
+  AttrNumber id, endpoint, event_type, payload, headers, ordering_key, idempotency_key, attempts, next_attempt_at,
+      created_at;
   bool as_installed = false;
 };
 
@@ -141,6 +142,7 @@ const MessagesTable& messages_table(Relation rel) {
   fresh.payload = column("payload");
   fresh.headers = column("headers");
   fresh.ordering_key = column("ordering_key");
+  fresh.idempotency_key = column("idempotency_key");
   fresh.attempts = column("attempts");
   fresh.next_attempt_at = column("next_attempt_at");
   fresh.created_at = column("created_at");
@@ -164,9 +166,8 @@ struct Insert {
   int64 id = 0;
 };
 
-// Opens the table and builds the row: the columns not set here are NULL (last_error and
-// the like) or set here to their defaults (attempts, created_at).
-void open_and_build(Insert& in, FunctionCallInfo fcinfo, TimestampTz next_attempt_at) {
+// Opens the table and prepares the executor's state for its rows.
+void open(Insert& in) {
   Oid relid = get_relname_relid("messages", get_namespace_oid("outbox", false));
   if (!OidIsValid(relid)) ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("outbox.messages does not exist")));
   in.rel = table_open(relid, RowExclusiveLock);
@@ -186,30 +187,36 @@ void open_and_build(Insert& in, FunctionCallInfo fcinfo, TimestampTz next_attemp
   in.estate->es_opened_result_relations = lappend(in.estate->es_opened_result_relations, in.result);
   in.estate->es_output_cid = GetCurrentCommandId(true);
   ExecOpenIndices(in.result, false);
+  in.slot = ExecInitExtraTupleSlot(in.estate, RelationGetDescr(in.rel), &TTSOpsVirtual);
+}
 
-  TupleTableSlot* slot = ExecInitExtraTupleSlot(in.estate, RelationGetDescr(in.rel), &TTSOpsVirtual);
+// Builds a row: the columns not set here are NULL (last_error and the like) or set here
+// to their defaults (attempts, created_at).
+void build(Insert& in, RowValues& row, TimestampTz next_attempt_at) {
+  TupleTableSlot* slot = in.slot;
   ExecClearTuple(slot);
   for (int i = 0; i < slot->tts_tupleDescriptor->natts; ++i) slot->tts_isnull[i] = true;
   const MessagesTable& table = *in.table;
-  in.id = nextval_internal(table.sequence, false);
+  if (row.id == 0) row.id = nextval_internal(table.sequence, false);
+  in.id = row.id;
   auto set = [&](AttrNumber column, Datum value) {
     slot->tts_values[column - 1] = value;
     slot->tts_isnull[column - 1] = false;
   };
-  auto set_argument = [&](AttrNumber column, int argument) {
-    if (!PG_ARGISNULL(argument)) set(column, PG_GETARG_DATUM(argument));
+  auto set_value = [&](AttrNumber column, const NullableDatum& value) {
+    if (!value.isnull) set(column, value.value);
   };
   set(table.id, Int64GetDatum(in.id));
-  set_argument(table.endpoint, kEndpoint);
-  set_argument(table.event_type, kEventType);
-  set_argument(table.payload, kPayload);
-  set_argument(table.headers, kHeaders);
-  set_argument(table.ordering_key, kOrderingKey);
+  set_value(table.endpoint, row.endpoint);
+  set_value(table.event_type, row.event_type);
+  set_value(table.payload, row.payload);
+  set_value(table.headers, row.headers);
+  set_value(table.ordering_key, row.ordering_key);
+  set_value(table.idempotency_key, row.idempotency_key);
   set(table.attempts, Int32GetDatum(0));
   set(table.next_attempt_at, TimestampTzGetDatum(next_attempt_at));
   set(table.created_at, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));
   ExecStoreVirtualTuple(slot);
-  in.slot = slot;
 }
 
 // The table as installed: its CHECK constraints test what enqueue has just checked, and
@@ -264,17 +271,52 @@ void close(Insert& in) {
 
 }  // namespace
 
-int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner, bool ordered) {
+void insert_rows(std::vector<RowValues>& rows, TimestampTz next_attempt_at, Oid owner) {
   Insert in;
-  pg_call([&] { open_and_build(in, fcinfo, next_attempt_at); });
-  if (in.table->as_installed) {
-    const bool keyed_in_order = ordered && !PG_ARGISNULL(kOrderingKey);
-    pg_call([&] { insert_directly(in, keyed_in_order); });
-  } else {
-    as_owner(owner, [&] { pg_call([&] { insert_with_checks(in); }); });
+  pg_call([&] { open(in); });
+  for (RowValues& row : rows) {
+    pg_call([&] { build(in, row, next_attempt_at); });
+    if (in.table->as_installed) {
+      const bool keyed_in_order = row.ordered && !row.ordering_key.isnull;
+      pg_call([&] { insert_directly(in, keyed_in_order); });
+    } else {
+      as_owner(owner, [&] { pg_call([&] { insert_with_checks(in); }); });
+    }
   }
   pg_call([&] { close(in); });
-  return in.id;
+}
+
+int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner, bool ordered) {
+  auto argument = [&](int n) {
+    NullableDatum value;
+    value.isnull = PG_ARGISNULL(n);
+    value.value = value.isnull ? Datum(0) : PG_GETARG_DATUM(n);
+    return value;
+  };
+  std::vector<RowValues> rows(1);
+  RowValues& row = rows[0];
+  row.endpoint = argument(kEndpoint);
+  row.event_type = argument(kEventType);
+  row.payload = argument(kPayload);
+  row.headers = argument(kHeaders);
+  row.ordering_key = argument(kOrderingKey);
+  row.idempotency_key.isnull = true;  // enqueue's keyed messages take the SQL path (enqueue.cpp)
+  row.idempotency_key.value = Datum(0);
+  row.ordered = ordered;
+  insert_rows(rows, next_attempt_at, owner);
+  return row.id;
+}
+
+int64 next_message_id() {
+  return pg_call([] {
+    Oid relid = get_relname_relid("messages", get_namespace_oid("outbox", false));
+    if (!OidIsValid(relid))
+      ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("outbox.messages does not exist")));
+    Relation rel = table_open(relid, RowExclusiveLock);
+    const int64 id = nextval_internal(messages_table(rel).sequence, false);
+    table_close(rel, NoLock);
+    return id;
+  });
 }
 
 }  // namespace pg_outbox::pg::enqueue

@@ -8,6 +8,8 @@ extern "C" {
 #include "datatype/timestamp.h"
 }
 
+#include <vector>
+
 namespace pg_outbox::pg::enqueue {
 
 // outbox.enqueue's arguments, in order.
@@ -17,5 +19,18 @@ enum Argument { kEndpoint, kPayload, kEventType, kHeaders, kOrderingKey, kIdempo
 // the endpoint is ordered (its keyed message is placed in commit order at commit).
 // `owner`: the extension's owner, whom the executor's checks of a changed table run as.
 int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner, bool ordered);
+
+// A row's values (outbox.publish's rows: one per subscriber). `id`: taken from the
+// identity sequence before the insert when not 0 (publish needs its first row's id to
+// name the others' webhook-id).
+struct RowValues {
+  int64 id = 0;
+  NullableDatum endpoint, event_type, payload, headers, ordering_key, idempotency_key;
+  bool ordered = false;  // the endpoint is ordered
+};
+// The next id of the queue's identity sequence.
+int64 next_message_id();
+// Every row into outbox.messages in one opening of the table, in order; fills in the ids.
+void insert_rows(std::vector<RowValues>& rows, TimestampTz next_attempt_at, Oid owner);
 
 }  // namespace pg_outbox::pg::enqueue

@@ -1,0 +1,15 @@
+-- Publish and subscribe (docs/delivery.md, Publish and subscribe): the subscriptions
+-- table, as extension/src/38_subscriptions.sql creates it.  Its trigger and functions
+-- come with the replayed extension/src/47_publish.sql.
+CREATE TABLE outbox.endpoint_subscriptions (
+    endpoint   text NOT NULL REFERENCES outbox.endpoints (name) ON DELETE CASCADE,
+    event_type text NOT NULL CHECK (char_length(event_type) BETWEEN 1 AND 200
+                                    AND event_type ~ '^[^*[:space:][:cntrl:]]+(\.\*)?$'),
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (endpoint, event_type)
+);
+COMMENT ON TABLE outbox.endpoint_subscriptions IS
+    'pg_outbox subscriptions: the event types (exact or prefix.*) each endpoint receives from outbox.publish';
+-- outbox.publish: the subscribers of an event type's patterns, in one index scan.
+CREATE INDEX endpoint_subscriptions_event_type_idx ON outbox.endpoint_subscriptions (event_type);
+SELECT pg_catalog.pg_extension_config_dump('outbox.endpoint_subscriptions', '');

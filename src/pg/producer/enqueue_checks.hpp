@@ -1,0 +1,37 @@
+// The checks of outbox.enqueue (enqueue.cpp) that outbox.publish (publish.cpp) makes the
+// same way for each of its deliveries: same messages, same SQLSTATEs.
+#pragma once
+
+#include "pg/boundary/postgres.hpp"
+
+#include <string>
+
+namespace pg_outbox::pg::enqueue {
+
+// The size of a stored value uncompressed, from its header alone (never detoasted).
+int64 stored_size(Datum value);
+
+struct EndpointFacts {
+  bool exists = false;
+  bool may_send = false;
+  bool has_max_pending = false;
+  int64 max_pending = 0;
+  bool ordered = false;
+};
+// The endpoint's row read by its primary key with the statement's snapshot (no send
+// right: may_send stays false). Call inside pg_call.
+void read_endpoint(Datum endpoint, EndpointFacts& facts);
+
+// event_type or ordering_key: 1 to 200 characters (and no control character for
+// event_type, which travels in a header); throws SqlError (22023).
+void check_key_text(Datum value, const char* name, bool no_control_characters);
+
+// Whether max_pending undelivered messages of the endpoint are in the queue, counted
+// from its rows (before the worker has counted the endpoint).
+bool at_max_pending(const std::string& endpoint, int64 max_pending, Oid owner);
+// The id of the endpoint's message with this idempotency key still in the queue, or 0.
+int64 queued_with_key(Datum endpoint, Datum key, Oid owner);
+// max_pending's refusal (54000).
+void refuse_full(const std::string& endpoint, int64 max_pending);
+
+}  // namespace pg_outbox::pg::enqueue
