@@ -37,6 +37,7 @@ GRANT EXECUTE ON FUNCTION
     outbox.revoke_send(text, name),
     outbox.subscribe(text, text[]),
     outbox.unsubscribe(text, text[]),
+    outbox.replay(text, timestamptz, timestamptz, text),
     dlq.requeue(bigint, jsonb),
     dlq.requeue_all(text, text, timestamptz),
     dlq.discard(bigint, text)

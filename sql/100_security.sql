@@ -41,6 +41,7 @@ GRANT EXECUTE ON FUNCTION
     outbox.purge(interval), outbox.metrics(), outbox.worker_status(), outbox.message(bigint),
     outbox.grant_send(text, name), outbox.revoke_send(text, name),
     outbox.subscribe(text, text[]), outbox.unsubscribe(text, text[]),
+    outbox.replay(text, timestamptz, timestamptz, text),
     dlq.requeue(bigint, jsonb), dlq.requeue_all(text, text, timestamptz), dlq.discard(bigint, text)
   TO regress_sec_operator;
 GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages, outbox.endpoint_stats,

@@ -44,6 +44,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 --       outbox.revoke_consume(text, name),
 --       outbox.subscribe(text, text[]),
 --       outbox.unsubscribe(text, text[]),
+--       outbox.replay(text, timestamptz, timestamptz, text),
 --       dlq.requeue(bigint, jsonb),
 --       dlq.requeue_all(text, text, timestamptz),
 --       dlq.discard(bigint, text)

@@ -1,0 +1,99 @@
+------------------------------------------------------------------------------------------
+-- Replay (docs/delivery.md, Replay): the messages delivered to an endpoint in a window
+-- of time, sent again from the history
+------------------------------------------------------------------------------------------
+
+-- How far back the history of delivered messages is sure to go: pg_outbox.sent_retention
+-- back from now, or the start of the oldest partition if that is later (a retention
+-- raised recently); NULL when the retention is 0 (no history is kept).
+CREATE OR REPLACE FUNCTION outbox._history_start()
+    RETURNS timestamptz
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_retention interval := current_setting('pg_outbox.sent_retention')::interval;  -- '1d', '90s', '0'...
+    v_oldest timestamptz;
+BEGIN
+    IF v_retention = interval '0' THEN
+        RETURN NULL;
+    END IF;
+    SELECT min(p.from_at) INTO v_oldest FROM outbox._history_partitions() p;
+    RETURN greatest(now() - v_retention, v_oldest);
+END
+$fn$;
+
+-- Re-sends the messages delivered to endpoint with since <= sent_at < until (and of
+-- event_type, when given) that are still in the history, as new messages with their
+-- original webhook-id (as dlq.requeue keeps it: the original idempotency key, or its
+-- msg_<instance>_<id>), in the order they were delivered (sent_at, then id): on an
+-- ordered endpoint each key's replayed messages follow one another in that order.  One
+-- whose webhook-id is still queued at the endpoint is not queued twice.  Like a requeue
+-- it is an operator's decision: max_pending does not refuse it.  Returns how many were
+-- queued.  Errors: NULL arguments 22004; unknown endpoint 42704; since later than until,
+-- or a window that starts before the history (the error says where it starts) 22023;
+-- no history kept (sent_retention = 0) 55000.
+CREATE OR REPLACE FUNCTION outbox.replay(endpoint text, since timestamptz, until timestamptz DEFAULT now(),
+                                         event_type text DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_start    timestamptz;
+    v_instance text;
+    v_legacy   bigint;
+    v_count    bigint;
+BEGIN
+    PERFORM outbox._sending_endpoint(replay.endpoint);
+    IF replay.since IS NULL OR replay.until IS NULL THEN
+        RAISE EXCEPTION 'since and until must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF replay.since > replay.until THEN
+        RAISE EXCEPTION 'since must not be later than until' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_start := outbox._history_start();
+    IF v_start IS NULL THEN
+        RAISE EXCEPTION 'no history to replay: pg_outbox.sent_retention is 0'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'Delivered messages are deleted at once, so none can be sent again.',
+                  HINT = 'Set pg_outbox.sent_retention to keep delivered messages for a while.';
+    END IF;
+    IF replay.since < v_start THEN
+        RAISE EXCEPTION 'the window starts before the history: it goes back to %', v_start
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('Delivered messages are kept for pg_outbox.sent_retention (%s); since is %s.',
+                                  current_setting('pg_outbox.sent_retention'), replay.since),
+                  HINT = 'Replay from that moment on, or raise pg_outbox.sent_retention for the future.';
+    END IF;
+
+    -- KEY SHARE: a concurrent drop_endpoint waits, so the new messages are never orphaned.
+    PERFORM 1 FROM outbox.endpoints e WHERE e.name = replay.endpoint FOR KEY SHARE;
+    SELECT i.id, i.legacy_below INTO v_instance, v_legacy FROM outbox._instance() i;
+    -- The window's partitions only (pruned by sent_at); the ids are drawn in the
+    -- history's order, which the commit order of an ordered endpoint follows.  A
+    -- webhook-id delivered twice in the window (replayed before) is queued once, and one
+    -- still queued is left alone: filtered here rather than by ON CONFLICT, whose
+    -- speculative insertion costs a third more per row.  A message with the same key
+    -- queued by a concurrent transaction meanwhile makes the replay fail (23505), whole.
+    INSERT INTO outbox.messages AS m (endpoint, event_type, payload, headers, ordering_key, idempotency_key)
+    SELECT r.endpoint, r.event_type, r.payload, r.headers, r.ordering_key, r.webhook_id
+      FROM (SELECT DISTINCT ON (w.webhook_id) w.*
+              FROM (SELECT h.*, coalesce(h.idempotency_key,
+                                         CASE WHEN h.id < v_legacy THEN 'msg_' || h.id
+                                              ELSE 'msg_' || v_instance || '_' || h.id END) AS webhook_id
+                      FROM outbox.history h
+                     WHERE h.endpoint = replay.endpoint
+                       AND h.sent_at >= replay.since AND h.sent_at < replay.until
+                       AND (replay.event_type IS NULL OR h.event_type = replay.event_type)) w
+             ORDER BY w.webhook_id, w.sent_at, w.id) r
+     WHERE NOT EXISTS (SELECT FROM outbox.messages q
+                        WHERE q.endpoint = r.endpoint AND q.idempotency_key = r.webhook_id)
+     ORDER BY r.sent_at, r.id;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END
+$fn$;
+COMMENT ON FUNCTION outbox.replay(text, timestamptz, timestamptz, text) IS
+    'sends again the messages delivered to an endpoint in [since, until) that are still in the history, with their webhook-ids; returns how many';

@@ -1,0 +1,72 @@
+--
+-- Replay (docs/delivery.md, Replay): the messages delivered to an endpoint in a window,
+-- sent again from the history with their webhook-ids, in their delivery order; windows
+-- before the history and bad input refused with nothing changed.
+--
+\set SHOW_CONTEXT never
+TRUNCATE outbox.messages, dlq.dead_letters RESTART IDENTITY;
+DELETE FROM outbox.endpoints;
+DELETE FROM outbox.history;
+
+SELECT outbox.create_endpoint('feed', url => 'http://127.0.0.1:8080/hooks/feed', ordered => true);
+SELECT outbox.create_endpoint('other', url => 'http://127.0.0.1:8080/hooks/other');
+SELECT outbox.pause_endpoint('feed');
+SELECT outbox.pause_endpoint('other');
+
+-- A delivered history (as the worker writes it), ids deliberately not in sent_at order.
+INSERT INTO outbox.history (id, endpoint, event_type, payload, headers, ordering_key, idempotency_key,
+                            attempts, last_http_status, created_at, sent_at)
+VALUES (101, 'feed', 'order.created', '{"n": 1}', NULL, 'k', NULL, 1, 200, now() - interval '3 hours', now() - interval '2 hours'),
+       (105, 'feed', 'order.created', '{"n": 2}', NULL, 'k', 'key-2', 1, 200, now() - interval '3 hours', now() - interval '80 minutes'),
+       (103, 'feed', 'order.paid',    '{"n": 3}', '{"X-A": "b"}', 'k', NULL, 2, 200, now() - interval '3 hours', now() - interval '70 minutes'),
+       (104, 'feed', 'order.created', '{"n": 4}', NULL, NULL, NULL, 1, 200, now() - interval '3 hours', now() - interval '10 minutes'),
+       (102, 'other', 'order.created', '{"n": 5}', NULL, NULL, NULL, 1, 200, now() - interval '3 hours', now() - interval '75 minutes');
+
+-- The window [90 min ago, 5 min ago): n = 2, 3, 4 of feed, in delivery order, with their
+-- webhook-ids (the key, or msg_<instance>_<id>).
+SELECT outbox.replay('feed', now() - interval '90 minutes', now() - interval '5 minutes');
+SELECT m.id, m.endpoint, m.event_type, m.payload, m.headers, m.ordering_key,
+       m.idempotency_key = CASE h.id WHEN 105 THEN 'key-2' ELSE (SELECT 'msg_' || i.id || '_' || h.id FROM outbox._instance() i) END
+           AS original_webhook_id,
+       m.attempts, m.ordering_seq IS NULL AS head_of_its_key
+  FROM outbox.messages m JOIN outbox.history h ON h.payload = m.payload AND h.endpoint = m.endpoint
+ ORDER BY m.id;
+-- Again while they are queued: nothing twice.
+SELECT outbox.replay('feed', now() - interval '90 minutes', now() - interval '5 minutes');
+DELETE FROM outbox.messages;
+-- An event type; the default until (now); another endpoint's window.
+SELECT outbox.replay('feed', now() - interval '90 minutes', event_type => 'order.created');
+SELECT endpoint, payload FROM outbox.messages ORDER BY id;
+DELETE FROM outbox.messages;
+SELECT outbox.replay('other', now() - interval '23 hours');
+SELECT endpoint, payload FROM outbox.messages ORDER BY id;
+DELETE FROM outbox.messages;
+-- An empty window is not an error.
+SELECT outbox.replay('feed', now() - interval '1 minute', now() - interval '1 minute');
+
+-- Bad input: nothing queued.
+SELECT outbox.replay('nowhere', now() - interval '1 hour');
+\echo :SQLSTATE
+SELECT outbox.replay(NULL, now() - interval '1 hour');
+\echo :SQLSTATE
+SELECT outbox.replay('feed', NULL);
+\echo :SQLSTATE
+SELECT outbox.replay('feed', now() - interval '1 hour', NULL);
+\echo :SQLSTATE
+SELECT outbox.replay('feed', now() - interval '1 hour', now() - interval '2 hours');
+\echo :SQLSTATE
+-- Before the history (pg_outbox.sent_retention is 1 day here): the error says where the
+-- history starts (the time shown as <start>).
+DO $$
+BEGIN
+    PERFORM outbox.replay('feed', now() - interval '2 days');
+EXCEPTION WHEN invalid_parameter_value THEN
+    RAISE NOTICE '% | % | start is a day ago: %', regexp_replace(SQLERRM, 'to .*$', 'to <start>'), SQLSTATE,
+        substring(SQLERRM FROM 'goes back to (.*)$')::timestamptz = now() - interval '1 day';
+END
+$$;
+SELECT count(*) AS queued FROM outbox.messages;
+
+-- Cleanup.
+DELETE FROM outbox.history;
+DELETE FROM outbox.endpoints;

@@ -1,0 +1,132 @@
+#!/usr/bin/perl
+# Replay (docs/delivery.md, Replay), judged from what the receiver got:
+#  - a window of an endpoint's delivered messages is sent again: exactly the messages
+#    delivered in it, each with its original webhook-id (an idempotency key, or
+#    msg_<instance>_<id>) and body, and nothing delivered outside it;
+#  - on an ordered endpoint the replayed key's messages arrive in their original order;
+#  - a window that starts before the history is refused, saying where it starts; with
+#    pg_outbox.sent_retention = 0 there is nothing to replay (55000);
+#  - a restart while replayed messages are being delivered loses none of them;
+#  - 100,000 retained messages are replayed by one statement (the rate is printed).
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep time);
+
+my $node = new_outbox_node(
+	'replay',
+	'pg_outbox.sent_retention' => '1h',
+	'pg_outbox.backoff_base'   => '20ms',
+	'pg_outbox.backoff_max'    => '100ms');
+sql($node, 'CREATE EXTENSION pg_outbox');
+wait_for_worker($node);
+my $recv = start_receiver();
+endpoint($node, $recv, 'plain',   '/hooks/plain');
+endpoint($node, $recv, 'ordered', '/hooks/ordered', ordered => 'true');
+ok(wait_sql($node, 'SELECT count(*) > 0 FROM outbox._history_partitions()'), 'the worker made history partitions');
+
+sub delivered
+{
+	return wait_sql($node, 'SELECT NOT EXISTS (SELECT FROM outbox.messages)');
+}
+
+# {n => [webhook-ids in arrival order]} and the n's in arrival order, at a path.
+sub arrivals
+{
+	my ($path) = @_;
+	my (%ids, @order);
+	for my $r (@{ $recv->requests(path => $path) })
+	{
+		my ($n) = $r->{body} =~ /"n":\s*(\d+)/;
+		push @{ $ids{$n} }, $r->{headers}{'webhook-id'};
+		push @order, $n;
+	}
+	return (\%ids, \@order);
+}
+
+# 1. Deliveries before, in and after the window.
+sql($node, q{SELECT outbox.enqueue('plain', '{"n": 0}')});
+ok(delivered(), 'one message before the window delivered');
+my $t0 = sql($node, 'SELECT clock_timestamp()');
+sql($node, q{
+	SELECT outbox.enqueue('plain', jsonb_build_object('n', n),
+	                      idempotency_key => CASE WHEN n % 2 = 0 THEN 'key-' || n END)
+	  FROM generate_series(1, 10) n});
+sql($node, q{
+	SELECT outbox.enqueue('ordered', jsonb_build_object('n', n), ordering_key => 'k')
+	  FROM generate_series(1, 10) n});
+ok(delivered(), 'the window\'s messages delivered');
+my $t1 = sql($node, 'SELECT clock_timestamp()');
+sql($node, q{SELECT outbox.enqueue('plain', jsonb_build_object('n', n)) FROM generate_series(11, 15) n});
+ok(delivered(), 'messages after the window delivered');
+my ($first_ids) = arrivals('/hooks/plain');
+my ($first_ordered, $first_order) = arrivals('/hooks/ordered');
+is(join(',', @$first_order), join(',', 1 .. 10), 'ordered: first delivery in order');
+
+# 2. Replay of the window: exactly its 10 messages, with their webhook-ids.
+is(sql($node, "SELECT outbox.replay('plain', '$t0', '$t1')"), 10, 'replay queued the window\'s 10 messages');
+ok($recv->wait_requests('/hooks/plain', 26), 'the receiver got them');
+ok(delivered(), 'replayed messages delivered');
+my ($ids) = arrivals('/hooks/plain');
+is(scalar(grep { @{ $ids->{$_} } == 2 } 1 .. 10), 10, 'each message of the window arrived a second time');
+is(scalar(grep { @{ $ids->{$_} } == 1 } 0, 11 .. 15), 6, 'nothing outside the window came again');
+is(scalar(grep { $ids->{$_}[0] eq $ids->{$_}[1] } 1 .. 10), 10, 'each with its original webhook-id');
+is(scalar(grep { $ids->{$_}[0] eq "key-$_" } 2, 4, 6, 8, 10), 5, '(the idempotency key where it had one)');
+
+# 3. An ordered endpoint: the replayed key in its original order.
+is(sql($node, "SELECT outbox.replay('ordered', '$t0')"), 10, 'replay of the ordered endpoint');
+ok($recv->wait_requests('/hooks/ordered', 20), 'the receiver got them');
+my ($ordered_ids, $ordered_order) = arrivals('/hooks/ordered');
+is(join(',', @$ordered_order[10 .. 19]), join(',', 1 .. 10), 'replayed in the original order');
+is(scalar(grep { $ordered_ids->{$_}[0] eq $ordered_ids->{$_}[1] } 1 .. 10), 10, 'with the original webhook-ids');
+
+# 4. Refused windows.
+my ($rc, $out, $err) = $node->psql('postgres', q{SELECT outbox.replay('plain', now() - interval '2 hours')});
+like($err, qr/the window starts before the history: it goes back to \d{4}-/, 'a window before the history is refused');
+my $start = sql($node, 'SELECT outbox._history_start() > now() - interval \'1 hour 1 second\'');
+is($start, 't', 'the history starts no earlier than the retention');
+sql($node, q{ALTER SYSTEM SET pg_outbox.sent_retention = 0});
+sql($node, q{SELECT pg_reload_conf()});
+ok(wait_sql($node, q{SELECT current_setting('pg_outbox.sent_retention') = '0'}), 'retention 0');
+($rc, $out, $err) = $node->psql('postgres', qq{SELECT outbox.replay('plain', '$t0')},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/55000: no history to replay: pg_outbox.sent_retention is 0/, 'no history kept: refused (55000)');
+sql($node, q{ALTER SYSTEM RESET pg_outbox.sent_retention});
+sql($node, q{SELECT pg_reload_conf()});
+ok(wait_sql($node, q{SELECT current_setting('pg_outbox.sent_retention') = '1h'}), 'retention back');
+
+# 5. A restart while the replayed messages go out: none lost.
+$recv->add_rule(path => '/hooks/plain', status => 200, delay_ms => 200, times => 5);
+is(sql($node, "SELECT outbox.replay('plain', '$t0', '$t1')"), 10, 'replayed again');
+$recv->wait_requests('/hooks/plain', 28);
+$node->restart;
+ok(delivered(), 'all delivered after the restart');
+($ids) = arrivals('/hooks/plain');
+is(scalar(grep { @{ $ids->{$_} } >= 3 && $ids->{$_}[2] eq $ids->{$_}[0] } 1 .. 10), 10,
+	'every replayed message arrived, with its webhook-id');
+
+# 6. 100,000 retained messages in one statement.
+sql($node, q{SELECT outbox.create_endpoint('bulk', url => 'http://127.0.0.1:1/never', ordered => true)});
+sql($node, q{SELECT outbox.pause_endpoint('bulk')});
+sql($node, q{
+	INSERT INTO outbox.history (id, endpoint, event_type, payload, ordering_key, attempts, last_http_status,
+	                            created_at, sent_at)
+	SELECT 10000000 + n, 'bulk', 'order.created', jsonb_build_object('n', n, 'pad', repeat('x', 100)),
+	       'k' || (n % 100), 1, 200, now(), greatest(now() - interval '1 second' * (n % 60),
+	                                                 (SELECT max(from_at) FROM outbox._history_partitions()
+	                                                   WHERE from_at <= now()))
+	  FROM generate_series(1, 100000) n});
+my $t = time;
+is(sql($node, q{SELECT outbox.replay('bulk', (SELECT max(from_at) FROM outbox._history_partitions() WHERE from_at <= now()))}),
+	100000, '100,000 replayed in one statement');
+my $rate = 100000 / (time - $t);
+diag(sprintf('replay: 100,000 messages in %.2f s (%.0f messages/s, with their commit)', time - $t, $rate));
+is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'bulk' AND ordering_seq IS NULL}), 100,
+	'one head per key, the others behind it');
+
+done_testing();
