@@ -241,9 +241,10 @@ PG_OUTBOX_FUNCTION(pg_outbox_publish) {
     release_all(subscribers);
   } else {
     std::vector<enqueue::RowValues> rows(subscribers.size());
-    const int64 first = next_message_id();
-    const std::string webhook_id = "msg_" + instance_id(owner) + "_" + std::to_string(first);
-    const Datum shared_key = pg_call([&] { return text_datum(webhook_id); });
+    // One subscriber: its message's own webhook-id is the event's; nothing to share.
+    const int64 first = rows.size() > 1 ? next_message_id() : 0;
+    const Datum shared_key =
+        rows.size() > 1 ? text_datum("msg_" + instance_id(owner) + "_" + std::to_string(first)) : Datum(0);
     auto argument = [&](int n) {
       NullableDatum value;
       value.isnull = PG_ARGISNULL(n);
