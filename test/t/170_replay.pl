@@ -121,11 +121,18 @@ sql($node, q{
 	                                                 (SELECT max(from_at) FROM outbox._history_partitions()
 	                                                   WHERE from_at <= now()))
 	  FROM generate_series(1, 100000) n});
+my $session = $node->background_psql('postgres');
+$session->query_safe('BEGIN');
 my $t = time;
-is(sql($node, q{SELECT outbox.replay('bulk', (SELECT max(from_at) FROM outbox._history_partitions() WHERE from_at <= now()))}),
+is($session->query_safe(
+		q{SELECT outbox.replay('bulk', (SELECT max(from_at) FROM outbox._history_partitions() WHERE from_at <= now()))}),
 	100000, '100,000 replayed in one statement');
-my $rate = 100000 / (time - $t);
-diag(sprintf('replay: 100,000 messages in %.2f s (%.0f messages/s, with their commit)', time - $t, $rate));
+my $t_statement = time;
+$session->query_safe('COMMIT');
+my $t_commit = time;
+$session->quit;
+diag(sprintf('replay of 100,000 messages: the statement %.2f s (%.0f messages/s), the commit (their keys\' order) %.2f s',
+	$t_statement - $t, 100000 / ($t_statement - $t), $t_commit - $t_statement));
 is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'bulk' AND ordering_seq IS NULL}), 100,
 	'one head per key, the others behind it');
 

@@ -124,7 +124,7 @@ bool is_ordered(const std::string& endpoint) {
 // of their numbers if they came with one (a restored dump: its head first), then of
 // their ids; the first that still exists (a savepoint may have taken one back) is the
 // head if the key has none, the others follow it, numbered in that order. The cost is
-// one look at each key's heads and one UPDATE per follower.
+// one look at each key's heads and existing messages, and one UPDATE for its followers.
 void place_sorted(const std::vector<Entry>& batch);
 
 void place(std::vector<Entry> batch) {
@@ -138,16 +138,24 @@ void place(std::vector<Entry> batch) {
   with_spi([&] { place_sorted(batch); });
 }
 
-// place() for a batch sorted by key, with SPI connected.
+// place() for a batch sorted by key, with SPI connected. Per key: one look at which of
+// its messages still exist, then one UPDATE that numbers all its followers in order (a
+// bulk INSERT of keyed rows, a requeue_all or a replay, places thousands at once).
 void place_sorted(const std::vector<Entry>& batch) {
+  static Statement existing("SELECT m.id FROM outbox.messages m WHERE m.id = ANY ($1)", {INT8ARRAYOID});
+  static Statement unnumber("UPDATE outbox.messages m SET ordering_seq = NULL WHERE m.id = ANY ($1)", {INT8ARRAYOID});
+  // The numbers are drawn in the order of the array: the subquery is sorted before its
+  // volatile column is computed.
   static Statement number(R"sql(
-    UPDATE outbox.messages m SET ordering_seq = CASE WHEN $2 THEN nextval('outbox.commit_order'::regclass) END
-     WHERE m.id = $1 RETURNING 1
+    UPDATE outbox.messages m SET ordering_seq = s.seq
+      FROM (SELECT u.id, nextval('outbox.commit_order'::regclass) AS seq
+              FROM unnest($1::bigint[]) WITH ORDINALITY AS u(id, i) ORDER BY u.i) s
+     WHERE m.id = s.id
   )sql",
-                          {INT8OID, BOOLOID});
-  static Statement exists("SELECT 1 FROM outbox.messages m WHERE m.id = $1", {INT8OID});
+                          {INT8ARRAYOID});
   std::string ordered_endpoint;  // the last endpoint found ordered, and whether it was
   bool ordered = false;
+  std::vector<int64_t> heads_with_numbers;  // heads that came with a number: it goes
   for (size_t first = 0; first < batch.size();) {
     size_t end = first;
     while (end < batch.size() && batch[end].endpoint == batch[first].endpoint && batch[end].key == batch[first].key)
@@ -156,19 +164,39 @@ void place_sorted(const std::vector<Entry>& batch) {
       ordered_endpoint = batch[first].endpoint;
       ordered = is_ordered(ordered_endpoint);
     }
-    std::unordered_set<int64_t> placing;
-    for (size_t i = first; i < end; ++i) placing.insert(batch[i].id);
-    bool follow = ordered && has_head(batch[first].endpoint, batch[first].key, placing);
-    for (size_t i = first; i < end; ++i) {
-      // A head that came without a number needs no write; anyone else gets one.
-      const Datum id = Int64GetDatum(batch[i].id);
-      const bool there = follow || batch[i].preset ? number.run_latest({id, BoolGetDatum(follow)}).size() > 0
-                                                   : exists.run_latest({id}).size() > 0;
-      ordered_ids.insert(batch[i].id);
-      if (there) follow = ordered;  // the others go behind it
+    for (size_t i = first; i < end; ++i) ordered_ids.insert(batch[i].id);
+    if (!ordered) {
+      // No order to keep: only a number the row came with goes.
+      for (size_t i = first; i < end; ++i)
+        if (batch[i].preset) heads_with_numbers.push_back(batch[i].id);
+      first = end;
+      continue;
     }
+    std::unordered_set<int64_t> placing;
+    std::vector<int64_t> ids;
+    for (size_t i = first; i < end; ++i) {
+      placing.insert(batch[i].id);
+      ids.push_back(batch[i].id);
+    }
+    bool follow = has_head(batch[first].endpoint, batch[first].key, placing);
+    Rows there = existing.run_latest({int8_array(ids)});
+    std::unordered_set<int64_t> exist;
+    for (size_t r = 0; r < there.size(); ++r) exist.insert(there.int64(r, 0));
+    std::vector<int64_t> followers;
+    for (size_t i = first; i < end; ++i) {
+      if (exist.count(batch[i].id) == 0) continue;  // taken back by a savepoint
+      if (follow) {
+        followers.push_back(batch[i].id);
+      } else {
+        // The key's head: one that came without a number needs no write.
+        if (batch[i].preset) heads_with_numbers.push_back(batch[i].id);
+        follow = true;  // the others go behind it
+      }
+    }
+    if (!followers.empty()) number.run_latest({int8_array(followers)});
     first = end;
   }
+  if (!heads_with_numbers.empty()) unnumber.run_latest({int8_array(heads_with_numbers)});
 }
 
 }  // namespace
