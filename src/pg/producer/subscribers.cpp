@@ -5,6 +5,7 @@
 // before looking at the cache) and forgets what it knew.
 #include "pg/producer/subscribers.hpp"
 
+#include "core/event_patterns.hpp"
 #include "pg/boundary/boundary.hpp"
 #include "pg/boundary/spi.hpp"
 #include "pg/boundary/trigger_data.hpp"
@@ -56,13 +57,6 @@ Oid subscriptions_relid() {
 
 }  // namespace
 
-std::vector<std::string> patterns_matching(const std::string& event_type) {
-  std::vector<std::string> patterns{event_type};
-  for (size_t dot = event_type.find('.'); dot != std::string::npos; dot = event_type.find('.', dot + 1))
-    if (dot > 0) patterns.push_back(event_type.substr(0, dot) + ".*");
-  return patterns;
-}
-
 std::vector<std::string> subscribers_of(const std::string& event_type, Oid owner) {
   const Oid relid = pg_call([] { return subscriptions_relid(); });
   if (cache.relid != relid) {
@@ -80,7 +74,7 @@ std::vector<std::string> subscribers_of(const std::string& event_type, Oid owner
   std::vector<std::string> endpoints;
   as_owner(owner, [&] {
     with_spi([&] {
-      const Datum patterns = text_array(patterns_matching(event_type));
+      const Datum patterns = text_array(core::patterns_matching(event_type));
       Rows rows = lookup.run({patterns}, Statement::Visibility::kReadOnly);
       for (size_t i = 0; i < rows.size(); ++i) endpoints.push_back(rows.text(i, 0));
     });

@@ -11,10 +11,6 @@
 
 namespace pg_outbox::pg {
 
-// The patterns that match an event type: itself, and "<prefix>.*" for each prefix of it
-// that ends before a dot ("a.b.c": "a.b.c", "a.*", "a.b.*").
-std::vector<std::string> patterns_matching(const std::string& event_type);
-
 // The endpoints subscribed to the event type, by name. `owner`: the extension's owner,
 // who reads the table.
 std::vector<std::string> subscribers_of(const std::string& event_type, Oid owner);
