@@ -140,6 +140,22 @@ SELECT outbox.publish('user.created', '{"user": 2}');
 SELECT count(*) FROM outbox.subscriptions;
 \echo :SQLSTATE
 RESET ROLE;
+-- The right is judged for the role that really calls: a SECURITY DEFINER function of a
+-- role without it, run by a superuser, is refused.
+SET client_min_messages = warning;
+DROP ROLE IF EXISTS regress_publisher_b;
+RESET client_min_messages;
+CREATE ROLE regress_publisher_b;
+GRANT USAGE ON SCHEMA outbox TO regress_publisher_b;
+GRANT EXECUTE ON FUNCTION outbox.publish(text, jsonb, jsonb, text, text, timestamptz) TO regress_publisher_b;
+CREATE FUNCTION public.publish_as_b() RETURNS bigint LANGUAGE sql SECURITY DEFINER
+    AS $$ SELECT outbox.publish('user.deleted', '{"user": "via b"}') $$;
+ALTER FUNCTION public.publish_as_b() OWNER TO regress_publisher_b;
+SELECT public.publish_as_b();
+\echo :SQLSTATE
+DROP FUNCTION public.publish_as_b();
+DROP OWNED BY regress_publisher_b;
+DROP ROLE regress_publisher_b;
 SELECT endpoint, payload FROM outbox.messages WHERE event_type LIKE 'user.%' ORDER BY id;
 
 -- Cleanup.
