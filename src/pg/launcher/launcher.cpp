@@ -245,6 +245,7 @@ void start_worker(KnownDatabase* db) {
     memset(reinterpret_cast<char*>(&slot) + offset, 0, sizeof slot - offset);
     slot.generation = generation;
     strlcpy(slot.state, "starting", sizeof slot.state);
+    pg_atomic_write_u64(&slot.unmatched_publishes, 0);  // a counter of the database before (atomic: before the lock)
   }
   id.generation = ++slot.generation;
   slot.starting = true;
