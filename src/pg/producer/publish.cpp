@@ -105,7 +105,7 @@ bool insert_keyed(FunctionCallInfo fcinfo, const std::string& endpoint, Timestam
     RETURNING m.id
   )sql",
                           {TEXTOID, TEXTOID, JSONBOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID});
-  const Datum name = pg_call([&] { return text_datum(endpoint); });
+  const Datum name = text_datum(endpoint);
   for (int i = 0; i < 3; ++i) {
     std::vector<Datum> args{name};
     std::string nulls = " ";
@@ -185,7 +185,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_publish) {
   for (std::string& name : subscribers_of(event_type, owner)) {
     Subscriber s;
     s.name = std::move(name);
-    const Datum datum = pg_call([&] { return text_datum(s.name); });
+    const Datum datum = text_datum(s.name);
     pg_call([&] { read_endpoint(datum, s.facts); });
     if (s.facts.exists) subscribers.push_back(std::move(s));  // dropped since the lookup: not a subscriber
   }
@@ -220,7 +220,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_publish) {
       }
       // A retried publish of an event already queued there is not new work.
       if (keyed) {
-        const Datum name = pg_call([&] { return text_datum(s.name); });
+        const Datum name = text_datum(s.name);
         if (queued_with_key(name, PG_GETARG_DATUM(kIdempotencyKey), owner) != 0) {
           s.done = true;
           continue;
@@ -254,7 +254,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_publish) {
     for (size_t i = 0; i < subscribers.size(); ++i) {
       enqueue::RowValues& row = rows[i];
       row.id = i == 0 ? first : 0;
-      row.endpoint.value = pg_call([&] { return text_datum(subscribers[i].name); });
+      row.endpoint.value = text_datum(subscribers[i].name);
       row.endpoint.isnull = false;
       row.event_type = argument(kEventType);
       row.payload = argument(kPayload);
