@@ -17,6 +17,15 @@ declare -A R
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 spread() { sort -g | awk '{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "%.2f %.2f %.2f", m, a[1], a[NR]}'; }
 
+# TPS of pgbench running $work/$1.sql: 4 clients, ROUND_SECONDS (cases 1 and 7).
+tps() {
+  local t
+  t=$(as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -T "$ROUND_SECONDS" \
+        -f "$work/$1.sql" bench 2>"$work/pgbench_$1.log" | awk '/^tps/ {printf "%.0f\n", $3}')
+  [ -n "$t" ] || { echo "pgbench $1 failed:" >&2; cat "$work/pgbench_$1.log" >&2; return 1; }
+  echo "$t"
+}
+
 case_1() {
   log "1. enqueue overhead (pgbench, synchronous_commit = on, 4 clients, $ROUNDS interleaved rounds of $ROUND_SECONDS s per variant, endpoint paused)"
   # The same business transaction with and without the enqueue (same round trips).
@@ -34,13 +43,6 @@ case_1() {
   # paused endpoint: nothing reads while producers run), the same payload as text.
   printf '\\set c random(1, 100000)\nBEGIN;\nINSERT INTO orders (customer, amount) VALUES (:c, 10);\nSELECT pgq.insert_event('"'bench_insert'"', '"'order.created'"', jsonb_build_object('"'customer'"', :c, '"'amount'"', 10)::text);\nCOMMIT;\n' >"$work/pgq.sql"
   chmod 644 "$work"/*.sql
-  tps() {
-    local t
-    t=$(as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -T "$ROUND_SECONDS" \
-          -f "$work/$1.sql" bench 2>"$work/pgbench_$1.log" | awk '/^tps/ {printf "%.0f\n", $3}')
-    [ -n "$t" ] || { echo "pgbench $1 failed:" >&2; cat "$work/pgbench_$1.log" >&2; return 1; }
-    echo "$t"
-  }
   # Interleaved: each round runs every variant once, odd rounds in this order, even
   # rounds in the reverse one, so that a drift of the machine (or the tables' growth)
   # falls on all of them alike. The ratios are taken within each round; the table gives
@@ -164,10 +166,59 @@ case_6() {
   R[ordered]=$(drain_case ordered 1000)
 }
 
+case_7() {
+  log "7. publish to 1 and to 5 subscribers beside enqueue (pgbench, 4 clients, $ROUNDS interleaved rounds of $ROUND_SECONDS s, endpoints paused)"
+  bench_sql -c "SELECT outbox.create_endpoint('parked' || i, url => 'http://127.0.0.1:$NGINX_PORT/parked')
+                  FROM generate_series(2, 5) i" -c "SELECT outbox.pause_endpoint('parked' || i) FROM generate_series(2, 5) i" \
+    -c "SELECT outbox.subscribe('parked', ARRAY['order.one', 'order.five'])" \
+    -c "SELECT outbox.subscribe('parked' || i, ARRAY['order.five']) FROM generate_series(2, 5) i" >/dev/null
+  for v in enqueue:"outbox.enqueue('parked', jsonb_build_object('customer', :c, 'amount', 10), event_type => 'order.one')" \
+    pub1:"outbox.publish('order.one', jsonb_build_object('customer', :c, 'amount', 10))" \
+    pub5:"outbox.publish('order.five', jsonb_build_object('customer', :c, 'amount', 10))"; do
+    printf '\\set c random(1, 100000)\nSELECT %s;\n' "${v#*:}" >"$work/${v%%:*}.sql"
+  done
+  chmod 644 "$work"/*.sql
+  declare -A T t
+  r_pub1=() r_pub5=()
+  for round in $(seq "$ROUNDS"); do
+    order=(enqueue pub1 pub5)
+    ((round % 2)) || order=(pub5 pub1 enqueue)
+    t=()
+    for v in "${order[@]}"; do t[$v]=$(tps "$v"); T[$v]+="${t[$v]} "; done
+    r_pub1+=("$(ratio "${t[pub1]}" "${t[enqueue]}")")
+    r_pub5+=("$(ratio "${t[pub5]}" "${t[enqueue]}")")
+    echo "round $round: enqueue ${t[enqueue]}, publish to 1 ${t[pub1]}, to 5 ${t[pub5]} TPS"
+  done
+  for v in enqueue pub1 pub5; do R[tps_$v]=$(tr ' ' '\n' <<<"${T[$v]}" | grep . | median | xargs printf '%.0f'); done
+  R[r_pub1]=$(printf '%s\n' "${r_pub1[@]}" | spread)
+  R[r_pub5]=$(printf '%s\n' "${r_pub5[@]}" | spread)
+  bench_sql -c "DELETE FROM outbox.messages" -c "SELECT outbox.unsubscribe(name) FROM outbox.endpoints" \
+    -c "SELECT outbox.drop_endpoint('parked' || i) FROM generate_series(2, 5) i" -c "VACUUM outbox.messages" >/dev/null
+}
+
+case_8() {
+  log "8. replay of 100,000 retained messages in one statement (100 ordering keys, endpoint not ordered; then ordered)"
+  bench_sql -c "SELECT outbox.create_endpoint('replayed', url => 'http://127.0.0.1:$NGINX_PORT/replayed')" \
+    -c "SELECT outbox.pause_endpoint('replayed')" \
+    -c "INSERT INTO outbox.history (id, endpoint, event_type, payload, ordering_key, attempts, created_at, sent_at)
+        SELECT -g, 'replayed', 'order.created', jsonb_build_object('order_id', g, 'note', repeat('x', 120)),
+               'k' || (g % 100), 1, now(), now() FROM generate_series(1, 100000) g" >/dev/null
+  replay_s() {  # the statement's seconds and its commit's
+    bench_sql -c "BEGIN" -c "SELECT extract(epoch FROM clock_timestamp())" \
+      -c "SELECT outbox.replay('replayed', now() - interval '1 hour')" -c "SELECT extract(epoch FROM clock_timestamp())" \
+      -c "COMMIT" -c "SELECT extract(epoch FROM clock_timestamp())" -c "DELETE FROM outbox.messages" |
+      awk '/^[0-9]+[.][0-9]+$/ {t[++n] = $1} END {printf "%.2f %.2f\n", t[2] - t[1], t[3] - t[2]}'
+  }
+  R[replay]=$(replay_s)
+  bench_sql -c "SELECT outbox.alter_endpoint('replayed', ordered => true)" >/dev/null
+  R[replay_ordered]=$(replay_s)
+  bench_sql -c "SELECT outbox.drop_endpoint('replayed', force => true)" -c "SELECT outbox.purge('0')" >/dev/null
+}
+
 # Which cases run: all by default; case 2 (the unordered HTTP drain) is the reference of
 # 3b, 5 and 6, and of the later cases, so it runs whenever one of them does. Case 3b
 # compares with case 3 too.
-ALL_CASES="1 2 2b 2c 3 3b 4 5 5b 6"
+ALL_CASES="1 2 2b 2c 3 3b 4 5 5b 6 7 8"
 selected=" ${CASES:-$ALL_CASES} "
 for c in 3b 5 6; do [[ $selected == *" $c "* ]] && selected+=" 2 "; done
 [[ $selected == *" 3b "* ]] && selected+=" 3 "
@@ -180,7 +231,7 @@ done
 source "$(dirname "$0")/setup.sh"
 for c in $ALL_CASES; do want "$c" && "case_$c"; done
 
-http_rate=${R[http]%% *}
+http_rate=${R[http]:-} http_rate=${http_rate%% *}  # case 2 runs only for the cases that compare with it
 sp() { read -r m lo hi <<<"${R[$1]}"; echo "$m ($lo-$hi)"; }  # median (min-max) of a case 1 ratio
 row() { printf '| %-56s | %-48s | %-44s |\n' "$@"; }
 echo
@@ -209,6 +260,17 @@ fi
 want 5 && row "5. HTTP drain with 1M sent + 100k DLQ" "${R[backlog]% *} msg/s, ${R[backlog]#* } ms CPU/1k" \
   "ratio $(ratio "${R[backlog]% *}" "$http_rate") to case 2"
 want 5b && row "5b. metrics() + endpoint_stats" "${R[scrape0]} ms with no history" "${R[scrape10m]} ms with ${R[sent10m]} retained"
+if want 7; then
+  row "7. publish to 1 subscriber" "${R[tps_pub1]} TPS" "enqueue ${R[tps_enqueue]} TPS, ratio $(sp r_pub1)"
+  row "7. publish to 5 subscribers" "${R[tps_pub5]} TPS" "ratio $(sp r_pub5) to enqueue"
+fi
+if want 8; then
+  rate() { awk -v s="$1" 'BEGIN {printf "%.0f", 100000 / s}'; }
+  row "8. replay 100,000 messages, one statement" "$(rate "${R[replay]% *}") msg/s (${R[replay]% *} s)" \
+    "commit ${R[replay]#* } s (not ordered)"
+  row "8. the same on an ordered endpoint (100 keys)" "$(rate "${R[replay_ordered]% *}") msg/s" \
+    "commit ${R[replay_ordered]#* } s (the keys' order placed)"
+fi
 want 6 && row "6. ordered endpoint, 1,000 keys" "${R[ordered]% *} msg/s, ${R[ordered]#* } ms CPU/1k" \
   "ratio $(ratio "${R[ordered]% *}" "$http_rate") to case 2"
 exit 0
