@@ -14,4 +14,5 @@
 \endif
 GRANT USAGE ON SCHEMA outbox, dlq TO :"role";
 GRANT SELECT ON outbox.endpoint_stats, dlq.summary TO :"role";
-GRANT EXECUTE ON FUNCTION outbox._delivery_counters(), outbox.worker_status() TO :"role";
+GRANT EXECUTE ON FUNCTION outbox._delivery_counters(), outbox._unmatched_publishes(), outbox.worker_status()
+    TO :"role";
