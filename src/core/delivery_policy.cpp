@@ -26,6 +26,8 @@ const char* reason_code(DeadReason reason) {
       return "INVALID_MESSAGE";
     case DeadReason::EgressDenied:
       return "EGRESS_DENIED";
+    case DeadReason::AbortedByReceiver:
+      return "ABORTED_BY_RECEIVER";
   }
   return "";
 }

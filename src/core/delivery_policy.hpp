@@ -18,11 +18,13 @@ enum class DeadReason {
   RetryExhausted,
   EndpointDropped,
   InvalidMessage,
-  EgressDenied
+  EgressDenied,
+  AbortedByReceiver  // the answer carried "webhook-delivery: abort"
 };
 
 // The dlq.dead_letters.reason_code text: "HTTP_CLIENT_ERROR", "PAYLOAD_TOO_LARGE",
-// "RETRY_EXHAUSTED", "ENDPOINT_DROPPED", "INVALID_MESSAGE"; "" for None.
+// "RETRY_EXHAUSTED", "ENDPOINT_DROPPED", "INVALID_MESSAGE", "EGRESS_DENIED",
+// "ABORTED_BY_RECEIVER"; "" for None.
 const char* reason_code(DeadReason reason);
 
 struct Outcome {
