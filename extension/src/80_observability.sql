@@ -214,7 +214,7 @@ BEGIN
       FROM outbox.endpoints e
      CROSS JOIN (VALUES ('FAILING'), ('GONE')) r(reason);
     v_out := v_out
-          || E'# HELP pg_outbox_endpoint_retired 1 while the worker keeps the endpoint paused for this reason (FAILING: nothing but failures for pg_outbox.disable_after; GONE: 410 Gone).\n'
+          || E'# HELP pg_outbox_endpoint_retired 1 while the endpoint is paused for this reason by the worker.\n'
           || E'# TYPE pg_outbox_endpoint_retired gauge\n'
           || v_family || CASE WHEN v_family <> '' THEN E'\n' ELSE '' END;
 

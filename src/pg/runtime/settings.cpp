@@ -79,7 +79,7 @@ void define_settings() {
              &settings.breaker_threshold, 10, 1, 1000000, PGC_SIGHUP, 0);
   define_int("pg_outbox.disable_after",
              "How long an endpoint may answer nothing but failures before the worker pauses it (0: never).",
-             &settings.disable_after_s, 5 * 86400, 0, INT_MAX / 1000, PGC_SIGHUP, GUC_UNIT_S);
+             &settings.disable_after_s, 5 * 86400, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
   define_int("pg_outbox.sent_retention", "How long sent messages are kept (0: deleted at once).",
              &settings.sent_retention_s, 86400, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
   define_int("pg_outbox.dlq_retention",

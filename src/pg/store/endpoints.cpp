@@ -93,7 +93,8 @@ RetireResult retire_endpoint(const std::string& endpoint, core::PauseReason reas
               FROM retired r)
   )sql",
                              {TEXTOID, TEXTOID, INT8OID});
-  Rows rows = statement.run({text_datum(endpoint), text_datum(core::pause_reason_name(reason)), Int64GetDatum(since_ms)});
+  Rows rows =
+      statement.run({text_datum(endpoint), text_datum(core::pause_reason_name(reason)), Int64GetDatum(since_ms)});
   if (!rows.boolean(0, 0)) return RetireResult::RowBusy;
   if (rows.is_null(0, 1)) return RetireResult::NotRetired;
   notify(kEventsChannel, rows.text(0, 1));

@@ -65,15 +65,13 @@ void log_retired(WorkerState& state) {
   for (const Retired& r : state.endpoints.take_retired()) {
     pg_call([&] {
       const char* since = timestamp_text(r.why.since_ms);
-      ereport(LOG, (errmsg("pg_outbox: endpoint \"%s\" paused (%s)", r.name.c_str(),
-                           core::pause_reason_name(r.why.reason)),
-                    r.why.reason == core::PauseReason::Gone
-                        ? errdetail("Its receiver answered 410 Gone at %s; that message waits with the others.",
-                                    since)
-                        : errdetail("It has answered nothing but failures since %s (pg_outbox.disable_after).",
-                                    since),
-                    errhint("Its messages wait. Once the receiver is fixed: SELECT outbox.resume_endpoint('%s');",
-                            r.name.c_str())));
+      ereport(LOG,
+              (errmsg("pg_outbox: endpoint \"%s\" paused (%s)", r.name.c_str(), core::pause_reason_name(r.why.reason)),
+               r.why.reason == core::PauseReason::Gone
+                   ? errdetail("Its receiver answered 410 Gone at %s; that message waits with the others.", since)
+                   : errdetail("It has answered nothing but failures since %s (pg_outbox.disable_after).", since),
+               errhint("Its messages wait. Once the receiver is fixed: SELECT outbox.resume_endpoint('%s');",
+                       r.name.c_str())));
     });
   }
 }
