@@ -200,7 +200,7 @@ UPDATE outbox.endpoints SET paused = true, paused_reason = 'FAILING', failing_si
 SELECT endpoint, paused, paused_reason, failing_since <= now() - interval '5 days' AS failing_5_days
   FROM outbox.endpoint_stats WHERE endpoint = 'idle';
 SELECT line FROM regexp_split_to_table(outbox.metrics(), E'\n') AS line
- WHERE line LIKE 'pg_outbox_endpoint_retired{endpoint="idle"%' ORDER BY line;
+ WHERE line LIKE 'pg_outbox_auto_paused{endpoint="idle"%' ORDER BY line;
 -- An operator's pause of a retired endpoint keeps the worker's reason.
 SELECT outbox.pause_endpoint('idle');
 SELECT paused, paused_reason FROM outbox.endpoint_stats WHERE endpoint = 'idle';
@@ -208,7 +208,7 @@ SELECT outbox.resume_endpoint('idle');
 SELECT endpoint, paused, paused_reason, failing_since FROM outbox.endpoint_stats WHERE endpoint = 'idle';
 SELECT resumed_at > now() - interval '1 minute' AS resumed_now FROM outbox.endpoints WHERE name = 'idle';
 SELECT line FROM regexp_split_to_table(outbox.metrics(), E'\n') AS line
- WHERE line LIKE 'pg_outbox_endpoint_retired{endpoint="idle"%' ORDER BY line;
+ WHERE line LIKE 'pg_outbox_auto_paused{endpoint="idle"%' ORDER BY line;
 -- An operator's own pause has no reason.
 SELECT outbox.pause_endpoint('idle');
 SELECT paused, paused_reason FROM outbox.endpoint_stats WHERE endpoint = 'idle';

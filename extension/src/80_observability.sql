@@ -204,9 +204,9 @@ BEGIN
           || E'# TYPE pg_outbox_endpoint_paused gauge\n'
           || v_family || CASE WHEN v_family <> '' THEN E'\n' ELSE '' END;
 
-    -- pg_outbox_endpoint_retired{endpoint,reason}: 1 while the worker keeps the endpoint
+    -- pg_outbox_auto_paused{endpoint,reason}: 1 while the worker keeps the endpoint
     -- paused for that reason (docs/operations.md, Endpoints that retire themselves)
-    SELECT coalesce(string_agg(format('pg_outbox_endpoint_retired{endpoint="%s",reason="%s"} %s',
+    SELECT coalesce(string_agg(format('pg_outbox_auto_paused{endpoint="%s",reason="%s"} %s',
                                       outbox._prom_label(e.name), r.reason,
                                       CASE WHEN e.paused AND e.paused_reason = r.reason THEN 1 ELSE 0 END),
                                E'\n' ORDER BY e.name, r.reason), '')
@@ -214,8 +214,8 @@ BEGIN
       FROM outbox.endpoints e
      CROSS JOIN (VALUES ('FAILING'), ('GONE')) r(reason);
     v_out := v_out
-          || E'# HELP pg_outbox_endpoint_retired 1 while the endpoint is paused for this reason by the worker.\n'
-          || E'# TYPE pg_outbox_endpoint_retired gauge\n'
+          || E'# HELP pg_outbox_auto_paused 1 while the endpoint is paused for this reason by the worker.\n'
+          || E'# TYPE pg_outbox_auto_paused gauge\n'
           || v_family || CASE WHEN v_family <> '' THEN E'\n' ELSE '' END;
 
     RETURN v_out;

@@ -80,9 +80,9 @@ is(sql($node, "SELECT '$e->{since}'::timestamptz = '$since'::timestamptz"), 't',
 	'... and since: the first failure, from before the restart');
 is(sql($node, "SELECT '$e->{paused_at}'::timestamptz - '$since'::timestamptz >= interval '${DISABLE_AFTER_S}s'"),
 	't', '... paused_at no sooner than disable_after after it');
-like(sql($node, 'SELECT outbox.metrics()'), qr/^pg_outbox_endpoint_retired\{endpoint="dead",reason="FAILING"\} 1$/m,
+like(sql($node, 'SELECT outbox.metrics()'), qr/^pg_outbox_auto_paused\{endpoint="dead",reason="FAILING"\} 1$/m,
 	'metrics() shows the endpoint retired for FAILING');
-like(sql($node, 'SELECT outbox.metrics()'), qr/^pg_outbox_endpoint_retired\{endpoint="dead",reason="GONE"\} 0$/m,
+like(sql($node, 'SELECT outbox.metrics()'), qr/^pg_outbox_auto_paused\{endpoint="dead",reason="GONE"\} 0$/m,
 	'... and not for GONE');
 
 my $count_paused = scalar @{ $recv->requests(path => '/hooks/dead') };
@@ -96,7 +96,7 @@ $recv->clear_rules;
 sql($node, q{SELECT outbox.resume_endpoint('dead')});
 is(stats('dead'), 'f|-|f', 'resume_endpoint clears the reason and the failing streak');
 ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($d1)"), '... and the message is delivered');
-like(sql($node, 'SELECT outbox.metrics()'), qr/^pg_outbox_endpoint_retired\{endpoint="dead",reason="FAILING"\} 0$/m,
+like(sql($node, 'SELECT outbox.metrics()'), qr/^pg_outbox_auto_paused\{endpoint="dead",reason="FAILING"\} 0$/m,
 	'... metrics() no longer shows it retired');
 
 # ---------------------------------------------------------------------------
