@@ -10,7 +10,8 @@
 #      after the resume;
 #   3. "webhook-delivery: abort" dead-letters exactly that message as ABORTED_BY_RECEIVER,
 #      whatever the status, and the endpoint's other messages go on;
-#   4. a negative disable_after is refused.
+#   4. an operator's resume wins over a pause the worker decided from an answer before it;
+#   5. a negative disable_after is refused.
 use strict;
 use warnings;
 
@@ -147,7 +148,31 @@ like(sql($node, 'SELECT outbox.metrics()'),
 	qr/^pg_outbox_dead_letters\{endpoint="picky",reason_code="ABORTED_BY_RECEIVER"\} 1$/m, '... counted in metrics()');
 
 # ---------------------------------------------------------------------------
-# 4. Bad input: the GUC machinery refuses a negative disable_after, and 0 is accepted.
+# 4. An operator's resume wins over a pause the worker decided before it: the 410 comes
+#    while an operator's transaction holds the endpoint's row (the worker's pause waits
+#    for the row), and that transaction resumes the endpoint and commits. The endpoint
+#    stays resumed, nothing is announced, and the message goes on.
+$recv->add_rule(path => '/hooks/race', status => 410, times => 1, delay_ms => 1500);
+endpoint($node, $recv, 'race', '/hooks/race');
+my $r1 = sql($node, q{SELECT outbox.enqueue('race', '{"n": 1}')});
+my $operator = $node->background_psql('postgres');
+$operator->query_safe(q{BEGIN; SELECT 1 FROM outbox.endpoints WHERE name = 'race' FOR NO KEY UPDATE});
+ok(wait_until(sub { grep { ($_->{answered} // 0) == 410 } @{ $recv->requests(path => '/hooks/race') } },
+		30, 'the 410'),
+	'the receiver answered 410 while an operator holds the endpoint\'s row');
+sleep 1;    # the worker's settles meanwhile find the row busy
+is(sql($node, q{SELECT paused FROM outbox.endpoints WHERE name = 'race'}), 'f', '... the pause waits for the row');
+$operator->query_safe(q{SELECT outbox.resume_endpoint('race')});
+$operator->query_safe('COMMIT');
+$operator->quit;
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($r1)"),
+	'the operator\'s resume committed after the 410: the message is delivered');
+is(stats('race'), 'f|-|f', '... the endpoint was never paused');
+is(scalar(events_of($listener, 'race')), 0, '... nothing announced');
+is(log_count($node, qr/endpoint "race" paused/), 0, '... nothing logged');
+
+# ---------------------------------------------------------------------------
+# 5. Bad input: the GUC machinery refuses a negative disable_after, and 0 is accepted.
 my ($rc, $out, $err) = $node->psql('postgres', q{ALTER SYSTEM SET pg_outbox.disable_after = '-1s'});
 isnt($rc, 0, 'a negative disable_after is refused');
 like($err, qr/-1 s is outside the valid range for parameter "pg_outbox\.disable_after" \(0 \.\. /,
