@@ -5,6 +5,7 @@
 #      NOTIFY channel pg_outbox_events and logged once; a server restart between its
 #      failures does not reset when it started failing; its message waits, and is
 #      delivered after resume_endpoint, which clears the reason;
+#      an open circuit counts as failing between answers too;
 #   2. a 410 Gone pauses the endpoint at once (GONE): nothing is lost, the message that
 #      got it (its attempt not counted) and the ones enqueued meanwhile are delivered
 #      after the resume;
@@ -53,7 +54,7 @@ sub events_of
 # ---------------------------------------------------------------------------
 # 1. Nothing but failures for disable_after.
 $recv->add_rule(path => '/hooks/dead', status => 500);
-endpoint($node, $recv, 'dead', '/hooks/dead');
+endpoint($node, $recv, 'dead', '/hooks/dead', max_attempts => 1000);    # never exhausted here
 my $d1 = sql($node, q{SELECT outbox.enqueue('dead', '{"n": 1}')});
 ok(wait_sql($node, q{SELECT failing_since IS NOT NULL FROM outbox.endpoint_stats WHERE endpoint = 'dead'}),
 	'the failing endpoint records when it started failing');
@@ -101,6 +102,25 @@ like(sql($node, 'SELECT outbox.metrics()'), qr/^pg_outbox_auto_paused\{endpoint=
 	'... metrics() no longer shows it retired');
 
 # ---------------------------------------------------------------------------
+# 1b. An open circuit counts as failing, between answers too: an endpoint that a worker
+#     finds with its circuit open (its next probe an hour away) and failing for longer
+#     than disable_after, as a restarted server finds one, is paused with no request.
+sql($node, q{BEGIN;
+             SELECT outbox.create_endpoint('silent', url => '} . $recv->url('/hooks/silent') . q{');
+             UPDATE outbox.endpoints SET breaker_state = 'open', breaker_failures = 3,
+                    breaker_open_until = now() + interval '1 hour', breaker_cooldown_ms = 3600000,
+                    failing_since = now() - interval '1 minute'
+              WHERE name = 'silent';
+             SELECT outbox.enqueue('silent', '{"n": 1}');
+             COMMIT;});
+ok(wait_sql($node, q{SELECT paused FROM outbox.endpoint_stats WHERE endpoint = 'silent'}),
+	'an endpoint whose circuit is open and failing for longer than disable_after is paused');
+is(stats('silent'), 't|FAILING|t', '... for FAILING');
+is(scalar @{ $recv->requests(path => '/hooks/silent') }, 0, '... without a request');
+ok($listener->wait(2, 10), '... announced on pg_outbox_events');
+is(scalar(events_of($listener, 'silent')), 1, '... once');
+
+# ---------------------------------------------------------------------------
 # 2. 410 Gone: paused at once, nothing lost.
 $recv->add_rule(path => '/hooks/gone', status => 410, times => 1);
 endpoint($node, $recv, 'gone', '/hooks/gone');
@@ -111,7 +131,7 @@ is(scalar @{ $recv->requests(path => '/hooks/gone') }, 1, '... after one request
 is(sql($node, "SELECT status || '/' || attempts || '/' || last_http_status FROM outbox.message($g1)"),
 	'pending/0/410', '... the message stays pending, its attempt not counted, the 410 recorded');
 my @more = split /\n/, sql($node, q{SELECT outbox.enqueue('gone', jsonb_build_object('n', g)) FROM generate_series(2, 3) g});
-ok($listener->wait(2, 10), '... a notification on pg_outbox_events');
+ok($listener->wait(3, 10), '... a notification on pg_outbox_events');
 my @gone_events = events_of($listener, 'gone');
 is(join('|', map { $gone_events[0]{envelope}{$_} // '?' } qw(event endpoint reason)),
 	'endpoint_disabled|gone|GONE', '... saying GONE');
