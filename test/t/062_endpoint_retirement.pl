@@ -1,5 +1,5 @@
 # Endpoints that retire themselves (docs/operations.md, "Endpoints that retire themselves";
-# docs/delivery.md, "Outcome rules"):
+# docs/delivery.md, "Outcomes"):
 #   1. an endpoint whose receiver answers nothing but 500 for pg_outbox.disable_after is
 #      paused with reason FAILING, shown by endpoint_stats and metrics(), announced once on
 #      NOTIFY channel pg_outbox_events and logged once; a server restart between its

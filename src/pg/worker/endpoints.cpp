@@ -87,11 +87,11 @@ void Endpoints::breakers_committed() {
   for (const std::string& name : breakers_written_)
     if (Endpoint* endpoint = find(name)) endpoint->breaker_dirty = false;
   breakers_written_.clear();
-  // A pause found moot (resumed since, or paused already) leaves row.paused as it is
-  // until the next refresh reads the table's: the resume that made it moot changed the
-  // endpoints' version, so that refresh comes with the next claim.
+  // A pause written, or found moot (resumed since, or paused already): the next refresh
+  // reads the rows again, so that row.paused is the table's (a moot pause left it true).
   for (const std::string& name : retires_settled_)
     if (Endpoint* endpoint = find(name)) endpoint->retiring.reset();
+  if (!retires_settled_.empty()) version_ = UINT64_MAX;
   retires_settled_.clear();
   for (Retired& r : retired_) retired_committed_.push_back(std::move(r));
   retired_.clear();

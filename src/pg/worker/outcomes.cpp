@@ -118,7 +118,7 @@ void answered(WorkerState& state, const http::Response& response) {
   }
   if (judged.gone) {
     // The message waits for the endpoint's resume, its attempt not counted: the 410 was
-    // about the endpoint, not the message (docs/delivery.md, Outcome rules).
+    // about the endpoint, not the message (docs/delivery.md, Outcomes).
     state.results.retry(id, 0, std::move(judged.error), judged.http_status, delivery->attempts - 1, delivery->endpoint);
     return;
   }
