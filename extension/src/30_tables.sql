@@ -5,7 +5,11 @@
 -- One row per destination.  NULL timeout_ms / max_attempts / concurrency mean "use the
 -- GUC" (pg_outbox.http_timeout, pg_outbox.max_attempts, pg_outbox.endpoint_concurrency);
 -- NULL max_pending and rate_limit mean no limit.
--- The breaker_* columns belong to the worker's circuit breaker.
+-- The breaker_* columns belong to the worker's circuit breaker.  paused_reason says why
+-- the worker paused the endpoint (docs/operations.md, Endpoints that retire themselves;
+-- NULL when an operator paused it), failing_since when its current streak of nothing
+-- but failures began, resumed_at when an operator last resumed it (the worker forgets
+-- failures before that).
 CREATE TABLE outbox.endpoints (
     name                text PRIMARY KEY CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
     url                 text,
@@ -24,6 +28,10 @@ CREATE TABLE outbox.endpoints (
     breaker_cooldown_ms bigint NOT NULL DEFAULT 0,
     concurrency         int CHECK (concurrency > 0),     -- most requests in flight (0.3.0)
     rate_limit          int CHECK (rate_limit > 0),      -- most messages per second; NULL: none (0.3.0)
+    paused_reason       text CONSTRAINT endpoints_paused_reason_check
+                        CHECK (paused_reason IN ('FAILING', 'GONE')),                        -- (0.4.0)
+    failing_since       timestamptz,                                                          -- (0.4.0)
+    resumed_at          timestamptz,                                                          -- (0.4.0)
     CONSTRAINT endpoints_url_xor_channel
         CHECK ((url IS NULL) <> (channel IS NULL))       -- HTTP or NOTIFY, never both
 );
@@ -166,7 +174,8 @@ CREATE TABLE dlq.dead_letters (
     idempotency_key    text,
     reason_code        text NOT NULL CHECK (reason_code IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE',
                                                         'RETRY_EXHAUSTED', 'ENDPOINT_DROPPED',
-                                                        'INVALID_MESSAGE', 'EGRESS_DENIED')),
+                                                        'INVALID_MESSAGE', 'EGRESS_DENIED',
+                                                        'ABORTED_BY_RECEIVER', 'REJECTED_BY_CONSUMER')),
     error_message      text,
     http_status        int,
     response_body      text,                            -- the first 1 KiB

@@ -17,12 +17,6 @@ ALTER TABLE outbox.endpoints ADD CONSTRAINT endpoints_one_destination
 -- to the same moment, so that the message comes back by itself when nobody answers.
 ALTER TABLE outbox.messages ADD COLUMN read_until timestamptz;
 
--- A consumer's own refusal (outbox.nack(..., permanent => true)).
-ALTER TABLE dlq.dead_letters DROP CONSTRAINT dead_letters_reason_code_check;
-ALTER TABLE dlq.dead_letters ADD CONSTRAINT dead_letters_reason_code_check
-    CHECK (reason_code IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE', 'RETRY_EXHAUSTED', 'ENDPOINT_DROPPED',
-                           'INVALID_MESSAGE', 'EGRESS_DENIED', 'REJECTED_BY_CONSUMER'));
-
 -- Who may read, acknowledge and refuse the messages of which pull endpoint
 -- (outbox.grant_consume / outbox.revoke_consume), kept as the send rights are
 -- (outbox.endpoint_senders): a role with the privileges of a listed role, or PUBLIC

@@ -332,7 +332,8 @@ $fn$;
 COMMENT ON FUNCTION outbox.drop_endpoint(text, boolean) IS
     'drops an endpoint; with force => true its undelivered messages move to the DLQ (ENDPOINT_DROPPED)';
 
--- A paused endpoint keeps accepting messages but the worker delivers none of them.
+-- A paused endpoint keeps accepting messages but the worker delivers none of them.  A
+-- reason the worker gave when it paused the endpoint (paused_reason) stays.
 CREATE OR REPLACE FUNCTION outbox.pause_endpoint(name text)
     RETURNS void
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -366,7 +367,14 @@ BEGIN
         RAISE EXCEPTION 'endpoint name must not be NULL'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    UPDATE outbox.endpoints e SET paused = false WHERE e.name = resume_endpoint.name;
+    -- The worker's reason goes, and so do the failures before now: the endpoint is judged
+    -- afresh (docs/operations.md, Endpoints that retire themselves).  resumed_at is the
+    -- moment that lets a worker that decided to pause the endpoint from failures seen
+    -- before it see that it may no longer (clock time: a failure seen while this
+    -- transaction runs is after the resume).
+    UPDATE outbox.endpoints e
+       SET paused = false, paused_reason = NULL, failing_since = NULL, resumed_at = clock_timestamp()
+     WHERE e.name = resume_endpoint.name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'endpoint "%" does not exist', resume_endpoint.name
             USING ERRCODE = 'undefined_object';
@@ -375,7 +383,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION outbox.resume_endpoint(text) IS
-    'resumes deliveries to a paused endpoint';
+    'resumes deliveries to a paused endpoint, clearing the reason the worker paused it for';
 
 ------------------------------------------------------------------------------------------
 -- Send rights

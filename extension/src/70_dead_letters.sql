@@ -107,10 +107,11 @@ DECLARE
 BEGIN
     IF requeue_all.reason_code IS NOT NULL
        AND requeue_all.reason_code NOT IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE', 'RETRY_EXHAUSTED',
-                                           'ENDPOINT_DROPPED', 'INVALID_MESSAGE', 'EGRESS_DENIED') THEN
+                                           'ENDPOINT_DROPPED', 'INVALID_MESSAGE', 'EGRESS_DENIED',
+                                           'ABORTED_BY_RECEIVER', 'REJECTED_BY_CONSUMER') THEN
         RAISE EXCEPTION 'unknown reason_code "%"', requeue_all.reason_code
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Use one of HTTP_CLIENT_ERROR, PAYLOAD_TOO_LARGE, RETRY_EXHAUSTED, ENDPOINT_DROPPED, INVALID_MESSAGE, EGRESS_DENIED.';
+                  HINT = 'Use one of HTTP_CLIENT_ERROR, PAYLOAD_TOO_LARGE, RETRY_EXHAUSTED, ENDPOINT_DROPPED, INVALID_MESSAGE, EGRESS_DENIED, ABORTED_BY_RECEIVER, REJECTED_BY_CONSUMER.';
     END IF;
 
     FOR r IN

@@ -56,6 +56,7 @@ struct Response {
   std::string error;             // curl's error text, empty on success
   std::string body_head;         // first kBodyHeadLimit bytes of the response body
   std::string retry_after;       // raw value of the final response's Retry-After, empty if none
+  bool delivery_abort = false;   // the final response said "webhook-delivery: abort"
   // The egress rule that refused the address the request would have gone to (then
   // transport_error is set and nothing was sent), empty otherwise.
   std::string egress_denied;

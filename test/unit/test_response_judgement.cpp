@@ -185,3 +185,58 @@ TEST(FeedBreaker, AppliesTheInput) {
   EXPECT_EQ(b.state, BreakerState::Closed);
   EXPECT_EQ(b.consecutive_failures, 0);
 }
+
+namespace {
+
+ResponseFacts aborted(long status, std::string_view body = {}) {
+  ResponseFacts r = answer(status, body);
+  r.delivery_abort = true;
+  return r;
+}
+
+}  // namespace
+
+TEST(JudgeResponse, AbortHeaderDeadLettersWhateverTheStatus) {
+  for (long status : {200L, 410L, 500L, 503L}) {
+    ResponseJudgement j = judge_response(aborted(status, "no thanks"), 1, 10, kBackoff, kNow, 0.5);
+    EXPECT_EQ(j.settlement.verdict, Verdict::Dead) << status;
+    EXPECT_EQ(j.settlement.reason, DeadReason::AbortedByReceiver) << status;
+    EXPECT_EQ(j.breaker, BreakerInput::Success) << status;  // it answered on purpose
+    EXPECT_EQ(j.health, HealthInput::None) << status;
+    EXPECT_FALSE(j.gone) << status;
+    EXPECT_EQ(j.http_status, status);
+    EXPECT_EQ(j.dead_letter_body, "no thanks");
+  }
+  EXPECT_STREQ(reason_code(DeadReason::AbortedByReceiver), "ABORTED_BY_RECEIVER");
+}
+
+TEST(JudgeResponse, AbortOnATransportErrorIsATransportError) {
+  ResponseFacts r = transport_failure("Operation timed out", 200);
+  r.delivery_abort = true;
+  ResponseJudgement j = judge_response(r, 1, 10, kBackoff, kNow, 0.5);
+  EXPECT_EQ(j.settlement.verdict, Verdict::Retry);
+  EXPECT_EQ(j.health, HealthInput::Failed);
+}
+
+TEST(JudgeResponse, GoneKeepsTheMessagePendingAndPausesTheEndpoint) {
+  // Even on its last attempt: a 410 is about the endpoint, not the message.
+  ResponseJudgement j = judge_response(answer(410, "gone"), 10, 10, kBackoff, kNow, 0.5);
+  EXPECT_TRUE(j.gone);
+  EXPECT_EQ(j.settlement.verdict, Verdict::Retry);
+  EXPECT_EQ(j.settlement.retry_delay_ms, 0);
+  EXPECT_EQ(j.breaker, BreakerInput::Success);
+  EXPECT_EQ(j.health, HealthInput::Failed);
+  EXPECT_EQ(j.http_status, 410);
+  EXPECT_EQ(j.dead_letter_body, "");
+}
+
+TEST(JudgeResponse, HealthSeesDeliveredOnlyFor2xx) {
+  EXPECT_EQ(judge_response(answer(200), 1, 10, kBackoff, kNow, 0.5).health, HealthInput::Delivered);
+  EXPECT_EQ(judge_response(answer(500), 1, 10, kBackoff, kNow, 0.5).health, HealthInput::Failed);
+  EXPECT_EQ(judge_response(answer(404), 1, 10, kBackoff, kNow, 0.5).health, HealthInput::Failed);
+  EXPECT_EQ(judge_response(answer(503), 10, 10, kBackoff, kNow, 0.5).health, HealthInput::Failed);
+  EXPECT_EQ(judge_response(transport_failure("refused"), 1, 10, kBackoff, kNow, 0.5).health, HealthInput::Failed);
+  ResponseFacts denied = transport_failure("egress denied");
+  denied.egress_denied = true;
+  EXPECT_EQ(judge_response(denied, 1, 10, kBackoff, kNow, 0.5).health, HealthInput::None);
+}

@@ -9,11 +9,6 @@ ALTER TABLE outbox.endpoints ADD CONSTRAINT endpoints_one_destination
 
 ALTER TABLE outbox.messages ADD COLUMN read_until timestamptz;
 
-ALTER TABLE dlq.dead_letters DROP CONSTRAINT dead_letters_reason_code_check;
-ALTER TABLE dlq.dead_letters ADD CONSTRAINT dead_letters_reason_code_check
-    CHECK (reason_code IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE', 'RETRY_EXHAUSTED', 'ENDPOINT_DROPPED',
-                           'INVALID_MESSAGE', 'EGRESS_DENIED', 'REJECTED_BY_CONSUMER'));
-
 CREATE TABLE outbox.endpoint_consumers (
     endpoint text    NOT NULL REFERENCES outbox.endpoints (name) ON DELETE CASCADE,
     role     regrole NOT NULL,

@@ -1,6 +1,7 @@
 #include "pg/store/endpoints.hpp"
 
 #include "pg/boundary/spi.hpp"
+#include "pg/store/settlements.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"
@@ -23,7 +24,9 @@ std::vector<EndpointRow> load_endpoints() {
     SELECT e.name, e.url, e.channel, e.headers::text, s.secret, e.timeout_ms, e.max_attempts,
            e.ordered, e.paused, e.breaker_state, e.breaker_failures,
            (extract(epoch FROM e.breaker_open_until) * 1000)::bigint, e.breaker_cooldown_ms, e.concurrency,
-           e.rate_limit, e.max_pending IS NOT NULL, e.pull
+           e.rate_limit, e.max_pending IS NOT NULL, e.pull,
+           coalesce((extract(epoch FROM e.failing_since) * 1000)::bigint, 0),
+           coalesce((extract(epoch FROM e.resumed_at) * 1000)::bigint, 0)
       FROM outbox.endpoints e LEFT JOIN outbox.endpoint_secrets s ON s.endpoint = e.name
   )sql",
                              {});
@@ -48,24 +51,55 @@ std::vector<EndpointRow> load_endpoints() {
     e.rate_limit = optional_int(rows, r, 14);
     e.has_max_pending = rows.boolean(r, 15);
     e.pull = rows.boolean(r, 16);
+    e.failing.since_ms = rows.int64(r, 17);
+    e.resumed_at_ms = rows.int64(r, 18);
   }
   return endpoints;
 }
 
-bool save_breaker(const std::string& endpoint, const core::Breaker& b) {
+bool save_breaker(const std::string& endpoint, const core::Breaker& b, const core::FailingStreak& failing) {
   static Statement statement(R"sql(
     WITH free AS (SELECT e.name FROM outbox.endpoints e WHERE e.name = $1 FOR NO KEY UPDATE SKIP LOCKED)
     UPDATE outbox.endpoints e SET breaker_state = $2, breaker_failures = $3,
            breaker_open_until = CASE WHEN $4 > 0 THEN to_timestamp($4 / 1000.0) END,
-           breaker_cooldown_ms = $5
+           breaker_cooldown_ms = $5,
+           failing_since = CASE WHEN $6 > 0 THEN to_timestamp($6 / 1000.0) END
       FROM free WHERE e.name = free.name
     RETURNING 1
   )sql",
-                             {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID});
+                             {TEXTOID, TEXTOID, INT4OID, INT8OID, INT8OID, INT8OID});
   return statement
              .run({text_datum(endpoint), text_datum(core::breaker_state_name(b.state)),
-                   Int32GetDatum(b.consecutive_failures), Int64GetDatum(b.open_until_ms), Int64GetDatum(b.cooldown_ms)})
+                   Int32GetDatum(b.consecutive_failures), Int64GetDatum(b.open_until_ms), Int64GetDatum(b.cooldown_ms),
+                   Int64GetDatum(failing.since_ms)})
              .size() == 1;
+}
+
+RetireResult retire_endpoint(const std::string& endpoint, core::PauseReason reason, int64_t since_ms) {
+  // The row is locked first (skipped if busy), then updated under the conditions: an
+  // operator's resume that committed meanwhile is the row the UPDATE re-checks
+  // (READ COMMITTED), so it is never undone by failures judged before it.
+  static Statement statement(R"sql(
+    WITH free AS (SELECT e.name FROM outbox.endpoints e WHERE e.name = $1 FOR NO KEY UPDATE SKIP LOCKED),
+    retired AS (UPDATE outbox.endpoints e SET paused = true, paused_reason = $2,
+                       failing_since = coalesce(e.failing_since, to_timestamp($3 / 1000.0))
+                  FROM free
+                 WHERE e.name = free.name AND NOT e.paused
+                   AND (e.resumed_at IS NULL OR e.resumed_at <= to_timestamp($3 / 1000.0))
+                RETURNING e.name, e.paused_reason, e.failing_since)
+    SELECT (SELECT count(*) FROM free) > 0,
+           (SELECT json_build_object('event', 'endpoint_disabled', 'database', current_database(),
+                                     'endpoint', r.name, 'reason', r.paused_reason, 'since', r.failing_since,
+                                     'paused_at', now())::text
+              FROM retired r)
+  )sql",
+                             {TEXTOID, TEXTOID, INT8OID});
+  Rows rows =
+      statement.run({text_datum(endpoint), text_datum(core::pause_reason_name(reason)), Int64GetDatum(since_ms)});
+  if (!rows.boolean(0, 0)) return RetireResult::RowBusy;
+  if (rows.is_null(0, 1)) return RetireResult::NotRetired;
+  notify(kEventsChannel, rows.text(0, 1));
+  return RetireResult::Retired;
 }
 
 }  // namespace pg_outbox::pg::store

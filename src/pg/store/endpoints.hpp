@@ -1,8 +1,10 @@
-// The endpoints as the worker sees them, and the copy of each breaker it keeps in
-// outbox.endpoints for the next worker.
+// The endpoints as the worker sees them, the copy of each breaker and failing streak it
+// keeps in outbox.endpoints for the next worker, and the pause of an endpoint that
+// retires itself.
 #pragma once
 
 #include "core/circuit_breaker.hpp"
+#include "core/endpoint_retirement.hpp"
 
 #include <optional>
 #include <string>
@@ -25,12 +27,30 @@ struct EndpointRow {
   bool has_max_pending = false;
   bool pull = false;  // read by application workers (consumer/README.md), never pushed
   core::Breaker breaker;
+  core::FailingStreak failing;  // outbox.endpoints.failing_since
+  int64_t resumed_at_ms = 0;    // unix ms of the operator's last resume_endpoint; 0: never
 };
+
+// The channel on which the worker announces what operators' tooling should know, as
+// JSON (docs/operations.md, Endpoints that retire themselves).
+constexpr const char* kEventsChannel = "pg_outbox_events";
 
 std::vector<EndpointRow> load_endpoints();
 
 // Skipped (false) while another transaction holds the endpoint's row (an operator's open
-// alter_endpoint): the breaker's copy waits, deliveries do not.
-bool save_breaker(const std::string& endpoint, const core::Breaker& breaker);
+// alter_endpoint): the breaker's copy waits, deliveries do not. The failing streak is
+// saved with it.
+bool save_breaker(const std::string& endpoint, const core::Breaker& breaker, const core::FailingStreak& failing);
+
+// Pauses the endpoint for `reason` (docs/operations.md, Endpoints that retire themselves)
+// and queues the JSON event for NOTIFY channel pg_outbox_events, sent at commit. Not
+// when it is paused already, or when an operator resumed it after since_ms (the failures
+// judged are older than the resume, or the 410 came before it): a resume always wins.
+enum class RetireResult {
+  Retired,     // paused; the event was queued
+  NotRetired,  // paused already, or resumed since: nothing to do
+  RowBusy,     // another transaction holds the row: try again at the next settle
+};
+RetireResult retire_endpoint(const std::string& endpoint, core::PauseReason reason, int64_t since_ms);
 
 }  // namespace pg_outbox::pg::store

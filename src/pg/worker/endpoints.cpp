@@ -24,12 +24,19 @@ void Endpoints::refresh(uint64_t version, int64_t now_ms, bool& max_pending_chan
     auto known = endpoints_.find(row.name);
     if (known != endpoints_.end()) {
       if (changes_requests(known->second.row, row)) changed_.push_back(row.name);
-      // The worker's breaker is the live one; the table is its copy for restarts.
+      // The worker's breaker and streak are the live ones; the table is their copy for
+      // restarts.
       row.breaker = known->second.row.breaker;
+      row.failing = known->second.row.failing;
       endpoint.breaker_dirty = known->second.breaker_dirty;
+      endpoint.retiring = known->second.retiring;
+      if (endpoint.retiring) row.paused = true;  // until its pause is written
     } else {
       core::restore_after_restart(row.breaker, now_ms);
     }
+    // An operator's resume forgets the failures before it (the table's copy too, which a
+    // save of the worker may have written back meanwhile).
+    if (core::forget_failures_before(row.failing, row.resumed_at_ms)) endpoint.breaker_dirty = true;
     auto parsed = core::parse_string_object(row.headers_json.empty() ? "{}" : row.headers_json);
     endpoint.headers = std::move(parsed.pairs);
     endpoint.headers_error = std::move(parsed.error);
@@ -57,18 +64,55 @@ void Endpoints::forget() {
   endpoints_.clear();
   version_ = UINT64_MAX;
   changed_.clear();
-  breakers_written_.clear();
+  breakers_not_written();
+  retired_committed_.clear();
 }
 
 void Endpoints::save_breakers() {
   for (auto& [name, endpoint] : endpoints_)
-    if (endpoint.breaker_dirty && store::save_breaker(name, endpoint.row.breaker)) breakers_written_.push_back(name);
+    if (endpoint.breaker_dirty && store::save_breaker(name, endpoint.row.breaker, endpoint.row.failing))
+      breakers_written_.push_back(name);
+  // After the streaks: a pause for failures records the streak's start if the table has none.
+  for (auto& [name, endpoint] : endpoints_) {
+    if (!endpoint.retiring) continue;
+    switch (store::retire_endpoint(name, endpoint.retiring->reason, endpoint.retiring->since_ms)) {
+      case store::RetireResult::Retired:
+        retired_.push_back({name, *endpoint.retiring});
+        retires_settled_.push_back(name);
+        break;
+      case store::RetireResult::NotRetired:
+        retires_settled_.push_back(name);
+        break;
+      case store::RetireResult::RowBusy:
+        break;  // still retiring: the next settle tries again
+    }
+  }
 }
 
 void Endpoints::breakers_committed() {
   for (const std::string& name : breakers_written_)
     if (Endpoint* endpoint = find(name)) endpoint->breaker_dirty = false;
   breakers_written_.clear();
+  // A pause written, or found moot (resumed since, or paused already): the next refresh
+  // reads the rows again, so that row.paused is the table's (a moot pause left it true).
+  for (const std::string& name : retires_settled_)
+    if (Endpoint* endpoint = find(name)) endpoint->retiring.reset();
+  if (!retires_settled_.empty()) version_ = UINT64_MAX;
+  retires_settled_.clear();
+  for (Retired& r : retired_) retired_committed_.push_back(std::move(r));
+  retired_.clear();
+}
+
+void Endpoints::breakers_not_written() {
+  breakers_written_.clear();
+  retires_settled_.clear();
+  retired_.clear();
+}
+
+std::vector<Retired> Endpoints::take_retired() {
+  std::vector<Retired> retired;
+  retired.swap(retired_committed_);
+  return retired;
 }
 
 Endpoint* Endpoints::find(const std::string& name) {
@@ -82,7 +126,8 @@ const Endpoint* Endpoints::find(const std::string& name) const {
 }
 
 bool Endpoints::any_breaker_dirty() const {
-  return std::any_of(endpoints_.begin(), endpoints_.end(), [](const auto& e) { return e.second.breaker_dirty; });
+  return std::any_of(endpoints_.begin(), endpoints_.end(),
+                     [](const auto& e) { return e.second.breaker_dirty || e.second.retiring.has_value(); });
 }
 
 int Endpoints::max_attempts_of(const Endpoint& endpoint) const {

@@ -80,9 +80,16 @@ void on_breaker_transition(WorkerState& state, Endpoint& endpoint, core::Transit
     return;
   }
   // Requests of this endpoint not yet started would only fail: give their attempt back.
-  const std::string& name = endpoint.row.name;
-  give_back_unstarted(state, [&](const Delivery& d) { return d.endpoint == name; });
+  give_back_requests_of(state, endpoint.row.name);
 }
+
+}  // namespace
+
+void give_back_requests_of(WorkerState& state, const std::string& endpoint) {
+  give_back_unstarted(state, [&](const Delivery& d) { return d.endpoint == endpoint; });
+}
+
+namespace {
 
 // queued -> answered: the response judged, the result recorded, the breaker fed.
 void answered(WorkerState& state, const http::Response& response) {
@@ -97,6 +104,7 @@ void answered(WorkerState& state, const http::Response& response) {
   facts.retry_after = response.retry_after;
   facts.error = response.error;
   facts.body_head = response.body_head;
+  facts.delivery_abort = response.delivery_abort;
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const double jitter = facts.egress_denied ? 0.0 : unit(state.random);
   core::ResponseJudgement judged =
@@ -106,6 +114,13 @@ void answered(WorkerState& state, const http::Response& response) {
   if (Endpoint* endpoint = state.endpoints.find(delivery->endpoint)) {
     if (auto transition = core::feed_breaker(judged.breaker, endpoint->row.breaker, breaker_config(), now))
       on_breaker_transition(state, *endpoint, *transition);
+    learn_health(state, *endpoint, judged);
+  }
+  if (judged.gone) {
+    // The message waits for the endpoint's resume, its attempt not counted: the 410 was
+    // about the endpoint, not the message (docs/delivery.md, Outcomes).
+    state.results.retry(id, 0, std::move(judged.error), judged.http_status, delivery->attempts - 1, delivery->endpoint);
+    return;
   }
   switch (judged.settlement.verdict) {
     case core::Verdict::Sent:

@@ -27,6 +27,7 @@ bool keep_history() { return settings.sent_retention_s > 0; }
 void committed(WorkerState& state) {
   publish_counts(state);
   state.endpoints.breakers_committed();
+  log_retired(state);
 }
 
 // A claim's row goes when its last message is settled, but not while results of its

@@ -138,6 +138,7 @@ void Worker::run() {
 void Worker::round(bool woken) {
   take_responses(state_);  // also when not ready: what the results fd announces is taken
   if (!prepare_database()) return;
+  retire_failing_endpoints(state_);
   settle(state_);
   if (!settings.enabled) {
     publish_status(state_, "disabled");
