@@ -107,17 +107,22 @@ void answered(WorkerState& state, const http::Response& response) {
     if (auto transition = core::feed_breaker(judged.breaker, endpoint->row.breaker, breaker_config(), now))
       on_breaker_transition(state, *endpoint, *transition);
   }
+  store::Settlements::Attempt attempt;
+  attempt.started_ms = response.started_ms;
+  attempt.duration_us = static_cast<int64_t>(response.total_ms * 1000.0);
+  attempt.body = std::move(judged.failure_body);
   switch (judged.settlement.verdict) {
     case core::Verdict::Sent:
-      state.results.sent(id, judged.http_status, delivery->attempts, delivery->endpoint, delivery->ordering_lock);
+      state.results.sent(id, judged.http_status, delivery->attempts, delivery->endpoint, delivery->ordering_lock,
+                         std::move(attempt));
       break;
     case core::Verdict::Retry:
       state.results.retry(id, judged.settlement.retry_delay_ms, std::move(judged.error), judged.http_status,
-                          delivery->attempts, delivery->endpoint);
+                          delivery->attempts, delivery->endpoint, std::move(attempt));
       break;
     case core::Verdict::Dead:
       state.results.dead(id, *delivery, judged.settlement.reason, std::move(judged.error), judged.http_status,
-                         std::move(judged.dead_letter_body));
+                         std::move(judged.dead_letter_body), std::move(attempt));
       break;
   }
 }

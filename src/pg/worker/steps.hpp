@@ -48,6 +48,8 @@ void settle(WorkerState& state);
 // it fails, the results and counts go back to what they were before it; counts are
 // published only once it has committed.
 void in_settling_transaction(WorkerState& state, const char* activity, const std::function<void()>& body);
+// What every settle keeps, from the retention settings (store::Keep).
+store::Keep kept();
 // After a transaction that wrote these results has committed.
 void written(WorkerState& state, const store::Settlements& results);
 
