@@ -1,8 +1,7 @@
 // What the worker does once a second besides delivering: requests past their lease go
 // back, the history and the attempt log get their partitions and lose what retention
-// passed, the DLQ's
-// handled letters expire, messages whose endpoint is gone are dead-lettered, and
-// max_pending's counts are made again when asked.
+// passed, the DLQ's handled letters expire, messages whose endpoint is gone are
+// dead-lettered, and max_pending's counts are made again when asked.
 #include "core/partition_layout.hpp"
 #include "pg/boundary/spi.hpp"
 #include "pg/producer/queued_count.hpp"
