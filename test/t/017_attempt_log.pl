@@ -28,6 +28,8 @@ my $recv = start_receiver();
 sql($node, 'CREATE EXTENSION pg_outbox');
 wait_for_worker($node);
 my $W = webhook_prefix($node);
+ok(wait_sql($node, q{SELECT count(*) >= 3 FROM outbox._partitions('outbox.attempts') WHERE to_at > now()}),
+	'the worker makes the attempt log\'s partitions for now and ahead');
 
 sub attempts_of
 {
