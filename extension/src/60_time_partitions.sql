@@ -10,7 +10,7 @@
 -- prefix of the partitions' names.  The default partition is <parent>_default.
 CREATE OR REPLACE FUNCTION outbox._partition_layout(parent regclass, OUT time_column text,
                                                     OUT index_definition text, OUT name_prefix text)
-    LANGUAGE plpgsql IMMUTABLE
+    LANGUAGE plpgsql STABLE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
