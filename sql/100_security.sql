@@ -41,8 +41,8 @@ GRANT EXECUTE ON FUNCTION
     outbox.grant_send(text, name), outbox.revoke_send(text, name),
     dlq.requeue(bigint, jsonb), dlq.requeue_all(text, text, timestamptz), dlq.discard(bigint, text)
   TO regress_sec_operator;
-GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages, outbox.endpoint_stats,
-                dlq.dead_letters, dlq.summary TO regress_sec_operator;
+GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages, outbox.history, outbox.attempts,
+                outbox.endpoint_stats, dlq.dead_letters, dlq.summary TO regress_sec_operator;
 
 ------------------------------------------------------------------------------------------
 -- 1. The catalog.

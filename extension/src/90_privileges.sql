@@ -46,5 +46,5 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 --       dlq.discard(bigint, text)
 --     TO operator;
 --   GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.endpoint_consumers, outbox.messages, outbox.history,
---                   outbox.endpoint_stats, dlq.dead_letters, dlq.summary
+--                   outbox.attempts, outbox.endpoint_stats, dlq.dead_letters, dlq.summary
 --     TO operator;

@@ -20,7 +20,7 @@ enum class DeadReason {
   InvalidMessage,
   EgressDenied,
   RejectedByConsumer,  // a pull consumer's outbox.nack(..., permanent => true)
-  AbortedByReceiver  // the answer carried "webhook-delivery: abort"
+  AbortedByReceiver    // the answer carried "webhook-delivery: abort"
 };
 
 // The dlq.dead_letters.reason_code text: "HTTP_CLIENT_ERROR", "PAYLOAD_TOO_LARGE",

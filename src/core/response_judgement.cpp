@@ -50,8 +50,9 @@ ResponseJudgement judge_response(const ResponseFacts& response, int attempts_mad
   judgement.health = judgement.settlement.verdict == Verdict::Sent ? HealthInput::Delivered : HealthInput::Failed;
   judgement.http_status = response.transport_error ? 0 : static_cast<int32_t>(response.status);
   judgement.error = response.transport_error ? std::string(response.error) : "HTTP " + std::to_string(response.status);
-  if (judgement.settlement.verdict == Verdict::Dead)
-    judgement.dead_letter_body = sanitize_utf8(response.body_head, kResponseBodyLimit);
+  if (judgement.settlement.verdict != Verdict::Sent)
+    judgement.failure_body = sanitize_utf8(response.body_head, kResponseBodyLimit);
+  if (judgement.settlement.verdict == Verdict::Dead) judgement.dead_letter_body = judgement.failure_body;
   return judgement;
 }
 

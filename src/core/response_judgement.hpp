@@ -62,6 +62,9 @@ struct ResponseJudgement {
   // kResponseBodyLimit bytes. Empty unless dead-lettered for the receiver's answer or
   // a transport error (an egress denial keeps no body).
   std::string dead_letter_body;
+  // The same head of the body for any attempt that failed (retried or dead-lettered, not
+  // egress-denied), kept in the attempt log; empty for a delivered message.
+  std::string failure_body;
 };
 
 // Judges one response to the attempt_made-th attempt of a message allowed max_attempts.

@@ -60,7 +60,8 @@ struct Response {
   // The egress rule that refused the address the request would have gone to (then
   // transport_error is set and nothing was sent), empty otherwise.
   std::string egress_denied;
-  double total_ms = 0;  // transfer time
+  double total_ms = 0;     // transfer time
+  int64_t started_ms = 0;  // when it started (unix ms): the attempt log's attempted_at
 };
 
 class Client {

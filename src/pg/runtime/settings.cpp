@@ -82,6 +82,9 @@ void define_settings() {
              &settings.disable_after_s, 5 * 86400, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
   define_int("pg_outbox.sent_retention", "How long sent messages are kept (0: deleted at once).",
              &settings.sent_retention_s, 86400, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
+  define_int("pg_outbox.attempt_retention",
+             "How long the attempt log (outbox.attempts) keeps each delivery attempt (0: none is logged).",
+             &settings.attempt_retention_s, 7 * 86400, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
   define_int("pg_outbox.dlq_retention",
              "How long handled (requeued or discarded) dead letters are kept (-1: for ever); open ones always are.",
              &settings.dlq_retention_s, -1, -1, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);

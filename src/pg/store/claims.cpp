@@ -95,18 +95,25 @@ std::optional<int64_t> next_due_in_ms(const std::vector<std::string>& endpoints,
   return rows.optional_int64(0, 0);
 }
 
-int64_t recover_claims() {
-  // Only one worker serves a database, so at its start every claim is a dead one.
+int64_t recover_claims(bool log_attempts) {
+  // Only one worker serves a database, so at its start every claim is a dead one. The
+  // attempts it records on the queue's rows are those not settled (a settled retry
+  // already counts its attempt), and only those are logged: the settled ones were logged
+  // by their settle.
   static Statement statement(R"sql(
-    WITH c AS (DELETE FROM outbox.claims RETURNING message_ids, attempts),
-    a AS (SELECT u.id, max(u.attempt) AS attempt
+    WITH c AS (DELETE FROM outbox.claims RETURNING message_ids, attempts, claimed_at),
+    a AS (SELECT u.id, max(u.attempt) AS attempt, max(c.claimed_at) AS claimed_at
             FROM c CROSS JOIN LATERAL unnest(c.message_ids, c.attempts) AS u(id, attempt) GROUP BY u.id),
     r AS (UPDATE outbox.messages m SET attempts = a.attempt FROM a
-           WHERE m.id = ANY (ARRAY(SELECT id FROM a)) AND m.id = a.id AND m.attempts < a.attempt RETURNING 1)
+           WHERE m.id = ANY (ARRAY(SELECT id FROM a)) AND m.id = a.id AND m.attempts < a.attempt
+           RETURNING m.id, m.endpoint, a.attempt, a.claimed_at),
+    logged AS (INSERT INTO outbox.attempts (attempted_at, endpoint, message_id, attempt, error)
+               SELECT r.claimed_at, r.endpoint, r.id, r.attempt, 'worker restarted: the outcome is unknown'
+                 FROM r WHERE $1)
     SELECT count(*) FROM a
   )sql",
-                             {});
-  return statement.run({}).int64(0, 0);
+                             {BOOLOID});
+  return statement.run({BoolGetDatum(log_attempts)}).int64(0, 0);
 }
 
 }  // namespace pg_outbox::pg::store

@@ -45,7 +45,8 @@ std::optional<int64_t> next_due_in_ms(const std::vector<std::string>& endpoints,
 
 // At start: the claims a previous worker left. Their attempts are recorded on the
 // messages still in the queue (the requests may have reached the receiver), and the
-// claims go. Returns how many messages were in them.
-int64_t recover_claims();
+// claims go. With log_attempts, each of those attempts is logged in outbox.attempts at
+// its claim's time, its outcome unknown. Returns how many messages were in them.
+int64_t recover_claims(bool log_attempts);
 
 }  // namespace pg_outbox::pg::store

@@ -116,23 +116,31 @@ void answered(WorkerState& state, const http::Response& response) {
       on_breaker_transition(state, *endpoint, *transition);
     learn_health(state, *endpoint, judged);
   }
+  store::Settlements::Attempt attempt;
+  attempt.started_ms = response.started_ms;
+  attempt.duration_us = static_cast<int64_t>(response.total_ms * 1000.0);
+  attempt.body = std::move(judged.failure_body);
   if (judged.gone) {
     // The message waits for the endpoint's resume, its attempt not counted: the 410 was
-    // about the endpoint, not the message (docs/delivery.md, Outcomes).
-    state.results.retry(id, 0, std::move(judged.error), judged.http_status, delivery->attempts - 1, delivery->endpoint);
+    // about the endpoint, not the message (docs/delivery.md, Outcomes). The attempt log
+    // still records the request, under the number it was made with.
+    attempt.number = delivery->attempts;
+    state.results.retry(id, 0, std::move(judged.error), judged.http_status, delivery->attempts - 1, delivery->endpoint,
+                        std::move(attempt));
     return;
   }
   switch (judged.settlement.verdict) {
     case core::Verdict::Sent:
-      state.results.sent(id, judged.http_status, delivery->attempts, delivery->endpoint, delivery->ordering_lock);
+      state.results.sent(id, judged.http_status, delivery->attempts, delivery->endpoint, delivery->ordering_lock,
+                         std::move(attempt));
       break;
     case core::Verdict::Retry:
       state.results.retry(id, judged.settlement.retry_delay_ms, std::move(judged.error), judged.http_status,
-                          delivery->attempts, delivery->endpoint);
+                          delivery->attempts, delivery->endpoint, std::move(attempt));
       break;
     case core::Verdict::Dead:
       state.results.dead(id, *delivery, judged.settlement.reason, std::move(judged.error), judged.http_status,
-                         std::move(judged.dead_letter_body));
+                         std::move(judged.dead_letter_body), std::move(attempt));
       break;
   }
 }

@@ -204,7 +204,7 @@ bool Worker::prepare_database() {
     state_.extension_oid = store::extension_oid();
     if (state_.extension_oid != 0) version = store::extension_version();
     if (state_.extension_oid != 0 && version == kVersion) {
-      recovered = store::recover_claims();
+      recovered = store::recover_claims(store::kept().attempts);
       state_.webhook_ids = store::webhook_id_source();
     }
   });
