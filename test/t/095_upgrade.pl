@@ -90,7 +90,7 @@ is(sql($node, q{SELECT has_function_privilege('regress_upgrade_ops', 'outbox.wor
 is(sql($node, q{SELECT has_function_privilege('public', 'outbox.worker_status()', 'EXECUTE')}), 'f',
 	'... and PUBLIC still has none');
 is(sql($node, q{SELECT has_function_privilege('regress_upgrade_ops',
-	'outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int)', 'EXECUTE')}), 't',
+	'outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int, text, text, int)', 'EXECUTE')}), 't',
 	'the grant on alter_endpoint() moved to its new signature (concurrency)');
 is(sql($node, q{SELECT count(*) FROM pg_proc WHERE proname IN ('create_endpoint', 'alter_endpoint')}), '2',
 	'... and the old signatures are gone');
@@ -103,8 +103,8 @@ like($dump_out, qr/GRANT ALL ON FUNCTION outbox\.create_endpoint\([^)]*\) TO reg
 	'... for create_endpoint too');
 is(sql($node, q{SELECT count(*) FROM pg_shdepend d JOIN pg_roles r ON r.oid = d.refobjid
 	WHERE r.rolname = 'regress_upgrade_ops' AND d.classid = 'pg_proc'::regclass
-	AND d.objid IN ('outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int)'::regprocedure,
-	                'outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int)'::regprocedure)}), '2',
+	AND d.objid IN ('outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, text, text, int)'::regprocedure,
+	                'outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int, text, text, int)'::regprocedure)}), '2',
 	'... and the role depends on them (DROP ROLE says so)');
 is(sql($node, q{SET ROLE regress_upgrade_ops; SELECT outbox.alter_endpoint('up', concurrency => 8); RESET ROLE;
 	SELECT concurrency FROM outbox.endpoints WHERE name = 'up'}), "\n8",
@@ -157,8 +157,8 @@ sql($node, q{CREATE DATABASE fresh});
 sql($node, q{CREATE EXTENSION pg_outbox}, 'fresh');
 sql($node, q{GRANT USAGE ON SCHEMA outbox, dlq TO regress_upgrade_ops}, 'fresh');
 sql($node, q{GRANT EXECUTE ON FUNCTION outbox.worker_status(), dlq.requeue(bigint, jsonb) TO regress_upgrade_ops}, 'fresh');
-sql($node, q{GRANT EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int),
-	outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int) TO regress_upgrade_ops}, 'fresh');
+sql($node, q{GRANT EXECUTE ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, text, text, int),
+	outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int, text, text, int) TO regress_upgrade_ops}, 'fresh');
 sql($node, q{GRANT USAGE ON SCHEMA outbox TO regress_upgrade_producer}, 'fresh');
 sql($node, q{GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, timestamptz) TO regress_upgrade_producer}, 'fresh');
 my $fresh    = describe_schema($node, 'fresh');

@@ -47,7 +47,8 @@ std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int
                   ELSE m.payload::text END
            END,
            m.headers::text, m.idempotency_key, m.attempts + 1, s.size,
-           CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END
+           CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END,
+           (extract(epoch FROM m.created_at) * 1000000)::bigint
       FROM outbox.messages m CROSS JOIN LATERAL (SELECT outbox._payload_size(m.payload) AS size) s
      WHERE m.id = ANY (ARRAY(SELECT id FROM budgeted))
   )sql",
@@ -68,6 +69,7 @@ std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int
     m.attempts = static_cast<int>(rows.int64(r, 6));
     m.payload_size = rows.int64(r, 7);
     if (auto lock = rows.optional_int64(r, 8)) m.ordering_lock = static_cast<int32_t>(*lock);
+    m.created_unix_us = rows.int64(r, 9);
   }
   return claimed;
 }

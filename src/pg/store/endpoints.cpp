@@ -23,7 +23,7 @@ std::vector<EndpointRow> load_endpoints() {
     SELECT e.name, e.url, e.channel, e.headers::text, s.secret, e.timeout_ms, e.max_attempts,
            e.ordered, e.paused, e.breaker_state, e.breaker_failures,
            (extract(epoch FROM e.breaker_open_until) * 1000)::bigint, e.breaker_cooldown_ms, e.concurrency,
-           e.rate_limit, e.max_pending IS NOT NULL
+           e.rate_limit, e.max_pending IS NOT NULL, e.format, e.source, e.batch_size, current_database()
       FROM outbox.endpoints e LEFT JOIN outbox.endpoint_secrets s ON s.endpoint = e.name
   )sql",
                              {});
@@ -47,6 +47,10 @@ std::vector<EndpointRow> load_endpoints() {
     e.concurrency = optional_int(rows, r, 13);
     e.rate_limit = optional_int(rows, r, 14);
     e.has_max_pending = rows.boolean(r, 15);
+    // The table's CHECK allows only the three formats.
+    e.format = core::parse_format(rows.text(r, 16)).value_or(core::Format::StandardWebhooks);
+    e.source = rows.is_null(r, 17) ? core::default_source(rows.text(r, 19), e.name) : rows.text(r, 17);
+    e.batch_size = static_cast<int>(rows.int64(r, 18));
   }
   return endpoints;
 }

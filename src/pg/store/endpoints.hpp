@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/circuit_breaker.hpp"
+#include "core/cloudevents.hpp"
 
 #include <optional>
 #include <string>
@@ -23,6 +24,9 @@ struct EndpointRow {
   bool ordered = false;
   bool paused = false;
   bool has_max_pending = false;
+  core::Format format = core::Format::StandardWebhooks;
+  std::string source;  // CloudEvents source: the endpoint's, or core::default_source
+  int batch_size = 1;  // most messages in one request (docs/delivery.md, Batches)
   core::Breaker breaker;
 };
 

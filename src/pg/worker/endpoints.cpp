@@ -116,7 +116,8 @@ std::vector<core::EndpointView> Endpoints::views(const std::unordered_map<std::s
 
 bool changes_requests(const store::EndpointRow& before, const store::EndpointRow& after) {
   return before.url != after.url || before.headers_json != after.headers_json || before.secret != after.secret ||
-         before.timeout_ms != after.timeout_ms || (!before.paused && after.paused);
+         before.timeout_ms != after.timeout_ms || before.format != after.format || before.source != after.source ||
+         before.batch_size != after.batch_size || (!before.paused && after.paused);
 }
 
 core::ClaimSettings claim_settings() {

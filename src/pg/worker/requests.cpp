@@ -2,6 +2,7 @@
 // endpoint's, the message's, the Standard Webhooks ones, signed), its timeout and its
 // endpoint's limits. A message that can never be sent as it stands goes to the DLQ at
 // once, and the worker goes on.
+#include "core/cloudevents.hpp"
 #include "core/request_headers.hpp"
 #include "core/validation.hpp"
 #include "pg/runtime/settings.hpp"
@@ -11,6 +12,10 @@
 namespace pg_outbox::pg::worker {
 
 namespace {
+
+core::CloudEvent cloud_event(const Endpoint& endpoint, const store::ClaimedMessage& m, std::string_view webhook_id) {
+  return {webhook_id, endpoint.row.source, m.event_type, m.created_unix_us};
+}
 
 // Why a claimed message cannot go at all (nullopt: it can).
 std::optional<std::pair<core::DeadReason, std::string>> unsendable(const WorkerState& state, const Endpoint& endpoint,
@@ -25,13 +30,27 @@ std::optional<std::pair<core::DeadReason, std::string>> unsendable(const WorkerS
   if (m.too_large)
     return std::make_pair(core::DeadReason::PayloadTooLarge,
                           core::payload_too_large(m.payload_size, settings.max_payload_size));
+  // Refused at enqueue, requeue and alter_endpoint; a plain INSERT, or an enqueue that
+  // raced with the change of format, still gets here (docs/delivery.md, CloudEvents).
+  if (core::is_cloudevents(endpoint.row.format) && m.event_type.empty())
+    return std::make_pair(core::DeadReason::InvalidMessage,
+                          std::string("no event type: a CloudEvents endpoint sends it as ce-type"));
   return std::nullopt;
 }
 
-// The request's header lines; `invalid` says why there are none.
-std::vector<std::string> header_lines(const WorkerState& state, const Endpoint& endpoint,
-                                      const store::ClaimedMessage& m, int64_t now_ms, core::DeliveryHeaders& headers,
-                                      std::string& invalid) {
+// The request's body in the endpoint's format: the payload, or the structured event
+// around it (docs/delivery.md, CloudEvents).
+std::string body_of(const Endpoint& endpoint, const store::ClaimedMessage& m, const std::string& webhook_id) {
+  if (endpoint.row.format != core::Format::CloudEventsStructured) return m.payload;
+  std::string body;
+  body.reserve(m.payload.size() + 256);
+  core::append_structured_event(cloud_event(endpoint, m, webhook_id), m.payload, body);
+  return body;
+}
+
+// The request's header lines, for `body`; `invalid` says why there are none.
+std::vector<std::string> header_lines(const Endpoint& endpoint, const store::ClaimedMessage& m, std::string_view body,
+                                      int64_t now_ms, core::DeliveryHeaders& headers, std::string& invalid) {
   if (!endpoint.headers) {
     invalid = "endpoint headers: " + endpoint.headers_error;
     return {};
@@ -45,14 +64,18 @@ std::vector<std::string> header_lines(const WorkerState& state, const Endpoint& 
     headers.message_headers = std::move(*parsed.pairs);
   }
   headers.endpoint_headers = *endpoint.headers;
-  headers.webhook_id = core::webhook_id_for(m.idempotency_key, m.id, state.webhook_ids);
   headers.timestamp_unix_s = now_ms / 1000;
+  const core::Format format = endpoint.row.format;
+  headers.cloudevents = core::is_cloudevents(format);
+  headers.content_type = core::content_type_of(format);
+  if (format == core::Format::CloudEventsBinary)
+    core::append_binary_headers(cloud_event(endpoint, m, headers.webhook_id), headers.cloudevent_lines);
   headers.event_type = m.event_type;
   headers.attempt = m.attempts;
   headers.secret = endpoint.row.secret;
   headers.user_agent = kUserAgent;
   try {
-    return core::build_request_headers(headers, m.payload);
+    return core::build_request_headers(headers, body);
   } catch (const std::invalid_argument& e) {
     invalid = e.what();
     return {};
@@ -86,8 +109,11 @@ void start_http(WorkerState& state, const std::vector<store::ClaimedMessage>& cl
     core::DeliveryHeaders headers;
     std::string invalid;
     std::vector<std::string> lines;
+    std::string body;
     if (!refused) {
-      lines = header_lines(state, endpoint, m, now, headers, invalid);
+      headers.webhook_id = core::webhook_id_for(m.idempotency_key, m.id, state.webhook_ids);
+      body = body_of(endpoint, m, headers.webhook_id);
+      lines = header_lines(endpoint, m, body, now, headers, invalid);
       if (!invalid.empty()) refused = std::make_pair(core::DeadReason::InvalidMessage, std::move(invalid));
     }
     if (refused) {
@@ -97,8 +123,8 @@ void start_http(WorkerState& state, const std::vector<store::ClaimedMessage>& cl
       continue;
     }
     const long timeout = endpoint.row.timeout_ms.value_or(settings.http_timeout_ms);
-    requests.push_back({static_cast<uint64_t>(m.id), m.endpoint, endpoint.row.url, std::move(lines), m.payload, timeout,
-                        state.endpoints.concurrency_of(endpoint), endpoint.row.rate_limit.value_or(0)});
+    requests.push_back({static_cast<uint64_t>(m.id), m.endpoint, endpoint.row.url, std::move(lines), std::move(body),
+                        timeout, state.endpoints.concurrency_of(endpoint), endpoint.row.rate_limit.value_or(0)});
     // Stamped again by the delivery thread if it starts in a later second.
     requests.back().stamp = http::Request::Stamp{now / 1000, std::move(headers.webhook_id), std::move(headers.secret)};
     Delivery delivery;
