@@ -17,7 +17,7 @@ struct ClaimedMessage {
   std::string payload;       // HTTP: the jsonb text; NOTIFY: the whole envelope; empty when too large
   std::string headers_json;  // empty: none
   std::string idempotency_key;
-  int64_t created_unix_us = 0;  // enqueued at (CloudEvents' time)
+  int64_t created_unix_us = 0;  // enqueued at (CloudEvents' time; ClaimFor::kHttpWithTime only)
   int attempts = 0;             // including this one
   int64_t payload_size = 0;     // as stored, uncompressed (outbox._payload_size)
   bool too_large = false;       // over pg_outbox.max_payload_size: not read, never sent
@@ -27,7 +27,9 @@ struct ClaimedMessage {
   std::optional<int32_t> ordering_lock;
 };
 
-enum class ClaimFor { kHttp, kNotify };
+// kHttpWithTime: HTTP, and created_unix_us is read too (a CloudEvents endpoint is among
+// those claimed: their time attribute; the others need not pay for it).
+enum class ClaimFor { kHttp, kHttpWithTime, kNotify };
 
 // Due messages of the given endpoints, oldest first, none of `excluded` (in flight), none
 // waiting behind its key's head. Payloads are read while their total stays under

@@ -99,6 +99,7 @@ core::EndpointView Endpoints::view(const Endpoint& endpoint, size_t held) const 
   view.concurrency = concurrency_of(endpoint);
   view.rate_limit = endpoint.row.rate_limit;
   view.outstanding = held;
+  view.batch_size = endpoint.row.batch_size;
   return view;
 }
 
