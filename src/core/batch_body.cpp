@@ -4,12 +4,12 @@
 
 namespace pg_outbox::core {
 
-std::string BatchBody::element(const BatchElement& e) const {
-  std::string out;
+void BatchBody::element(const BatchElement& e, std::string& out) const {
+  out.clear();
   out.reserve(e.payload.size() + e.headers_json.size() + 160);
   if (is_cloudevents(format_)) {
     append_structured_event({e.id, source_, e.type, e.time_unix_us}, e.payload, out);
-    return out;
+    return;
   }
   out += R"({"id":)";
   append_json_string(e.id, out);
@@ -25,7 +25,6 @@ std::string BatchBody::element(const BatchElement& e) const {
   out += R"(,"payload":)";
   out += e.payload;
   out += '}';
-  return out;
 }
 
 void BatchBody::add(const std::string& element) {
@@ -37,7 +36,9 @@ void BatchBody::add(const std::string& element) {
 std::string BatchBody::take() {
   std::string body = std::move(body_);
   body += ']';
-  body_ = "[";
+  body_.clear();
+  body_.reserve(body.size());  // the next batch is likely as large
+  body_ += '[';
   count_ = 0;
   return body;
 }

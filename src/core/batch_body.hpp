@@ -28,8 +28,9 @@ class BatchBody {
  public:
   BatchBody(Format format, std::string_view source) : format_(format), source_(source) {}
 
-  // The element's JSON text.
-  std::string element(const BatchElement& e) const;
+  // The element's JSON text, in `out` (cleared first: a buffer reused from one element
+  // to the next keeps its capacity).
+  void element(const BatchElement& e, std::string& out) const;
   // The body's size once `element` (element()'s text) is added, with the closing bracket.
   size_t size_with(const std::string& element) const {
     return body_.size() + (count_ > 0 ? 1 : 0) + element.size() + 1;

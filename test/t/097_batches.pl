@@ -13,7 +13,9 @@
 #  4. an ordered endpoint with batch_size 5: every key's messages arrive in commit
 #     order, across batches (control: several keys share a batch);
 #  5. pg_outbox.max_payload_size cuts batches: no body is over it, and every message
-#     arrives once.
+#     arrives once;
+#  6. a message that cannot be sent as it stands (a non-string header, inserted
+#     directly) is dead-lettered INVALID_MESSAGE alone; the others go as one batch.
 use strict;
 use warnings;
 
@@ -168,5 +170,21 @@ ok((grep { @{ $json->decode($_->{body}) } > 1 } @reqs), 'cut: batches of more th
 my @cut_batches = arrays('/b/cut');
 is_deeply([ sort { $a <=> $b } map { $_->{payload}{n} } map { @$_ } @cut_batches ], [ 1 .. 10 ], 'cut: each message once');
 ok(ascending_inside(sub { $_[0]{payload}{n} }, @cut_batches), 'cut: enqueue order inside each batch');
+
+# ---------------------------------------------------------------------------
+# 6. A message that cannot be sent as it stands leaves its batch alone
+reload_conf($node, 'pg_outbox.max_payload_size' => undef);
+endpoint($node, $recv, 'bad', '/b/bad', batch_size => 10);
+sql($node, q{SELECT outbox.pause_endpoint('bad')});
+my $bad = sql($node, q{
+	SELECT outbox.enqueue('bad', '{"n": 1}');
+	INSERT INTO outbox.messages (endpoint, payload, headers) VALUES ('bad', '{"n": 2}', '{"x-a": 1}') RETURNING id;
+	SELECT outbox.enqueue('bad', '{"n": 3}')});
+my ($bad_id) = (split /\n/, $bad)[1];
+sql($node, q{SELECT outbox.resume_endpoint('bad')});
+ok(wait_sql($node, q{SELECT count(*) = 2 FROM outbox.history WHERE endpoint = 'bad'}), 'bad: the two good ones sent');
+ok(wait_sql($node, qq{SELECT reason_code = 'INVALID_MESSAGE' FROM dlq.dead_letters WHERE message_id = $bad_id}),
+	'bad: the one with a non-string header is dead-lettered INVALID_MESSAGE');
+is_deeply([ map { [ map { $_->{payload}{n} } @$_ ] } arrays('/b/bad') ], [ [ 1, 3 ] ], 'bad: one batch of the other two');
 
 done_testing();

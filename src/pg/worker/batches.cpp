@@ -88,6 +88,7 @@ void start_batches(WorkerState& state, Endpoint& endpoint, std::vector<const sto
   core::BatchBody body(endpoint.row.format, endpoint.row.source);
   std::vector<const store::ClaimedMessage*> batch;
   batch.reserve(std::min(most, members.size()));
+  std::string element;  // one buffer for every element
   for (const store::ClaimedMessage* m : members) {
     if (!m->headers_json.empty()) {
       // A message's own headers travel in its element (Standard Webhooks); they must be
@@ -100,8 +101,9 @@ void start_batches(WorkerState& state, Endpoint& endpoint, std::vector<const sto
       }
     }
     const std::string webhook_id = core::webhook_id_for(m->idempotency_key, m->id, state.webhook_ids);
-    std::string element = body.element({webhook_id, m->event_type, m->payload,
-                                        cloudevents ? std::string_view() : m->headers_json, m->created_unix_us});
+    body.element(
+        {webhook_id, m->event_type, m->payload, cloudevents ? std::string_view() : m->headers_json, m->created_unix_us},
+        element);
     if (!batch.empty() && (batch.size() == most || body.size_with(element) > max_body)) {
       send_batch(state, endpoint, batch, body.take(), claim_id, now_ms, probe, requests);
       batch.clear();
