@@ -104,19 +104,22 @@ void append_binary_headers(const CloudEvent& event, std::vector<std::string>& li
 
 void append_json_string(std::string_view text, std::string& out) {
   out += '"';
-  for (char ch : text) {
-    const unsigned char c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20) {
+  size_t plain = 0;  // the start of the run of characters that need no escape
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c != '"' && c != '\\' && c >= 0x20) continue;
+    out.append(text, plain, i - plain);
+    plain = i + 1;
+    if (c < 0x20) {
       out += "\\u00";
       out += kHex[c >> 4];
       out += kHex[c & 0x0f];
     } else {
-      out += ch;
+      out += '\\';
+      out += static_cast<char>(c);
     }
   }
+  out.append(text, plain, text.size() - plain);
   out += '"';
 }
 
