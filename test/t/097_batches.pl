@@ -15,7 +15,10 @@
 #  5. pg_outbox.max_payload_size cuts batches: no body is over it, and every message
 #     arrives once;
 #  6. a message that cannot be sent as it stands (a non-string header, inserted
-#     directly) is dead-lettered INVALID_MESSAGE alone; the others go as one batch.
+#     directly) is dead-lettered INVALID_MESSAGE alone; the others go as one batch;
+#  7. batches queued behind a slow one (concurrency 1) go back whole when the endpoint
+#     changes, and are made again at the new batch_size: each message sent once, no
+#     attempt spent on the ones given back.
 use strict;
 use warnings;
 
@@ -186,5 +189,23 @@ ok(wait_sql($node, q{SELECT count(*) = 2 FROM outbox.history WHERE endpoint = 'b
 ok(wait_sql($node, qq{SELECT reason_code = 'INVALID_MESSAGE' FROM dlq.dead_letters WHERE message_id = $bad_id}),
 	'bad: the one with a non-string header is dead-lettered INVALID_MESSAGE');
 is_deeply([ map { [ map { $_->{payload}{n} } @$_ ] } arrays('/b/bad') ], [ [ 1, 3 ] ], 'bad: one batch of the other two');
+
+# ---------------------------------------------------------------------------
+# 7. Batches not yet started go back whole when their endpoint changes
+endpoint($node, $recv, 'gb', '/b/gb', batch_size => 5, concurrency => 1);
+$recv->add_rule(path => '/b/gb', status => 200, delay_ms => 2000, times => 1);
+my @gb = enqueue_paused('gb', map { "SELECT outbox.enqueue('gb', '{\"n\": $_}')" } 1 .. 15);
+$recv->wait_requests('/b/gb', 1, 30);
+# The first batch is held by the receiver; the other two wait behind it (concurrency 1).
+sql($node, q{SELECT outbox.alter_endpoint('gb', batch_size => 3)});
+ok(wait_sql($node, q{SELECT count(*) = 15 FROM outbox.history WHERE endpoint = 'gb'}), 'gb: all 15 sent');
+@arr = arrays('/b/gb');
+is(scalar @{ $arr[0] }, 5, 'gb: the batch in flight went as it was (5)');
+is(scalar(grep { @$_ > 3 } @arr[1 .. $#arr]), 0, 'gb: the others were made again at batch_size 3');
+my %seen;
+$seen{ $_->{payload}{n} }++ for map { @$_ } @arr;
+is_deeply(\%seen, { map { $_ => 1 } 1 .. 15 }, 'gb: each message sent exactly once');
+is(sql($node, q{SELECT count(*) FROM outbox.history WHERE endpoint = 'gb' AND attempts = 1}), '15',
+	'gb: the batches given back spent no attempt');
 
 done_testing();
