@@ -34,8 +34,8 @@ GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, t
   TO regress_sec_producer;
 GRANT USAGE ON SCHEMA outbox, dlq TO regress_sec_operator;
 GRANT EXECUTE ON FUNCTION
-    outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean),
-    outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int),
+    outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean, text, text, int),
+    outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int, text, text, int),
     outbox.drop_endpoint(text, boolean), outbox.pause_endpoint(text), outbox.resume_endpoint(text),
     outbox.purge(interval), outbox.metrics(), outbox.worker_status(), outbox.message(bigint),
     outbox.grant_send(text, name), outbox.revoke_send(text, name),

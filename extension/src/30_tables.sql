@@ -28,12 +28,21 @@ CREATE TABLE outbox.endpoints (
     breaker_cooldown_ms bigint NOT NULL DEFAULT 0,
     concurrency         int CHECK (concurrency > 0),     -- most requests in flight (0.3.0)
     rate_limit          int CHECK (rate_limit > 0),      -- most messages per second; NULL: none (0.3.0)
+    -- What a request looks like (docs/delivery.md, CloudEvents and Batches) (0.4.0):
+    -- the body's format, the CloudEvents source (NULL: /pg_outbox/<database>/<endpoint>),
+    -- and the most messages one request carries.
+    format              text NOT NULL DEFAULT 'standard-webhooks'
+                        CHECK (format IN ('standard-webhooks', 'cloudevents-binary', 'cloudevents-structured')),
+    source              text CHECK (char_length(source) BETWEEN 1 AND 1000 AND source !~ '[[:cntrl:]]'),
+    batch_size          int NOT NULL DEFAULT 1 CHECK (batch_size BETWEEN 1 AND 1000),
     paused_reason       text CONSTRAINT endpoints_paused_reason_check
                         CHECK (paused_reason IN ('FAILING', 'GONE')),                        -- (0.4.0)
     failing_since       timestamptz,                                                          -- (0.4.0)
     resumed_at          timestamptz,                                                          -- (0.4.0)
     CONSTRAINT endpoints_url_xor_channel
-        CHECK ((url IS NULL) <> (channel IS NULL))       -- HTTP or NOTIFY, never both
+        CHECK ((url IS NULL) <> (channel IS NULL)),      -- HTTP or NOTIFY, never both
+    CONSTRAINT endpoints_notify_format                   -- a NOTIFY carries its own envelope, one message each
+        CHECK (channel IS NULL OR (format = 'standard-webhooks' AND source IS NULL AND batch_size = 1))
 );
 COMMENT ON TABLE outbox.endpoints IS
     'pg_outbox destinations: an http(s) url or a NOTIFY channel; manage with outbox.create_endpoint() and friends';

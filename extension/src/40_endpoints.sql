@@ -58,6 +58,46 @@ BEGIN
 END
 $fn$;
 
+-- The request's format, the CloudEvents source and the batch size (docs/delivery.md,
+-- CloudEvents and Batches), for create_endpoint and alter_endpoint: `notify` says the
+-- endpoint delivers by NOTIFY, whose envelope has no other format and carries one
+-- message.  NULL arguments are not checked (alter_endpoint leaves them as they are).
+CREATE OR REPLACE FUNCTION outbox._check_endpoint_format(no_requests boolean, format text, source text,
+                                              batch_size int)
+    RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF _check_endpoint_format.format NOT IN ('standard-webhooks', 'cloudevents-binary',
+                                             'cloudevents-structured') THEN
+        RAISE EXCEPTION 'unknown format "%"', _check_endpoint_format.format
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use standard-webhooks, cloudevents-binary or cloudevents-structured.';
+    END IF;
+    IF _check_endpoint_format.batch_size < 1 OR _check_endpoint_format.batch_size > 1000 THEN
+        RAISE EXCEPTION 'batch_size must be between 1 and 1000'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('batch_size is %s.', _check_endpoint_format.batch_size);
+    END IF;
+    -- '' is accepted by alter_endpoint to go back to the default source.
+    IF _check_endpoint_format.source <> ''
+       AND (char_length(_check_endpoint_format.source) > 1000
+            OR _check_endpoint_format.source ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'source must be at most 1000 characters, without control characters'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A URI-reference, such as /billing or https://example.com/billing.';
+    END IF;
+    IF _check_endpoint_format.no_requests
+       AND (_check_endpoint_format.format <> 'standard-webhooks' OR _check_endpoint_format.source <> ''
+            OR _check_endpoint_format.batch_size <> 1) THEN
+        RAISE EXCEPTION 'format, source and batch_size can only be set on a url endpoint'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A NOTIFY carries one message in its own envelope, and readers of a pull endpoint take theirs with outbox.read.';
+    END IF;
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION outbox.create_endpoint(name text,
                                        url text DEFAULT NULL,
                                        channel text DEFAULT NULL,
@@ -69,7 +109,10 @@ CREATE OR REPLACE FUNCTION outbox.create_endpoint(name text,
                                        max_pending bigint DEFAULT NULL,
                                        concurrency int DEFAULT NULL,
                                        rate_limit int DEFAULT NULL,
-                                       pull boolean DEFAULT false)
+                                       pull boolean DEFAULT false,
+                                       format text DEFAULT 'standard-webhooks',
+                                       source text DEFAULT NULL,
+                                       batch_size int DEFAULT 1)
     RETURNS void
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -114,14 +157,25 @@ BEGIN
                                            create_endpoint.timeout_ms, create_endpoint.max_attempts,
                                            create_endpoint.max_pending, create_endpoint.concurrency,
                                            create_endpoint.rate_limit);
+    IF create_endpoint.source = '' THEN
+        RAISE EXCEPTION 'source must not be empty'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL for the default, /pg_outbox/<database>/<endpoint>.';
+    END IF;
+    PERFORM outbox._check_endpoint_format(create_endpoint.channel IS NOT NULL OR create_endpoint.pull,
+                                          coalesce(create_endpoint.format, 'standard-webhooks'),
+                                          coalesce(create_endpoint.source, ''),
+                                          coalesce(create_endpoint.batch_size, 1));
 
     INSERT INTO outbox.endpoints (name, url, channel, headers, timeout_ms, max_attempts,
-                                  ordered, max_pending, concurrency, rate_limit, pull)
+                                  ordered, max_pending, concurrency, rate_limit, pull, format, source,
+                                  batch_size)
     VALUES (create_endpoint.name, create_endpoint.url, create_endpoint.channel,
             coalesce(create_endpoint.headers, '{}'), create_endpoint.timeout_ms,
             create_endpoint.max_attempts, coalesce(create_endpoint.ordered, false),
             create_endpoint.max_pending, create_endpoint.concurrency, create_endpoint.rate_limit,
-            create_endpoint.pull)
+            create_endpoint.pull, coalesce(create_endpoint.format, 'standard-webhooks'), create_endpoint.source,
+            coalesce(create_endpoint.batch_size, 1))
     ON CONFLICT (name) DO NOTHING;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'endpoint "%" already exists', create_endpoint.name
@@ -137,14 +191,16 @@ BEGIN
     PERFORM outbox._request_wake();
 END
 $fn$;
-COMMENT ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean) IS
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean, text, text, int) IS
     'creates an endpoint: exactly one of url (http/https), channel (NOTIFY) or pull => true (outbox.read); NULL options use the GUCs';
 
 -- Changes only the arguments that are not NULL.  secret => '' removes the secret (the
 -- endpoint's deliveries are no longer signed); any other secret replaces it.  An
 -- endpoint cannot change between url and channel delivery: drop and create it.
 -- timeout_ms, max_attempts, max_pending, concurrency and rate_limit cannot be set back to
--- NULL here.
+-- NULL here; source => '' goes back to the default source.  A CloudEvents format is
+-- refused while the endpoint has queued messages without an event type (they could not
+-- be sent in it: docs/delivery.md, CloudEvents).
 CREATE OR REPLACE FUNCTION outbox.alter_endpoint(name text,
                                       url text DEFAULT NULL,
                                       headers jsonb DEFAULT NULL,
@@ -154,7 +210,10 @@ CREATE OR REPLACE FUNCTION outbox.alter_endpoint(name text,
                                       ordered boolean DEFAULT NULL,
                                       max_pending bigint DEFAULT NULL,
                                       concurrency int DEFAULT NULL,
-                                      rate_limit int DEFAULT NULL)
+                                      rate_limit int DEFAULT NULL,
+                                      format text DEFAULT NULL,
+                                      source text DEFAULT NULL,
+                                      batch_size int DEFAULT NULL)
     RETURNS void
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -164,6 +223,7 @@ DECLARE
     v_channel text;
     v_ordered boolean;
     v_pull boolean;
+    v_untyped bigint;
 BEGIN
     IF alter_endpoint.name IS NULL THEN
         RAISE EXCEPTION 'endpoint name must not be NULL'
@@ -201,6 +261,20 @@ BEGIN
                                            alter_endpoint.timeout_ms, alter_endpoint.max_attempts,
                                            alter_endpoint.max_pending, alter_endpoint.concurrency,
                                            alter_endpoint.rate_limit);
+    PERFORM outbox._check_endpoint_format(v_channel IS NOT NULL OR v_pull, alter_endpoint.format,
+                                          alter_endpoint.source, alter_endpoint.batch_size);
+    IF alter_endpoint.format LIKE 'cloudevents-%' THEN
+        SELECT count(*) INTO v_untyped
+          FROM outbox.messages m
+         WHERE m.endpoint = alter_endpoint.name AND m.event_type IS NULL;
+        IF v_untyped > 0 THEN
+            RAISE EXCEPTION 'endpoint "%" has % queued message(s) without an event type', alter_endpoint.name,
+                            v_untyped
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'A CloudEvents request needs the event type (ce-type).',
+                      HINT = 'Change the format once they are delivered.';
+        END IF;
+    END IF;
 
     UPDATE outbox.endpoints e
        SET url          = coalesce(alter_endpoint.url, e.url),
@@ -210,7 +284,11 @@ BEGIN
            ordered      = coalesce(alter_endpoint.ordered, e.ordered),
            max_pending  = coalesce(alter_endpoint.max_pending, e.max_pending),
            concurrency  = coalesce(alter_endpoint.concurrency, e.concurrency),
-           rate_limit   = coalesce(alter_endpoint.rate_limit, e.rate_limit)
+           rate_limit   = coalesce(alter_endpoint.rate_limit, e.rate_limit),
+           format       = coalesce(alter_endpoint.format, e.format),
+           source       = CASE WHEN alter_endpoint.source = '' THEN NULL
+                               ELSE coalesce(alter_endpoint.source, e.source) END,
+           batch_size   = coalesce(alter_endpoint.batch_size, e.batch_size)
      WHERE e.name = alter_endpoint.name;
     IF alter_endpoint.ordered <> v_ordered THEN
         PERFORM outbox._order_queued(alter_endpoint.name, alter_endpoint.ordered);
@@ -227,7 +305,7 @@ BEGIN
     PERFORM outbox._request_wake();
 END
 $fn$;
-COMMENT ON FUNCTION outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int) IS
+COMMENT ON FUNCTION outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int, text, text, int) IS
     'changes the arguments that are not NULL; secret => '''' removes the secret';
 
 -- The queued messages of an endpoint that becomes ordered (or stops being so): ordered,

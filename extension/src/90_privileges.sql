@@ -28,8 +28,8 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 --   -- metrics.  Never the secrets (outbox.endpoint_secrets stays owner-only).
 --   GRANT USAGE ON SCHEMA outbox, dlq TO operator;
 --   GRANT EXECUTE ON FUNCTION
---       outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean),
---       outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int),
+--       outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean, text, text, int),
+--       outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int, text, text, int),
 --       outbox.drop_endpoint(text, boolean),
 --       outbox.pause_endpoint(text),
 --       outbox.resume_endpoint(text),

@@ -71,6 +71,7 @@ std::vector<std::string> build_request_headers(const DeliveryHeaders& h, std::st
   for (size_t i = 0; i < user.size(); ++i) {
     const auto& name = user[i]->first;
     if (is_reserved(name)) continue;
+    if (h.cloudevents && name.size() >= 3 && iequals(name.substr(0, 3), "ce-")) continue;
     if (i >= from_endpoint && set_by_endpoint(name)) continue;  // the endpoint's header stands
     // Within its own list, a later header of the same name wins.
     size_t list_end = i < from_endpoint ? from_endpoint : user.size();
@@ -79,7 +80,8 @@ std::vector<std::string> build_request_headers(const DeliveryHeaders& h, std::st
     if (!overridden) lines.push_back(line(name, user[i]->second));
   }
 
-  lines.push_back("Content-Type: application/json");
+  lines.push_back(line("Content-Type", h.content_type));
+  for (const std::string& ce : h.cloudevent_lines) lines.push_back(ce);
   if (!h.user_agent.empty()) lines.push_back(line("User-Agent", h.user_agent));
   lines.push_back(line("webhook-id", h.webhook_id));
   lines.push_back(line("webhook-timestamp", std::to_string(h.timestamp_unix_s)));

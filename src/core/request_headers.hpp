@@ -19,6 +19,12 @@ struct DeliveryHeaders {
   int attempt = 1;                                                    // 1 for the first attempt
   std::string secret;                                                 // whsec_...; empty = unsigned
   std::string user_agent;                                             // e.g. "pg_outbox/1.0"; empty = omit
+  std::string content_type = "application/json";                      // content_type_of (cloudevents.hpp)
+  // The CloudEvents binary mode's ce-* lines (append_binary_headers), empty otherwise.
+  // With a CloudEvents format (`cloudevents`), user headers named ce-* are dropped: the
+  // event's attributes are ours.
+  std::vector<std::string> cloudevent_lines;
+  bool cloudevents = false;
 };
 
 // Builds the header lines, in this order:
@@ -27,7 +33,8 @@ struct DeliveryHeaders {
 //      never replaces (nor, with an empty value, removes) an endpoint header: the
 //      endpoint's headers (Authorization, say) are its administrator's, and a
 //      producer's message header of the same name is dropped.
-//   2. ours: Content-Type: application/json, User-Agent, webhook-id,
+//   2. ours: Content-Type (application/json unless the format says otherwise), the
+//      CloudEvents binary mode's ce-* lines, User-Agent, webhook-id,
 //      webhook-timestamp, outbox-event-type, outbox-attempt, webhook-signature
 //      (only with a secret; signed over body), and finally "Expect:" (empty, which
 //      stops libcurl from sending "Expect: 100-continue" and waiting for it).

@@ -1,6 +1,6 @@
 -- Pull endpoints (docs/delivery.md, Pull endpoints): the tables' changes, as
--- extension/src/37_pull_tables.sql makes them on a fresh install, and create_endpoint's
--- new signature (its pull option).
+-- extension/src/37_pull_tables.sql makes them on a fresh install. create_endpoint's new
+-- signature (its pull option) replaces the one 30_formats.sql drops.
 
 ALTER TABLE outbox.endpoints ADD COLUMN pull boolean NOT NULL DEFAULT false;
 ALTER TABLE outbox.endpoints DROP CONSTRAINT endpoints_url_xor_channel;
@@ -17,5 +17,3 @@ CREATE TABLE outbox.endpoint_consumers (
 COMMENT ON TABLE outbox.endpoint_consumers IS
     'pg_outbox consume rights: the roles that may read each pull endpoint; manage with outbox.grant_consume()';
 SELECT pg_catalog.pg_extension_config_dump('outbox.endpoint_consumers', '');
-
-DROP FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int);

@@ -24,6 +24,7 @@ namespace pg_outbox::pg::store {
 //  - the rows are fetched by "m.id = ANY (...)", which only the primary key answers.
 //  - $6: for NOTIFY, the envelope the channel carries, built by PostgreSQL so that it is
 //    valid JSON; for HTTP, the payload as it is.
+//  - $7: the enqueue time as unix microseconds, for CloudEvents endpoints only.
 std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int limit,
                                   const std::vector<int64_t>& excluded, int64_t budget_bytes, int64_t max_payload_size,
                                   ClaimFor purpose) {
@@ -47,14 +48,16 @@ std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int
                   ELSE m.payload::text END
            END,
            m.headers::text, m.idempotency_key, m.attempts + 1, s.size,
-           CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END
+           CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END,
+           CASE WHEN $7 THEN (extract(epoch FROM m.created_at) * 1000000)::bigint END
       FROM outbox.messages m CROSS JOIN LATERAL (SELECT outbox._payload_size(m.payload) AS size) s
      WHERE m.id = ANY (ARRAY(SELECT id FROM budgeted))
   )sql",
-                             {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID, INT8OID, BOOLOID});
+                             {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID, INT8OID, BOOLOID, BOOLOID});
   Rows rows =
       statement.run({text_array(endpoints), Int32GetDatum(limit), int8_array(excluded), Int64GetDatum(budget_bytes),
-                     Int64GetDatum(max_payload_size), BoolGetDatum(purpose == ClaimFor::kNotify)});
+                     Int64GetDatum(max_payload_size), BoolGetDatum(purpose == ClaimFor::kNotify),
+                     BoolGetDatum(purpose == ClaimFor::kHttpWithTime)});
   std::vector<ClaimedMessage> claimed(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     ClaimedMessage& m = claimed[r];
@@ -68,6 +71,7 @@ std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int
     m.attempts = static_cast<int>(rows.int64(r, 6));
     m.payload_size = rows.int64(r, 7);
     if (auto lock = rows.optional_int64(r, 8)) m.ordering_lock = static_cast<int32_t>(*lock);
+    m.created_unix_us = rows.int64(r, 9);
   }
   return claimed;
 }

@@ -26,7 +26,8 @@ std::vector<EndpointRow> load_endpoints() {
            (extract(epoch FROM e.breaker_open_until) * 1000)::bigint, e.breaker_cooldown_ms, e.concurrency,
            e.rate_limit, e.max_pending IS NOT NULL, e.pull,
            coalesce((extract(epoch FROM e.failing_since) * 1000)::bigint, 0),
-           coalesce((extract(epoch FROM e.resumed_at) * 1000)::bigint, 0)
+           coalesce((extract(epoch FROM e.resumed_at) * 1000)::bigint, 0),
+           e.format, e.source, e.batch_size, current_database()
       FROM outbox.endpoints e LEFT JOIN outbox.endpoint_secrets s ON s.endpoint = e.name
   )sql",
                              {});
@@ -53,6 +54,10 @@ std::vector<EndpointRow> load_endpoints() {
     e.pull = rows.boolean(r, 16);
     e.failing.since_ms = rows.int64(r, 17);
     e.resumed_at_ms = rows.int64(r, 18);
+    // The table's CHECK allows only the three formats.
+    e.format = core::parse_format(rows.text(r, 19)).value_or(core::Format::StandardWebhooks);
+    e.source = rows.is_null(r, 20) ? core::default_source(rows.text(r, 22), e.name) : rows.text(r, 20);
+    e.batch_size = static_cast<int>(rows.int64(r, 21));
   }
   return endpoints;
 }

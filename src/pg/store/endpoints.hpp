@@ -5,6 +5,7 @@
 
 #include "core/circuit_breaker.hpp"
 #include "core/endpoint_retirement.hpp"
+#include "core/cloudevents.hpp"
 
 #include <optional>
 #include <string>
@@ -26,6 +27,9 @@ struct EndpointRow {
   bool paused = false;
   bool has_max_pending = false;
   bool pull = false;  // read by application workers (consumer/README.md), never pushed
+  core::Format format = core::Format::StandardWebhooks;
+  std::string source;  // CloudEvents source: the endpoint's, or core::default_source
+  int batch_size = 1;  // most messages in one request (docs/delivery.md, Batches)
   core::Breaker breaker;
   core::FailingStreak failing;  // outbox.endpoints.failing_since
   int64_t resumed_at_ms = 0;    // unix ms of the operator's last resume_endpoint; 0: never

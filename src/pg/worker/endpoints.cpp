@@ -150,6 +150,7 @@ core::EndpointView Endpoints::view(const Endpoint& endpoint, size_t held) const 
   view.concurrency = concurrency_of(endpoint);
   view.rate_limit = endpoint.row.rate_limit;
   view.outstanding = held;
+  view.batch_size = endpoint.row.batch_size;
   return view;
 }
 
@@ -167,7 +168,8 @@ std::vector<core::EndpointView> Endpoints::views(const std::unordered_map<std::s
 
 bool changes_requests(const store::EndpointRow& before, const store::EndpointRow& after) {
   return before.url != after.url || before.headers_json != after.headers_json || before.secret != after.secret ||
-         before.timeout_ms != after.timeout_ms || (!before.paused && after.paused);
+         before.timeout_ms != after.timeout_ms || before.format != after.format || before.source != after.source ||
+         before.batch_size != after.batch_size || (!before.paused && after.paused);
 }
 
 core::ClaimSettings claim_settings() {
