@@ -3,8 +3,26 @@
 #include "pg/runtime/settings.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace pg_outbox::pg::worker {
+
+namespace {
+
+// Parsed once per read of the endpoints, not per request. A secret written past the
+// checks (a superuser's INSERT) leaves the endpoint without keys and with the reason,
+// and its messages are dead-lettered as INVALID_MESSAGE (requests.cpp).
+void parse_keys(Endpoint& endpoint, const std::vector<store::EndpointSecret>& secrets) {
+  try {
+    for (const store::EndpointSecret& s : secrets)
+      endpoint.keys.push_back({core::SigningKey::parse(s.secret), s.expires_at_ms});
+  } catch (const std::invalid_argument& e) {
+    endpoint.keys.clear();
+    endpoint.keys_error = e.what();
+  }
+}
+
+}  // namespace
 
 void Endpoints::refresh(uint64_t version, int64_t now_ms, bool& max_pending_changed) {
   max_pending_changed = false;
@@ -26,6 +44,12 @@ void Endpoints::refresh(uint64_t version, int64_t now_ms, bool& max_pending_chan
     auto parsed = core::parse_string_object(row.headers_json.empty() ? "{}" : row.headers_json);
     endpoint.headers = std::move(parsed.pairs);
     endpoint.headers_error = std::move(parsed.error);
+    if (known != endpoints_.end() && known->second.row.secrets == row.secrets) {
+      endpoint.keys = known->second.keys;  // an ed25519 key costs a derivation to parse
+      endpoint.keys_error = known->second.keys_error;
+    } else {
+      parse_keys(endpoint, row.secrets);
+    }
     endpoint.row = std::move(row);
     std::string name = endpoint.row.name;
     fresh.emplace(std::move(name), std::move(endpoint));
@@ -79,6 +103,13 @@ bool Endpoints::any_breaker_dirty() const {
   return std::any_of(endpoints_.begin(), endpoints_.end(), [](const auto& e) { return e.second.breaker_dirty; });
 }
 
+bool Endpoints::any_secret_expired(int64_t now_ms) const {
+  for (const auto& [name, endpoint] : endpoints_)
+    for (const core::RotatingKey& key : endpoint.keys)
+      if (key.expires_at_ms != 0 && key.expires_at_ms <= now_ms) return true;
+  return false;
+}
+
 int Endpoints::max_attempts_of(const Endpoint& endpoint) const {
   return endpoint.row.max_attempts.value_or(settings.max_attempts);
 }
@@ -115,7 +146,7 @@ std::vector<core::EndpointView> Endpoints::views(const std::unordered_map<std::s
 }
 
 bool changes_requests(const store::EndpointRow& before, const store::EndpointRow& after) {
-  return before.url != after.url || before.headers_json != after.headers_json || before.secret != after.secret ||
+  return before.url != after.url || before.headers_json != after.headers_json || before.secrets != after.secrets ||
          before.timeout_ms != after.timeout_ms || (!before.paused && after.paused);
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/claim_plan.hpp"
+#include "core/signing_key.hpp"
 #include "core/string_object.hpp"
 #include "pg/store/endpoints.hpp"
 
@@ -19,7 +20,9 @@ struct Endpoint {
   store::EndpointRow row;
   std::optional<core::StringPairs> headers;  // nullopt: the stored headers are unusable
   std::string headers_error;
-  bool breaker_dirty = false;  // changed since last saved
+  std::vector<core::RotatingKey> keys;  // the secrets parsed once, current first
+  std::string keys_error;               // not empty: a stored secret is unusable
+  bool breaker_dirty = false;           // changed since last saved
 };
 
 class Endpoints {
@@ -39,6 +42,9 @@ class Endpoints {
   const Endpoint* find(const std::string& name) const;
   Endpoint& at(const std::string& name) { return endpoints_.at(name); }
   bool any_breaker_dirty() const;
+  // Whether a secret the worker read has expired by now_ms: housekeeping then deletes
+  // the expired rows (the worker stopped signing with them at their expiry already).
+  bool any_secret_expired(int64_t now_ms) const;
   // Saves the breakers changed since they were last saved, in the caller's transaction;
   // they are clean once it commits (breakers_committed), dirty still if it fails.
   void save_breakers();
