@@ -19,12 +19,13 @@ std::optional<int> optional_int(const Rows& rows, size_t r, size_t c) {
 }
 
 // Each endpoint's secrets, current first then the one its rotation keeps for a while
-// (at most two, outbox.rotate_secret).
+// (at most two, outbox.rotate_secret). Expired ones too, until housekeeping has deleted
+// them: the worker no longer signs with them (core::keys_in_force), and knows that it
+// has rows to delete.
 void attach_secrets(std::vector<EndpointRow>& endpoints) {
   static Statement statement(R"sql(
     SELECT s.endpoint, s.secret, (extract(epoch FROM s.expires_at) * 1000)::bigint
       FROM outbox.endpoint_secrets s
-     WHERE s.expires_at IS NULL OR s.expires_at > now()
      ORDER BY s.endpoint, s.expires_at DESC NULLS FIRST
   )sql",
                              {});

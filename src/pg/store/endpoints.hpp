@@ -26,7 +26,7 @@ struct EndpointRow {
   std::string url;      // empty for a NOTIFY endpoint
   std::string channel;  // empty for an HTTP endpoint
   std::string headers_json;
-  std::vector<EndpointSecret> secrets;  // not expired when read; current first; none: unsigned
+  std::vector<EndpointSecret> secrets;  // current first; none: unsigned
   std::optional<int> timeout_ms;
   std::optional<int> max_attempts;
   std::optional<int> concurrency;  // most requests in flight; none: pg_outbox.endpoint_concurrency
@@ -37,7 +37,7 @@ struct EndpointRow {
   core::Breaker breaker;
 };
 
-// Every endpoint, with its secrets that had not expired when read.
+// Every endpoint, with its secrets (expired ones included until they are deleted).
 std::vector<EndpointRow> load_endpoints();
 
 // Forgets the secrets whose rotation's grace has ended (the worker no longer signs with

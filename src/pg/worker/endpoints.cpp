@@ -22,6 +22,23 @@ void parse_keys(Endpoint& endpoint, const std::vector<store::EndpointSecret>& se
   }
 }
 
+// Whether a and b sign alike at now_ms: the same secrets, in the same order, once the
+// expired ones are left out.
+bool same_secrets_in_force(const std::vector<store::EndpointSecret>& a, const std::vector<store::EndpointSecret>& b,
+                           int64_t now_ms) {
+  auto signs = [now_ms](const store::EndpointSecret& s) { return s.expires_at_ms == 0 || now_ms < s.expires_at_ms; };
+  auto i = a.begin();
+  auto j = b.begin();
+  while (true) {
+    while (i != a.end() && !signs(*i)) ++i;
+    while (j != b.end() && !signs(*j)) ++j;
+    if (i == a.end() || j == b.end()) return i == a.end() && j == b.end();
+    if (*i != *j) return false;
+    ++i;
+    ++j;
+  }
+}
+
 }  // namespace
 
 void Endpoints::refresh(uint64_t version, int64_t now_ms, bool& max_pending_changed) {
@@ -34,7 +51,7 @@ void Endpoints::refresh(uint64_t version, int64_t now_ms, bool& max_pending_chan
     Endpoint endpoint;
     auto known = endpoints_.find(row.name);
     if (known != endpoints_.end()) {
-      if (changes_requests(known->second.row, row)) changed_.push_back(row.name);
+      if (changes_requests(known->second.row, row, now_ms)) changed_.push_back(row.name);
       // The worker's breaker is the live one; the table is its copy for restarts.
       row.breaker = known->second.row.breaker;
       endpoint.breaker_dirty = known->second.breaker_dirty;
@@ -145,9 +162,10 @@ std::vector<core::EndpointView> Endpoints::views(const std::unordered_map<std::s
   return views;
 }
 
-bool changes_requests(const store::EndpointRow& before, const store::EndpointRow& after) {
-  return before.url != after.url || before.headers_json != after.headers_json || before.secrets != after.secrets ||
-         before.timeout_ms != after.timeout_ms || (!before.paused && after.paused);
+bool changes_requests(const store::EndpointRow& before, const store::EndpointRow& after, int64_t now_ms) {
+  return before.url != after.url || before.headers_json != after.headers_json ||
+         !same_secrets_in_force(before.secrets, after.secrets, now_ms) || before.timeout_ms != after.timeout_ms ||
+         (!before.paused && after.paused);
 }
 
 core::ClaimSettings claim_settings() {

@@ -70,7 +70,9 @@ class Endpoints {
 
 // What a request of this endpoint carries from the row: a change to any of it (or a
 // pause) must reach the requests not yet started.
-bool changes_requests(const store::EndpointRow& before, const store::EndpointRow& after);
+// Secrets are compared as they sign at now_ms: the expiry of a rotation's old secret, or
+// the deletion of its row, changes nothing for requests already signed.
+bool changes_requests(const store::EndpointRow& before, const store::EndpointRow& after, int64_t now_ms);
 
 core::ClaimSettings claim_settings();
 
