@@ -76,7 +76,10 @@ std::vector<EndpointRow> load_endpoints() {
 
 int64_t delete_expired_secrets() {
   static Statement statement(R"sql(
-    WITH gone AS (DELETE FROM outbox.endpoint_secrets s WHERE s.expires_at <= now() RETURNING 1)
+    WITH expired AS (SELECT s.endpoint, s.secret FROM outbox.endpoint_secrets s
+                      WHERE s.expires_at <= now() FOR UPDATE SKIP LOCKED),
+         gone AS (DELETE FROM outbox.endpoint_secrets s USING expired x
+                   WHERE s.endpoint = x.endpoint AND s.secret = x.secret RETURNING 1)
     SELECT count(*) FROM gone
   )sql",
                              {});

@@ -41,7 +41,8 @@ struct EndpointRow {
 std::vector<EndpointRow> load_endpoints();
 
 // Forgets the secrets whose rotation's grace has ended (the worker no longer signs with
-// them, docs/operations.md, Rotating a secret). Returns how many.
+// them, docs/operations.md, Rotating a secret). A row an operator's open rotate_secret
+// holds waits for a later round. Returns how many.
 int64_t delete_expired_secrets();
 
 // Skipped (false) while another transaction holds the endpoint's row (an operator's open
