@@ -4,7 +4,7 @@
 # Standard Webhooks' own verifier (npm standardwebhooks) for "v1" and Node's crypto for
 # "v1a" (test/node/*.js).
 #
-#  1. HMAC to HMAC with a grace of 3 s: every request of the grace verifies with the old
+#  1. HMAC to HMAC with a grace of 5 s: every request of the grace verifies with the old
 #     secret AND with the new one (two signatures in one header); requests made after
 #     the grace verify with the new one only, and the worker deletes the old secret on
 #     its own, with no SQL call;
@@ -13,10 +13,12 @@
 #  3. an ed25519 ("whsk_") secret signs "v1a": the public key endpoint_public_key gives
 #     is the one Node derives from the seed, and every request verifies with it; the
 #     HMAC verifier finds nothing to accept;
-#  4. whsk_ -> whsk_ (grace 1 h), then -> whsec_ (grace 3 s) within the first grace: only
+#  4. whsk_ -> whsk_ (grace 1 h), then -> whsec_ (grace 5 s) within the first grace: only
 #     the two newest sign (the first key stops at once), each in its own scheme; after
 #     the grace, the HMAC secret alone;
-#  5. no request, and nothing in the server log, carries a secret.
+#  5. a secret stored past the checks dead-letters its endpoint's messages (INVALID_MESSAGE)
+#     and stops nothing else;
+#  6. no request, dead letter or line of the server log carries a secret.
 use strict;
 use warnings;
 
@@ -35,7 +37,9 @@ my %KEY = (
 	hmac_a => 'whsec_' . MIME::Base64::encode_base64(random_bytes(), ''),
 	hmac_c => 'whsec_' . MIME::Base64::encode_base64(random_bytes(), ''),
 	ed_b   => 'whsk_' . MIME::Base64::encode_base64(random_bytes(), ''),
-	ed_d   => 'whsk_' . MIME::Base64::encode_base64(random_bytes(), ''),);
+	ed_d   => 'whsk_' . MIME::Base64::encode_base64(random_bytes(), ''),
+	# 9 bytes: no ed25519 key; only a superuser's direct INSERT can store it (section 5).
+	broken => 'whsk_' . MIME::Base64::encode_base64(substr(random_bytes(), 0, 9), ''),);
 
 my $node = new_outbox_node('rotation');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
@@ -92,7 +96,7 @@ sub old_expiry
 }
 
 # ---------------------------------------------------------------------------
-# 1. HMAC -> HMAC, grace 3 s.
+# 1. HMAC -> HMAC, grace 5 s.
 
 sql_s(sprintf(q{SELECT outbox.create_endpoint('hmac', url => '%s', secret => current_setting('rot.hmac_a'))},
 	$recv->url('/hooks/hmac')));
@@ -102,7 +106,7 @@ my @before = reqs('/hooks/hmac');
 is(npm_accepts($KEY{hmac_a}, @before), 2, 'before the rotation: the Standard Webhooks verifier accepts the secret');
 is(npm_accepts($KEY{hmac_c}, @before), 0, '... and not the one to come');
 
-sql_s(q{SELECT outbox.rotate_secret('hmac', current_setting('rot.hmac_c'), grace => '3s')});
+sql_s(q{SELECT outbox.rotate_secret('hmac', current_setting('rot.hmac_c'), grace => '5s')});
 my $expiry = old_expiry('hmac');
 enqueue_many('hmac', 5);
 ok($recv->wait_requests('/hooks/hmac', 7, 30), 'during the grace: delivered');
@@ -169,7 +173,7 @@ is(scalar(grep { signatures($_) == 2 } @two_keys), 2, '... two v1a signatures ea
 is(node_ed25519_accepts($pub_d, @two_keys), 2, '... verified with the new public key');
 is(node_ed25519_accepts($pub_b, @two_keys), 2, '... and with the old one');
 
-sql_s(q{SELECT outbox.rotate_secret('asym', current_setting('rot.hmac_a'), grace => '3s')});
+sql_s(q{SELECT outbox.rotate_secret('asym', current_setting('rot.hmac_a'), grace => '5s')});
 is(sql($node, q{SELECT count(*) FROM outbox.endpoint_secrets WHERE endpoint = 'asym'}), 2,
 	'a second rotation within the grace keeps two secrets');
 is(sql($node, q{SELECT outbox.endpoint_public_key('asym') IS NULL}), 't',
@@ -196,11 +200,32 @@ ok(wait_sql($node, q{SELECT count(*) = 1 FROM outbox.endpoint_secrets WHERE endp
 	'... and its row is gone');
 
 # ---------------------------------------------------------------------------
-# 5. No secret in any request or in the server log.
+# 5. A secret written past the checks (a superuser's INSERT): the endpoint's messages
+#    are dead-lettered INVALID_MESSAGE, saying why without the secret; others flow.
+
+# In one transaction, so that the worker never sees the endpoint without its secret.
+sql_s(sprintf(q{BEGIN; SELECT outbox.create_endpoint('broken', url => '%s');
+	INSERT INTO outbox.endpoint_secrets (endpoint, secret) VALUES ('broken', current_setting('rot.broken')); COMMIT},
+	$recv->url('/hooks/broken')));
+sql($node, q{SELECT outbox.enqueue('broken', '{"n": 1}')});
+enqueue_many('hmac', 1);
+ok(wait_sql($node, q{SELECT count(*) = 1 FROM dlq.dead_letters WHERE endpoint = 'broken'}, 30),
+	'a message of an endpoint with an unusable secret is dead-lettered');
+is( sql($node, q{SELECT reason_code || ': ' || error_message FROM dlq.dead_letters WHERE endpoint = 'broken'}),
+	'INVALID_MESSAGE: endpoint secret: an ed25519 secret key ("whsk_") must be 32 bytes (the seed) or 64 bytes '
+	  . '(seed and public key) long',
+	'... INVALID_MESSAGE, saying why');
+ok($recv->wait_requests('/hooks/hmac', 11, 30), '... and the other endpoints are delivered');
+is(scalar(reqs('/hooks/broken')), 0, '... nothing was sent unsigned');
+
+# ---------------------------------------------------------------------------
+# 6. No secret in any request, dead letter or in the server log.
 
 my @never = map { my $s = $_; ($s, substr($s, index($s, '_') + 1)) } values %KEY;
 my $all = JSON::PP->new->canonical->encode($recv->requests);
 is(scalar(grep { index($all, $_) >= 0 } @never), 0, 'no request carried a secret');
+my $dlq = sql($node, q{SELECT string_agg(d::text, ' ') FROM dlq.dead_letters d});
+is(scalar(grep { index($dlq, $_) >= 0 } @never), 0, 'no dead letter contains a secret');
 my $log = slurp_file($node->logfile);
 is(scalar(grep { index($log, $_) >= 0 } @never), 0, 'the server log contains no secret');
 
