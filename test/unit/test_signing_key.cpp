@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "core/base64.hpp"
 #include "core/ed25519.hpp"
@@ -134,4 +136,23 @@ TEST(KeysInForce, AnExpiredKeyNoLongerSigns) {
   EXPECT_EQ(schemes(10000), (std::vector<S>{S::kEd25519}));  // its expiry is the first moment it is gone
   EXPECT_EQ(schemes(INT64_MAX), (std::vector<S>{S::kEd25519}));
   EXPECT_TRUE(keys_in_force({}, 0).empty());
+}
+
+// The worker's thread signs a request while the delivery thread signs another one again
+// (a restamp) with the same keys: one shared, immutable key signs from both at once, and
+// ed25519 being deterministic, every signature is the expected one. (Under
+// ThreadSanitizer in test/run_all.sh.)
+TEST(SigningKey, OneKeySignsFromTwoThreadsAtOnce) {
+  const SigningKeys keys{SigningKey::parse(kWhsk1), SigningKey::parse(kWhsec)};
+  const std::string expected = webhook_signatures(keys, "msg_1", 1700000000, "{}");
+  std::atomic<int> wrong{0};
+  auto sign_many = [&, copy = keys]() {
+    for (int i = 0; i < 200; ++i)
+      if (webhook_signatures(copy, "msg_1", 1700000000, "{}") != expected) ++wrong;
+  };
+  std::thread a(sign_many);
+  std::thread b(sign_many);
+  a.join();
+  b.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
