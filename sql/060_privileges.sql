@@ -28,6 +28,8 @@ GRANT EXECUTE ON FUNCTION
     outbox.drop_endpoint(text, boolean),
     outbox.pause_endpoint(text),
     outbox.resume_endpoint(text),
+    outbox.rotate_secret(text, text, interval),
+    outbox.endpoint_public_key(text),
     outbox.purge(interval),
     outbox.metrics(),
     outbox.worker_status(),

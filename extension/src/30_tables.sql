@@ -50,10 +50,16 @@ COMMENT ON TABLE outbox.endpoints IS
 -- Webhook signing secrets, apart from the endpoints so that reading the endpoints never
 -- reveals one.  Nobody but the table's owner (the superuser that created the extension,
 -- whom the worker and the SECURITY DEFINER functions act as) may read it.
+-- An endpoint has at most one current secret (expires_at NULL) and, while a rotation's
+-- grace lasts (outbox.rotate_secret), the one it replaced, which signs until expires_at
+-- (0.4.0).  The worker stops signing with a secret at its expiry and then deletes it.
 CREATE TABLE outbox.endpoint_secrets (
-    endpoint text PRIMARY KEY REFERENCES outbox.endpoints (name) ON DELETE CASCADE,
-    secret   text NOT NULL
+    endpoint   text NOT NULL REFERENCES outbox.endpoints (name) ON DELETE CASCADE,
+    secret     text NOT NULL,
+    expires_at timestamptz,
+    PRIMARY KEY (endpoint, secret)
 );
+CREATE UNIQUE INDEX endpoint_secrets_current ON outbox.endpoint_secrets (endpoint) WHERE expires_at IS NULL;
 COMMENT ON TABLE outbox.endpoint_secrets IS
     'pg_outbox webhook secrets (Standard Webhooks); readable by the extension owner only';
 

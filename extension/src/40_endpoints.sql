@@ -195,7 +195,8 @@ COMMENT ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, i
     'creates an endpoint: exactly one of url (http/https), channel (NOTIFY) or pull => true (outbox.read); NULL options use the GUCs';
 
 -- Changes only the arguments that are not NULL.  secret => '' removes the secret (the
--- endpoint's deliveries are no longer signed); any other secret replaces it.  An
+-- endpoint's deliveries are no longer signed); any other secret replaces it, and the
+-- secret a rotation still signs with, at once (outbox.rotate_secret keeps both).  An
 -- endpoint cannot change between url and channel delivery: drop and create it.
 -- timeout_ms, max_attempts, max_pending, concurrency and rate_limit cannot be set back to
 -- NULL here; source => '' goes back to the default source.  A CloudEvents format is
@@ -294,12 +295,14 @@ BEGIN
         PERFORM outbox._order_queued(alter_endpoint.name, alter_endpoint.ordered);
     END IF;
 
-    IF alter_endpoint.secret = '' THEN
+    -- A new secret replaces every secret of the endpoint at once, a rotation's old one
+    -- too; outbox.rotate_secret is the way without an outage.
+    IF alter_endpoint.secret IS NOT NULL THEN
         DELETE FROM outbox.endpoint_secrets s WHERE s.endpoint = alter_endpoint.name;
-    ELSIF alter_endpoint.secret IS NOT NULL THEN
-        INSERT INTO outbox.endpoint_secrets AS s (endpoint, secret)
-        VALUES (alter_endpoint.name, alter_endpoint.secret)
-        ON CONFLICT (endpoint) DO UPDATE SET secret = excluded.secret;
+    END IF;
+    IF alter_endpoint.secret <> '' THEN
+        INSERT INTO outbox.endpoint_secrets (endpoint, secret)
+        VALUES (alter_endpoint.name, alter_endpoint.secret);
     END IF;
 
     PERFORM outbox._request_wake();

@@ -33,6 +33,8 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 --       outbox.drop_endpoint(text, boolean),
 --       outbox.pause_endpoint(text),
 --       outbox.resume_endpoint(text),
+--       outbox.rotate_secret(text, text, interval),
+--       outbox.endpoint_public_key(text),
 --       outbox.purge(interval),
 --       outbox.metrics(),
 --       outbox.message(bigint),

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "core/egress_policy.hpp"
+#include "core/signing_key.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -40,7 +41,7 @@ struct Request {
   struct Stamp {
     int64_t stamped_s = 0;
     std::string webhook_id;
-    std::string secret;  // empty: unsigned
+    core::SigningKeys keys;  // the keys it was signed with (shared, immutable); none: unsigned
   };
   std::optional<Stamp> stamp;
 };

@@ -7,18 +7,29 @@
 #include "core/endpoint_retirement.hpp"
 #include "core/cloudevents.hpp"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace pg_outbox::pg::store {
 
+// One of an endpoint's signing secrets (outbox.endpoint_secrets).
+struct EndpointSecret {
+  std::string secret;
+  int64_t expires_at_ms = 0;  // unix ms; 0: the current secret
+  bool operator==(const EndpointSecret& other) const {
+    return secret == other.secret && expires_at_ms == other.expires_at_ms;
+  }
+  bool operator!=(const EndpointSecret& other) const { return !(*this == other); }
+};
+
 struct EndpointRow {
   std::string name;
   std::string url;      // empty for a NOTIFY endpoint
   std::string channel;  // empty for an HTTP endpoint
   std::string headers_json;
-  std::string secret;  // empty: unsigned
+  std::vector<EndpointSecret> secrets;  // current first; none: unsigned
   std::optional<int> timeout_ms;
   std::optional<int> max_attempts;
   std::optional<int> concurrency;  // most requests in flight; none: pg_outbox.endpoint_concurrency
@@ -39,7 +50,13 @@ struct EndpointRow {
 // JSON (docs/operations.md, Endpoints that retire themselves).
 constexpr const char* kEventsChannel = "pg_outbox_events";
 
+// Every endpoint, with its secrets (expired ones included until they are deleted).
 std::vector<EndpointRow> load_endpoints();
+
+// Forgets the secrets whose rotation's grace has ended (the worker no longer signs with
+// them, docs/operations.md, Rotating a secret). A row an operator's open rotate_secret
+// holds waits for a later round. Returns how many.
+int64_t delete_expired_secrets();
 
 // Skipped (false) while another transaction holds the endpoint's row (an operator's open
 // alter_endpoint): the breaker's copy waits, deliveries do not. The failing streak is

@@ -42,9 +42,16 @@ void send_batch(WorkerState& state, Endpoint& endpoint, const std::vector<const 
   headers.content_type = core::batch_content_type_of(endpoint.row.format);
   headers.attempt = 0;
   for (const store::ClaimedMessage* m : members) headers.attempt = std::max(headers.attempt, m->attempts);
-  headers.secret = endpoint.row.secret;
+  // A secret past its rotation's grace no longer signs (requests.cpp, header_lines).
+  headers.keys = core::keys_in_force(endpoint.keys, now_ms);
   headers.user_agent = kUserAgent;
   std::vector<std::string> lines;
+  if (!endpoint.keys_error.empty()) {
+    for (const store::ClaimedMessage* m : members)
+      refuse_unsent(state, *m, claim_id, probe,
+                    {core::DeadReason::InvalidMessage, "endpoint secret: " + endpoint.keys_error});
+    return;
+  }
   try {
     lines = core::build_request_headers(headers, body);
   } catch (const std::invalid_argument& e) {
@@ -58,7 +65,7 @@ void send_batch(WorkerState& state, Endpoint& endpoint, const std::vector<const 
   requests.push_back({static_cast<uint64_t>(tag), endpoint.row.name, endpoint.row.url, std::move(lines),
                       std::move(body), timeout, state.endpoints.concurrency_of(endpoint),
                       endpoint.row.rate_limit.value_or(0)});
-  requests.back().stamp = http::Request::Stamp{now_ms / 1000, std::move(headers.webhook_id), std::move(headers.secret)};
+  requests.back().stamp = http::Request::Stamp{now_ms / 1000, std::move(headers.webhook_id), std::move(headers.keys)};
   std::vector<int64_t> ids;
   ids.reserve(members.size());
   for (const store::ClaimedMessage* m : members) {

@@ -3,8 +3,43 @@
 #include "pg/runtime/settings.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace pg_outbox::pg::worker {
+
+namespace {
+
+// Parsed once per read of the endpoints, not per request. A secret written past the
+// checks (a superuser's INSERT) leaves the endpoint without keys and with the reason,
+// and its messages are dead-lettered as INVALID_MESSAGE (requests.cpp).
+void parse_keys(Endpoint& endpoint, const std::vector<store::EndpointSecret>& secrets) {
+  try {
+    for (const store::EndpointSecret& s : secrets)
+      endpoint.keys.push_back({core::SigningKey::parse(s.secret), s.expires_at_ms});
+  } catch (const std::invalid_argument& e) {
+    endpoint.keys.clear();
+    endpoint.keys_error = e.what();
+  }
+}
+
+// Whether a and b sign alike at now_ms: the same secrets, in the same order, once the
+// expired ones are left out.
+bool same_secrets_in_force(const std::vector<store::EndpointSecret>& a, const std::vector<store::EndpointSecret>& b,
+                           int64_t now_ms) {
+  auto signs = [now_ms](const store::EndpointSecret& s) { return s.expires_at_ms == 0 || now_ms < s.expires_at_ms; };
+  auto i = a.begin();
+  auto j = b.begin();
+  while (true) {
+    while (i != a.end() && !signs(*i)) ++i;
+    while (j != b.end() && !signs(*j)) ++j;
+    if (i == a.end() || j == b.end()) return i == a.end() && j == b.end();
+    if (*i != *j) return false;
+    ++i;
+    ++j;
+  }
+}
+
+}  // namespace
 
 void Endpoints::refresh(uint64_t version, int64_t now_ms, bool& max_pending_changed) {
   max_pending_changed = false;
@@ -23,7 +58,7 @@ void Endpoints::refresh(uint64_t version, int64_t now_ms, bool& max_pending_chan
     Endpoint endpoint;
     auto known = endpoints_.find(row.name);
     if (known != endpoints_.end()) {
-      if (changes_requests(known->second.row, row)) changed_.push_back(row.name);
+      if (changes_requests(known->second.row, row, now_ms)) changed_.push_back(row.name);
       // The worker's breaker and streak are the live ones; the table is their copy for
       // restarts.
       row.breaker = known->second.row.breaker;
@@ -40,6 +75,12 @@ void Endpoints::refresh(uint64_t version, int64_t now_ms, bool& max_pending_chan
     auto parsed = core::parse_string_object(row.headers_json.empty() ? "{}" : row.headers_json);
     endpoint.headers = std::move(parsed.pairs);
     endpoint.headers_error = std::move(parsed.error);
+    if (known != endpoints_.end() && known->second.row.secrets == row.secrets) {
+      endpoint.keys = known->second.keys;  // an ed25519 key costs a derivation to parse
+      endpoint.keys_error = known->second.keys_error;
+    } else {
+      parse_keys(endpoint, row.secrets);
+    }
     endpoint.row = std::move(row);
     std::string name = endpoint.row.name;
     fresh.emplace(std::move(name), std::move(endpoint));
@@ -130,6 +171,13 @@ bool Endpoints::any_breaker_dirty() const {
                      [](const auto& e) { return e.second.breaker_dirty || e.second.retiring.has_value(); });
 }
 
+bool Endpoints::any_secret_expired(int64_t now_ms) const {
+  for (const auto& [name, endpoint] : endpoints_)
+    for (const core::RotatingKey& key : endpoint.keys)
+      if (key.expires_at_ms != 0 && key.expires_at_ms <= now_ms) return true;
+  return false;
+}
+
 int Endpoints::max_attempts_of(const Endpoint& endpoint) const {
   return endpoint.row.max_attempts.value_or(settings.max_attempts);
 }
@@ -166,10 +214,11 @@ std::vector<core::EndpointView> Endpoints::views(const std::unordered_map<std::s
   return views;
 }
 
-bool changes_requests(const store::EndpointRow& before, const store::EndpointRow& after) {
-  return before.url != after.url || before.headers_json != after.headers_json || before.secret != after.secret ||
-         before.timeout_ms != after.timeout_ms || before.format != after.format || before.source != after.source ||
-         before.batch_size != after.batch_size || (!before.paused && after.paused);
+bool changes_requests(const store::EndpointRow& before, const store::EndpointRow& after, int64_t now_ms) {
+  return before.url != after.url || before.headers_json != after.headers_json ||
+         !same_secrets_in_force(before.secrets, after.secrets, now_ms) || before.timeout_ms != after.timeout_ms ||
+         before.format != after.format || before.source != after.source || before.batch_size != after.batch_size ||
+         (!before.paused && after.paused);
 }
 
 core::ClaimSettings claim_settings() {

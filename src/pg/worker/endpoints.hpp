@@ -5,6 +5,7 @@
 
 #include "core/claim_plan.hpp"
 #include "core/endpoint_retirement.hpp"
+#include "core/signing_key.hpp"
 #include "core/string_object.hpp"
 #include "pg/store/endpoints.hpp"
 
@@ -27,7 +28,9 @@ struct Endpoint {
   store::EndpointRow row;
   std::optional<core::StringPairs> headers;  // nullopt: the stored headers are unusable
   std::string headers_error;
-  bool breaker_dirty = false;  // the breaker or the failing streak changed since last saved
+  std::vector<core::RotatingKey> keys;  // the secrets parsed once, current first
+  std::string keys_error;               // not empty: a stored secret is unusable
+  bool breaker_dirty = false;           // the breaker or the failing streak changed since last saved
   // Until written, row.paused is kept true: nothing more is claimed for it meanwhile.
   std::optional<Retiring> retiring;
 };
@@ -59,6 +62,9 @@ class Endpoints {
   }
   // Whether a breaker, a failing streak or a pause waits to be written.
   bool any_breaker_dirty() const;
+  // Whether a secret the worker read has expired by now_ms: housekeeping then deletes
+  // the expired rows (the worker stopped signing with them at their expiry already).
+  bool any_secret_expired(int64_t now_ms) const;
   // Saves the breakers (and failing streaks) changed since they were last saved, then the
   // pauses decided, in the caller's transaction; they are clean once it commits
   // (breakers_committed), dirty still if it fails.
@@ -90,7 +96,9 @@ class Endpoints {
 
 // What a request of this endpoint carries from the row: a change to any of it (or a
 // pause) must reach the requests not yet started.
-bool changes_requests(const store::EndpointRow& before, const store::EndpointRow& after);
+// Secrets are compared as they sign at now_ms: the expiry of a rotation's old secret, or
+// the deletion of its row, changes nothing for requests already signed.
+bool changes_requests(const store::EndpointRow& before, const store::EndpointRow& after, int64_t now_ms);
 
 core::ClaimSettings claim_settings();
 

@@ -1,11 +1,13 @@
 // What the worker does once a second besides delivering: requests past their lease go
 // back, the history and the attempt log get their partitions and lose what retention
 // passed, the DLQ's handled letters expire, messages whose endpoint is gone are
-// dead-lettered, and max_pending's counts are made again when asked.
+// dead-lettered, secrets whose rotation ended are deleted, and max_pending's counts are
+// made again when asked.
 #include "core/partition_layout.hpp"
 #include "pg/boundary/spi.hpp"
 #include "pg/producer/queued_count.hpp"
 #include "pg/runtime/settings.hpp"
+#include "pg/store/endpoints.hpp"
 #include "pg/store/housekeeping.hpp"
 #include "pg/worker/constants.hpp"
 #include "pg/worker/failures.hpp"
@@ -72,6 +74,8 @@ void housekeeping(WorkerState& state) {
         keep_partitions(state, store::TimePartitioned::kAttempts, schedule.attempts, settings.attempt_retention_s);
       if (settings.dlq_retention_s >= 0) store::purge_dead_letters(settings.dlq_retention_s, kPurgeBatch);
       if (orphans_due) dead_letter_orphans(state);
+      // Only once a secret the worker knows has expired: no statement in steady state.
+      if (state.endpoints.any_secret_expired(now)) store::delete_expired_secrets();
     });
   });
   if (!failed || now < schedule.housekeeping_quiet_until_ms) return;

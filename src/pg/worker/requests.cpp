@@ -79,6 +79,10 @@ std::vector<std::string> header_lines(const Endpoint& endpoint, const store::Cla
     invalid = "endpoint headers: " + endpoint.headers_error;
     return {};
   }
+  if (!endpoint.keys_error.empty()) {
+    invalid = "endpoint secret: " + endpoint.keys_error;
+    return {};
+  }
   if (!m.headers_json.empty()) {
     auto parsed = core::parse_string_object(m.headers_json);
     if (!parsed.pairs) {
@@ -96,7 +100,9 @@ std::vector<std::string> header_lines(const Endpoint& endpoint, const store::Cla
     core::append_binary_headers(cloud_event(endpoint, m, headers.webhook_id), headers.cloudevent_lines);
   headers.event_type = m.event_type;
   headers.attempt = m.attempts;
-  headers.secret = endpoint.row.secret;
+  // A secret past its rotation's grace no longer signs, whether or not housekeeping has
+  // deleted it yet.
+  headers.keys = core::keys_in_force(endpoint.keys, now_ms);
   headers.user_agent = kUserAgent;
   try {
     return core::build_request_headers(headers, body);
@@ -154,7 +160,7 @@ void start_http(WorkerState& state, const std::vector<store::ClaimedMessage>& cl
     requests.push_back({static_cast<uint64_t>(m.id), m.endpoint, endpoint.row.url, std::move(lines), std::move(body),
                         timeout, state.endpoints.concurrency_of(endpoint), endpoint.row.rate_limit.value_or(0)});
     // Stamped again by the delivery thread if it starts in a later second.
-    requests.back().stamp = http::Request::Stamp{now / 1000, std::move(headers.webhook_id), std::move(headers.secret)};
+    requests.back().stamp = http::Request::Stamp{now / 1000, std::move(headers.webhook_id), std::move(headers.keys)};
     state.in_flight.queue(m.id, delivery_of(state, endpoint, m, claim_id, now, probe));
   }
   for (auto& [name, members] : batched)
