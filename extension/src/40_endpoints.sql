@@ -125,6 +125,10 @@ BEGIN
     END IF;
     PERFORM outbox._check_endpoint_name(create_endpoint.name);
 
+    IF create_endpoint.pull IS NULL THEN
+        RAISE EXCEPTION 'pull must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
     IF num_nonnulls(create_endpoint.url, create_endpoint.channel, nullif(create_endpoint.pull, false)) <> 1 THEN
         RAISE EXCEPTION 'exactly one of url, channel or pull => true must be given'
             USING ERRCODE = 'invalid_parameter_value',

@@ -18,7 +18,7 @@ CREATE OR REPLACE FUNCTION outbox.rotate_secret(endpoint text, new_secret text, 
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    v_channel text;
+    v_url text;
 BEGIN
     IF rotate_secret.endpoint IS NULL THEN
         RAISE EXCEPTION 'endpoint must not be NULL'
@@ -41,7 +41,7 @@ BEGIN
     END IF;
 
     -- As alter_endpoint: a concurrent alter, drop or rotation of this endpoint waits.
-    SELECT e.channel INTO v_channel
+    SELECT e.url INTO v_url
       FROM outbox.endpoints e
      WHERE e.name = rotate_secret.endpoint
        FOR UPDATE;
@@ -49,10 +49,10 @@ BEGIN
         RAISE EXCEPTION 'endpoint "%" does not exist', rotate_secret.endpoint
             USING ERRCODE = 'undefined_object';
     END IF;
-    IF v_channel IS NOT NULL THEN
+    IF v_url IS NULL THEN
         RAISE EXCEPTION 'a secret can only be set on a url endpoint'
             USING ERRCODE = 'invalid_parameter_value',
-                  DETAIL = 'NOTIFY deliveries are not signed.';
+                  DETAIL = 'NOTIFY deliveries are not signed, and readers of a pull endpoint take theirs from the database.';
     END IF;
     PERFORM outbox._check_secret(rotate_secret.new_secret);
     IF EXISTS (SELECT FROM outbox.endpoint_secrets s

@@ -14,6 +14,7 @@
 #include "core/ordering_lock.hpp"
 #include "pg/boundary/boundary.hpp"
 #include "pg/boundary/spi.hpp"
+#include "pg/runtime/commit_wake.hpp"
 #include "pg/runtime/settings.hpp"
 #include "pg/store/settlements.hpp"
 
@@ -103,7 +104,10 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_ack) {
     for (const Held& m : lock_messages(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), true))
       settlements.sent.push_back({m.id, 0, m.attempts, endpoint, m.ordering_lock, answered()});
     count = static_cast<int64_t>(settlements.sent.size());
-    if (count > 0) store::settle(settlements, store::kept());
+    if (count > 0) {
+      store::settle(settlements, store::kept());
+      wake_worker_at_commit();  // a key's next message may now be due (as nack, below)
+    }
   });
   PG_RETURN_INT64(count);
 }
@@ -141,6 +145,9 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_nack) {
     else
       settlements.dead.push_back(dead(m, endpoint, settled.reason, std::move(error)));
     store::settle(settlements, store::kept());
+    // A retry may come due before what the waiting readers looked at, and a settle may
+    // promote a key's next message: they look again once this commits.
+    wake_worker_at_commit();
   });
   PG_RETURN_BOOL(found);
 }
