@@ -1,6 +1,6 @@
 ------------------------------------------------------------------------------------------
--- The attempt log of 0.4.0 (in the install script and in the update from 0.3.0, which
--- has its own copy in extension/upgrade/0.3.0--0.4.0/10_attempts.sql)
+-- The attempt log of 0.4.0 (in the install script, and run as it is by the update from
+-- 0.3.0: the Makefile's UPDATE_TABLES)
 ------------------------------------------------------------------------------------------
 
 -- Every delivery attempt, HTTP or NOTIFY, kept for pg_outbox.attempt_retention (never

@@ -1,7 +1,7 @@
 ------------------------------------------------------------------------------------------
 -- Pull endpoints (0.4.0): endpoints nobody pushes to, whose messages application workers
--- take with outbox.read (docs/delivery.md, Pull endpoints).  The same statements are in
--- the update from 0.3.0 (extension/upgrade/0.3.0--0.4.0/45_pull.sql).
+-- take with outbox.read (docs/delivery.md, Pull endpoints).  The update from 0.3.0 runs
+-- this file as it is (the Makefile's UPDATE_TABLES).
 ------------------------------------------------------------------------------------------
 
 -- An endpoint is reached by exactly one of: an http(s) url, a NOTIFY channel, or its
