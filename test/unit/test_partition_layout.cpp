@@ -27,7 +27,9 @@ TEST(PartitionLayout, WidthDividesEveryLargerWidth) {
   int previous = 0;
   for (int retention = 1; retention < 40 * 86400; retention += 997) {
     int width = partition_width_s(retention);
-    if (previous) EXPECT_EQ(width % previous == 0 || previous % width == 0, true) << retention;
+    if (previous) {
+      EXPECT_EQ(width % previous == 0 || previous % width == 0, true) << retention;
+    }
     EXPECT_LE(width, retention < 40 ? 10 : retention / 4) << retention;
     previous = width;
   }

@@ -63,7 +63,7 @@ std::vector<Orphan> find_orphans(const std::vector<int64_t>& excluded, int limit
               CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END
                 AS ordering_lock
          FROM outbox.messages m
-        WHERE m.endpoint = n.endpoint AND m.ordering_seq IS NULL AND m.id <> ALL ($1)
+        WHERE m.endpoint = n.endpoint AND m.ordering_seq IS NULL AND m.id NOT IN (SELECT unnest($1::bigint[]))
         ORDER BY m.endpoint, m.next_attempt_at LIMIT $2) o
      WHERE n.endpoint IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM outbox.endpoints e WHERE e.name = n.endpoint)
