@@ -20,9 +20,12 @@ INSTALL_SOURCES = $(sort $(wildcard extension/src/*.sql))
 REPLAYED_SOURCES = $(filter-out extension/src/0% extension/src/1% extension/src/3%,$(INSTALL_SOURCES))
 # The update from the previous version: the files of extension/upgrade/<from>--<to>/ in
 # name order, those numbered below 50 before the replayed sources (they change tables
-# and drop what is created again), those from 50 on after them (grants put back).
+# and drop what is created again), those from 50 on after them (grants put back). The
+# table files this version adds (UPDATE_TABLES: their statements are the same on a fresh
+# install and on an update) run after the first group.
 UPDATE_DIR     = extension/upgrade/$(PREVIOUS_VERSION)--$(OUTBOX_VERSION)
-UPDATE_BEFORE  = $(sort $(wildcard $(UPDATE_DIR)/[0-4]*.sql))
+UPDATE_TABLES  = extension/src/37_attempts.sql extension/src/37_pull_tables.sql extension/src/38_subscriptions.sql
+UPDATE_BEFORE  = $(sort $(wildcard $(UPDATE_DIR)/[0-4]*.sql)) $(UPDATE_TABLES)
 UPDATE_AFTER   = $(sort $(wildcard $(UPDATE_DIR)/[5-9]*.sql))
 
 SRCS = $(wildcard src/core/*.cpp) $(wildcard src/http/*.cpp) $(wildcard src/pg/*/*.cpp)

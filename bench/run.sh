@@ -17,7 +17,7 @@ declare -A R
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 spread() { sort -g | awk '{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "%.2f %.2f %.2f", m, a[1], a[NR]}'; }
 
-# TPS of pgbench running $work/$1.sql: 4 clients, ROUND_SECONDS (cases 1 and 7).
+# TPS of pgbench running $work/$1.sql: 4 clients, ROUND_SECONDS (cases 1 and 8).
 tps() {
   local t
   t=$(as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -T "$ROUND_SECONDS" \
@@ -166,8 +166,8 @@ case_6() {
   R[ordered]=$(drain_case ordered 1000)
 }
 
-case_7() {
-  log "7. publish to 1 and to 5 subscribers beside enqueue (pgbench, 4 clients, $ROUNDS interleaved rounds of $ROUND_SECONDS s, endpoints paused)"
+case_8() {
+  log "8. publish to 1 and to 5 subscribers beside enqueue (pgbench, 4 clients, $ROUNDS interleaved rounds of $ROUND_SECONDS s, endpoints paused)"
   bench_sql -c "SELECT outbox.create_endpoint('parked' || i, url => 'http://127.0.0.1:$NGINX_PORT/parked')
                   FROM generate_series(2, 5) i" -c "SELECT outbox.pause_endpoint('parked' || i) FROM generate_series(2, 5) i" \
     -c "SELECT outbox.subscribe('parked', ARRAY['order.one', 'order.five'])" \
@@ -196,8 +196,8 @@ case_7() {
     -c "SELECT outbox.drop_endpoint('parked' || i) FROM generate_series(2, 5) i" -c "VACUUM outbox.messages" >/dev/null
 }
 
-case_8() {
-  log "8. replay of 100,000 retained messages in one statement (100 ordering keys, endpoint not ordered; then ordered)"
+case_9() {
+  log "9. replay of 100,000 retained messages in one statement (100 ordering keys, endpoint not ordered; then ordered)"
   bench_sql -c "SELECT outbox.create_endpoint('replayed', url => 'http://127.0.0.1:$NGINX_PORT/replayed')" \
     -c "SELECT outbox.pause_endpoint('replayed')" \
     -c "INSERT INTO outbox.history (id, endpoint, event_type, payload, ordering_key, attempts, created_at, sent_at)
@@ -215,12 +215,73 @@ case_8() {
   bench_sql -c "SELECT outbox.drop_endpoint('replayed', force => true)" -c "SELECT outbox.purge('0')" >/dev/null
 }
 
+# set_worker_setting NAME VALUE: ALTER SYSTEM, reload, and wait until the worker has
+# read it (worker_status().config_loaded_at).
+set_worker_setting() {
+  local written
+  written=$(bench_sql -c "SELECT clock_timestamp()")
+  psql_cluster -c "ALTER SYSTEM SET $1 = '$2'" -c "SELECT pg_reload_conf()" >/dev/null
+  for _ in $(seq 100); do
+    [ "$(bench_sql -c "SELECT config_loaded_at > '$written' FROM outbox.worker_status()")" = t ] && return 0
+    sleep 0.1
+  done
+  echo "the worker did not read $1 = $2" >&2
+  return 1
+}
+# wal_drain ENDPOINT: fill, CHECKPOINT, drain; prints "msgs/s cpu_ms_per_1000 wal_records_per_msg".
+wal_drain() {
+  local w0 w1 r
+  fill "$1" "$BACKLOG"
+  bench_sql -c "CHECKPOINT" >/dev/null
+  w0=$(bench_sql -c "SELECT wal_records FROM pg_stat_wal")
+  r=$(drain "$1" "$BACKLOG")
+  sleep 1.5  # the worker's WAL counters reach pg_stat_wal when its statistics are flushed
+  w1=$(bench_sql -c "SELECT wal_records FROM pg_stat_wal")
+  bench_sql -c "DELETE FROM outbox.messages WHERE endpoint = '$1'" -c "VACUUM outbox.messages" >/dev/null
+  echo "$r $(awk -v a="$w0" -v b="$w1" -v n="$BACKLOG" 'BEGIN {printf "%.2f", (b - a) / n}')"
+}
+case_7a() {
+  log "7a. the attempt log: HTTP drain with pg_outbox.attempt_retention = 0 (off) and 7d (on), interleaved, $RUNS runs each"
+  local off=() on=() off_cpu=() on_cpu=() off_wal=() on_wal=() r
+  for _ in $(seq "$RUNS"); do
+    set_worker_setting pg_outbox.attempt_retention 0
+    read -r a b c <<<"$(wal_drain http)"; off+=("$a"); off_cpu+=("$b"); off_wal+=("$c")
+    set_worker_setting pg_outbox.attempt_retention 7d
+    read -r a b c <<<"$(wal_drain http)"; on+=("$a"); on_cpu+=("$b"); on_wal+=("$c")
+  done
+  med() { printf '%s\n' "$@" | median; }
+  R[attempts_off]="$(med "${off[@]}") $(med "${off_cpu[@]}") $(med "${off_wal[@]}")"
+  R[attempts_on]="$(med "${on[@]}") $(med "${on_cpu[@]}") $(med "${on_wal[@]}")"
+  psql_cluster -c "ALTER SYSTEM RESET pg_outbox.attempt_retention" -c "SELECT pg_reload_conf()" >/dev/null
+}
+case_7b() {
+  log "7b. batches: HTTP drain of an endpoint with batch_size = 100 to nginx"
+  bench_sql -c "SELECT outbox.create_endpoint('batch', url => 'http://127.0.0.1:$NGINX_PORT/batch', batch_size => 100)" >/dev/null
+  R[batch]=$(drain_case batch 0)
+}
+case_7c() {
+  log "7c. signing: HTTP drain signed with one secret, and with two during a rotation, interleaved, $RUNS runs each"
+  bench_sql -c "SELECT outbox.create_endpoint('signed', url => 'http://127.0.0.1:$NGINX_PORT/signed',
+                       secret => 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw')" \
+            -c "SELECT outbox.create_endpoint('rotating', url => 'http://127.0.0.1:$NGINX_PORT/rotating',
+                       secret => 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw')" \
+            -c "SELECT outbox.rotate_secret('rotating', 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD', grace => '1 day')" >/dev/null
+  local one=() two=() one_cpu=() two_cpu=() r
+  for _ in $(seq "$RUNS"); do
+    fill signed "$BACKLOG"; r=$(drain signed "$BACKLOG"); one+=("${r% *}"); one_cpu+=("${r#* }")
+    fill rotating "$BACKLOG"; r=$(drain rotating "$BACKLOG"); two+=("${r% *}"); two_cpu+=("${r#* }")
+    bench_sql -c "VACUUM outbox.messages" >/dev/null
+  done
+  R[signed_one]="$(printf '%s\n' "${one[@]}" | median) $(printf '%s\n' "${one_cpu[@]}" | median)"
+  R[signed_two]="$(printf '%s\n' "${two[@]}" | median) $(printf '%s\n' "${two_cpu[@]}" | median)"
+}
+
 # Which cases run: all by default; case 2 (the unordered HTTP drain) is the reference of
 # 3b, 5 and 6, and of the later cases, so it runs whenever one of them does. Case 3b
 # compares with case 3 too.
-ALL_CASES="1 2 2b 2c 3 3b 4 5 5b 6 7 8"
+ALL_CASES="1 2 2b 2c 3 3b 4 5 5b 6 7a 7b 7c 8 9"
 selected=" ${CASES:-$ALL_CASES} "
-for c in 3b 5 6; do [[ $selected == *" $c "* ]] && selected+=" 2 "; done
+for c in 3b 5 6 7a 7b 7c; do [[ $selected == *" $c "* ]] && selected+=" 2 "; done
 [[ $selected == *" 3b "* ]] && selected+=" 3 "
 want() { [[ $selected == *" $1 "* ]]; }
 for c in $ALL_CASES; do
@@ -260,15 +321,25 @@ fi
 want 5 && row "5. HTTP drain with 1M sent + 100k DLQ" "${R[backlog]% *} msg/s, ${R[backlog]#* } ms CPU/1k" \
   "ratio $(ratio "${R[backlog]% *}" "$http_rate") to case 2"
 want 5b && row "5b. metrics() + endpoint_stats" "${R[scrape0]} ms with no history" "${R[scrape10m]} ms with ${R[sent10m]} retained"
-if want 7; then
-  row "7. publish to 1 subscriber" "${R[tps_pub1]} TPS" "enqueue ${R[tps_enqueue]} TPS, ratio $(sp r_pub1)"
-  row "7. publish to 5 subscribers" "${R[tps_pub5]} TPS" "ratio $(sp r_pub5) to enqueue"
+if want 7a; then
+  read -r off_rate off_cpu off_wal <<<"${R[attempts_off]}"
+  read -r on_rate on_cpu on_wal <<<"${R[attempts_on]}"
+  row "7a. HTTP drain, attempt log on (7d)" "$on_rate msg/s, $on_cpu ms CPU/1k, $on_wal WAL rec/msg" \
+    "off: $off_rate msg/s, $off_cpu ms/1k, $off_wal rec/msg; ratio $(ratio "$on_rate" "$off_rate"), +$(awk -v a="$on_wal" -v b="$off_wal" 'BEGIN {printf "%.2f", a - b}') rec"
 fi
+want 7b && row "7b. HTTP drain, batch_size = 100" "${R[batch]% *} msg/s, ${R[batch]#* } ms CPU/1k" \
+  "ratio $(ratio "${R[batch]% *}" "$http_rate") to case 2"
+want 7c && row "7c. HTTP drain, signed with two secrets (rotation)" "${R[signed_two]% *} msg/s, ${R[signed_two]#* } ms CPU/1k" \
+  "one secret ${R[signed_one]% *} msg/s, ${R[signed_one]#* } ms/1k; ratio $(ratio "${R[signed_two]% *}" "${R[signed_one]% *}")"
 if want 8; then
+  row "8. publish to 1 subscriber" "${R[tps_pub1]} TPS" "enqueue ${R[tps_enqueue]} TPS, ratio $(sp r_pub1)"
+  row "8. publish to 5 subscribers" "${R[tps_pub5]} TPS" "ratio $(sp r_pub5) to enqueue"
+fi
+if want 9; then
   rate() { awk -v s="$1" 'BEGIN {printf "%.0f", 100000 / s}'; }
-  row "8. replay 100,000 messages, one statement" "$(rate "${R[replay]% *}") msg/s (${R[replay]% *} s)" \
+  row "9. replay 100,000 messages, one statement" "$(rate "${R[replay]% *}") msg/s (${R[replay]% *} s)" \
     "commit ${R[replay]#* } s (not ordered)"
-  row "8. the same on an ordered endpoint (100 keys)" "$(rate "${R[replay_ordered]% *}") msg/s" \
+  row "9. the same on an ordered endpoint (100 keys)" "$(rate "${R[replay_ordered]% *}") msg/s" \
     "commit ${R[replay_ordered]#* } s (the keys' order placed)"
 fi
 want 6 && row "6. ordered endpoint, 1,000 keys" "${R[ordered]% *} msg/s, ${R[ordered]#* } ms CPU/1k" \

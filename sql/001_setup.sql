@@ -31,7 +31,8 @@ SELECT indexrelid::regclass AS index, pg_get_indexdef(indexrelid) AS definition
  WHERE indrelid IN ('outbox.endpoints'::regclass, 'outbox.endpoint_secrets'::regclass,
                     'outbox.messages'::regclass, 'dlq.dead_letters'::regclass,
                     'outbox.claims'::regclass, 'outbox.history'::regclass,
-                    'outbox.history_default'::regclass, 'outbox.history_counts'::regclass)
+                    'outbox.history_default'::regclass, 'outbox.history_counts'::regclass,
+                    'outbox.attempts'::regclass, 'outbox.attempts_default'::regclass)
  ORDER BY indexrelid::regclass::text;
 
 -- The queue asks autovacuum to look at it far more often than at an ordinary table.
@@ -44,6 +45,12 @@ SELECT inhrelid::regclass AS partition, pg_get_expr(c.relpartbound, c.oid) AS bo
   FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
  WHERE i.inhparent = 'outbox.history'::regclass;
 SELECT count(*) AS time_partitions FROM outbox._history_partitions();
+-- The attempt log: the same layout, by attempted_at.
+SELECT pg_get_partkeydef('outbox.attempts'::regclass) AS partition_key;
+SELECT inhrelid::regclass AS partition, pg_get_expr(c.relpartbound, c.oid) AS bound
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'outbox.attempts'::regclass;
+SELECT count(*) AS time_partitions FROM outbox._partitions('outbox.attempts');
 
 -- The triggers: the queue's (the commit-time wake-up, the commit order, max_pending's
 -- counts) and the subscriptions' (publish's cached subscribers forgotten at commit).

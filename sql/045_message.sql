@@ -121,6 +121,30 @@ SELECT count(*) AS zero FROM outbox.message(0);
 SELECT count(*) AS negative FROM outbox.message(-1);
 SELECT count(*) AS max_bigint FROM outbox.message(9223372036854775807);
 SELECT count(*) AS null_id FROM outbox.message(NULL);
+
+------------------------------------------------------------------------------------------
+-- attempts_logged: the message's rows in the attempt log (outbox.attempts), in any of
+-- its partitions (the worker writes them as it settles; here by hand): one in a time
+-- partition, one in the default partition (a time no partition covers).
+------------------------------------------------------------------------------------------
+SELECT attempts, attempts_logged FROM outbox.message(:retried_id);
+SELECT outbox._partitions_prepare('outbox.attempts', 3600) > now() AS attempts_partitioned;
+INSERT INTO outbox.attempts (attempted_at, endpoint, message_id, attempt, http_status, error, duration_ms,
+                             response_body)
+VALUES (now(), 'billing', :retried_id, 1, 503, 'HTTP 503', 12.5, 'down for maintenance'),
+       (now() - interval '1 year', 'billing', :retried_id, 2, NULL, 'Connection refused', 0.4, NULL),
+       (now(), 'billing', :later_id, 1, NULL, 'Connection refused', 0.4, NULL);
+SELECT a.tableoid = 'outbox.attempts_default'::regclass AS in_default, count(*)
+  FROM outbox.attempts a WHERE a.message_id = :retried_id GROUP BY 1 ORDER BY 1;
+SELECT attempts, attempts_logged FROM outbox.message(:retried_id);
+SELECT attempts_logged FROM outbox.message(:later_id);
+-- Retention drops the time partitions whole and deletes the default partition's rows.
+SELECT outbox._partitions_retire('outbox.attempts', 'infinity', true) >= 0 AS retired;
+SELECT count(*) AS attempt_partitions FROM outbox._partitions('outbox.attempts');
+SELECT attempts_logged FROM outbox.message(:retried_id);
+-- Only the two time-partitioned tables.
+SELECT outbox._partitions_prepare('outbox.messages', 3600);
+\echo :SQLSTATE
 -- Purged from the history: no row any more.
 SELECT outbox.purge(interval '0') AS purged;
 SELECT count(*) AS purged_message FROM outbox.message(:pending_id);

@@ -191,6 +191,36 @@ SELECT count(*) AS counts_left FROM outbox.history_counts;
 SELECT count(*) AS sent_rows FROM outbox.history;
 SELECT endpoint, sent FROM outbox.endpoint_stats WHERE endpoint = 'alpha';
 
+------------------------------------------------------------------------------------------
+-- Endpoints that retire themselves: the reason the worker paused an endpoint for, as the
+-- worker writes it, is shown by endpoint_stats and metrics(); resume_endpoint clears it.
+------------------------------------------------------------------------------------------
+UPDATE outbox.endpoints SET paused = true, paused_reason = 'FAILING', failing_since = now() - interval '5 days'
+ WHERE name = 'idle';
+SELECT endpoint, paused, paused_reason, failing_since <= now() - interval '5 days' AS failing_5_days
+  FROM outbox.endpoint_stats WHERE endpoint = 'idle';
+SELECT line FROM regexp_split_to_table(outbox.metrics(), E'\n') AS line
+ WHERE line LIKE 'pg_outbox_auto_paused{endpoint="idle"%' ORDER BY line;
+-- An operator's pause of a retired endpoint keeps the worker's reason.
+SELECT outbox.pause_endpoint('idle');
+SELECT paused, paused_reason FROM outbox.endpoint_stats WHERE endpoint = 'idle';
+SELECT outbox.resume_endpoint('idle');
+SELECT endpoint, paused, paused_reason, failing_since FROM outbox.endpoint_stats WHERE endpoint = 'idle';
+SELECT resumed_at > now() - interval '1 minute' AS resumed_now FROM outbox.endpoints WHERE name = 'idle';
+SELECT line FROM regexp_split_to_table(outbox.metrics(), E'\n') AS line
+ WHERE line LIKE 'pg_outbox_auto_paused{endpoint="idle"%' ORDER BY line;
+-- An operator's own pause has no reason.
+SELECT outbox.pause_endpoint('idle');
+SELECT paused, paused_reason FROM outbox.endpoint_stats WHERE endpoint = 'idle';
+SELECT outbox.resume_endpoint('idle');
+-- A reason is one of the worker's; endpoint_stats shows none for an endpoint not paused.
+\set VERBOSITY terse
+UPDATE outbox.endpoints SET paused_reason = 'BORED' WHERE name = 'idle';
+\echo :SQLSTATE
+\set VERBOSITY default
+UPDATE outbox.endpoints SET paused_reason = 'GONE' WHERE name = 'idle';
+SELECT paused, paused_reason FROM outbox.endpoint_stats WHERE endpoint = 'idle';
+
 -- Clean up for the next file.
 TRUNCATE outbox.messages, outbox.claims, outbox.history, outbox.history_counts, dlq.dead_letters;
 SELECT outbox.drop_endpoint(name) FROM outbox.endpoints ORDER BY name;

@@ -24,11 +24,13 @@ GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, t
 -- operator
 GRANT USAGE ON SCHEMA outbox, dlq TO regress_operator;
 GRANT EXECUTE ON FUNCTION
-    outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean),
-    outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int),
+    outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean, text, text, int),
+    outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int, text, text, int),
     outbox.drop_endpoint(text, boolean),
     outbox.pause_endpoint(text),
     outbox.resume_endpoint(text),
+    outbox.rotate_secret(text, text, interval),
+    outbox.endpoint_public_key(text),
     outbox.purge(interval),
     outbox.metrics(),
     outbox.worker_status(),
@@ -42,7 +44,7 @@ GRANT EXECUTE ON FUNCTION
     dlq.requeue_all(text, text, timestamptz),
     dlq.discard(bigint, text)
   TO regress_operator;
-GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages,
+GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages, outbox.history, outbox.attempts,
                 outbox.subscriptions, outbox.endpoint_stats, dlq.dead_letters, dlq.summary
   TO regress_operator;
 
@@ -88,6 +90,10 @@ SELECT payload FROM outbox.history;
 SELECT payload FROM outbox.history_default;
 \echo :SQLSTATE
 SELECT count(*) FROM outbox.history_counts;
+\echo :SQLSTATE
+SELECT count(*) FROM outbox.attempts;
+\echo :SQLSTATE
+SELECT count(*) FROM outbox.attempts_default;
 \echo :SQLSTATE
 SELECT count(*) FROM outbox.claims;
 \echo :SQLSTATE
@@ -148,6 +154,10 @@ SELECT outbox._history_prepare(3600);
 \echo :SQLSTATE
 SELECT outbox._history_retire('infinity', true);
 \echo :SQLSTATE
+SELECT outbox._partitions_prepare('outbox.attempts', 3600);
+\echo :SQLSTATE
+SELECT outbox._partitions_retire('outbox.attempts', 'infinity', true);
+\echo :SQLSTATE
 RESET ROLE;
 SELECT endpoint, payload, event_type, idempotency_key FROM outbox.messages ORDER BY id;
 SELECT count(*) AS claims FROM outbox.claims;
@@ -169,6 +179,11 @@ SELECT count(*) AS secrets FROM outbox.endpoint_secrets;
 SELECT endpoint, payload FROM outbox.messages ORDER BY id;
 -- Where a message stands: pending, dead.
 SELECT m.id, s.endpoint, s.status FROM outbox.messages m CROSS JOIN LATERAL outbox.message(m.id) s ORDER BY m.id;
+-- The history and the attempt log (docs/operations.md, The attempt log), read only.
+SELECT count(*) AS attempts FROM outbox.attempts;
+SELECT count(*) AS sent FROM outbox.history;
+DELETE FROM outbox.attempts;
+\echo :SQLSTATE
 SELECT endpoint, status, dead_letter_id FROM outbox.message((SELECT message_id FROM dlq.dead_letters WHERE id = 1));
 SELECT count(*) AS unknown FROM outbox.message(999999);
 SELECT id, endpoint, reason_code, payload FROM dlq.dead_letters ORDER BY id;

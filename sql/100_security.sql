@@ -35,17 +35,18 @@ GRANT EXECUTE ON FUNCTION outbox.enqueue(text, jsonb, text, jsonb, text, text, t
   TO regress_sec_producer;
 GRANT USAGE ON SCHEMA outbox, dlq TO regress_sec_operator;
 GRANT EXECUTE ON FUNCTION
-    outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean),
-    outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int),
+    outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean, text, text, int),
+    outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int, text, text, int),
     outbox.drop_endpoint(text, boolean), outbox.pause_endpoint(text), outbox.resume_endpoint(text),
+    outbox.rotate_secret(text, text, interval), outbox.endpoint_public_key(text),
     outbox.purge(interval), outbox.metrics(), outbox.worker_status(), outbox.message(bigint),
     outbox.grant_send(text, name), outbox.revoke_send(text, name),
     outbox.subscribe(text, text[]), outbox.unsubscribe(text, text[]),
     outbox.replay(text, timestamptz, timestamptz, text),
     dlq.requeue(bigint, jsonb), dlq.requeue_all(text, text, timestamptz), dlq.discard(bigint, text)
   TO regress_sec_operator;
-GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages, outbox.endpoint_stats,
-                outbox.subscriptions, dlq.dead_letters, dlq.summary TO regress_sec_operator;
+GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.messages, outbox.history, outbox.attempts,
+                outbox.endpoint_stats, outbox.subscriptions, dlq.dead_letters, dlq.summary TO regress_sec_operator;
 
 ------------------------------------------------------------------------------------------
 -- 1. The catalog.
@@ -444,6 +445,13 @@ BEGIN
             ('alter, unknown endpoint',  'alter404','whsec_cmVncmVzcy1zZWMta2V5LURPLU5PVC1MRUFLLTAwMDE='),
             ('alter, channel endpoint',  'alterch', 'whsec_cmVncmVzcy1zZWMta2V5LURPLU5PVC1MRUFLLTAwMDE='),
             ('alter, bad timeout',       'altert',  'whsec_cmVncmVzcy1zZWMta2V5LURPLU5PVC1MRUFLLTAwMDE='),
+            ('rotate, not base64',       'rotate',  'whsec_MALFORMED!SECRET!MARKER!0003'),
+            ('rotate, ed25519 base64',   'rotate',  'whsk_MALFORMED!SECRET!MARKER!0004'),
+            ('rotate, ed25519 length',   'rotate',  'whsk_U0hPUlQtU0VDUkVULU1BUktFUg=='),
+            ('rotate, unknown endpoint', 'rotate404', 'whsk_cmVncmVzcy1zZWMta2V5LURPLU5PVC1MRUFLLTAwMDE='),
+            ('rotate, channel endpoint', 'rotatech', 'whsk_cmVncmVzcy1zZWMta2V5LURPLU5PVC1MRUFLLTAwMDE='),
+            ('rotate, negative grace',   'rotateneg', 'whsk_cmVncmVzcy1zZWMta2V5LURPLU5PVC1MRUFLLTAwMDE='),
+            ('rotate, current again',    'rotate',  'whsec_cmVncmVzcy1zZWMta2V5LURPLU5PVC1MRUFLLTAwMDI='),
             -- The check itself: an error that does show the secret is caught.
             ('self-check: a leaky error', 'leak',   'whsec_cmVncmVzcy1zZWMta2V5LURPLU5PVC1MRUFLLTAwMDE=')
         ) AS v(label, how, secret)
@@ -469,6 +477,14 @@ BEGIN
                 PERFORM outbox.alter_endpoint('regress-sec-feed', secret => c.secret);
             WHEN 'altert' THEN
                 PERFORM outbox.alter_endpoint('signed', secret => c.secret, timeout_ms => -1);
+            WHEN 'rotate' THEN
+                PERFORM outbox.rotate_secret('signed', c.secret);
+            WHEN 'rotate404' THEN
+                PERFORM outbox.rotate_secret('no-such-endpoint', c.secret);
+            WHEN 'rotatech' THEN
+                PERFORM outbox.rotate_secret('regress-sec-feed', c.secret);
+            WHEN 'rotateneg' THEN
+                PERFORM outbox.rotate_secret('signed', c.secret, grace => '-1 hour');
             WHEN 'leak' THEN
                 RAISE EXCEPTION 'bad secret' USING DETAIL = 'It was ' || c.secret || '.';
             END CASE;
@@ -482,6 +498,7 @@ BEGIN
             message := v_message;
             v_all := concat_ws(' | ', SQLERRM, v_message, v_detail, v_hint, v_context);
             leaked := strpos(v_all, c.secret) > 0 OR strpos(v_all, substr(c.secret, 7, 16)) > 0
+                      OR strpos(v_all, substr(c.secret, 6, 16)) > 0
                       OR v_all LIKE '%MARKER%';
             RETURN NEXT;
         END;

@@ -56,6 +56,18 @@ SELECT * FROM outbox.read('parser', wait => '-1s');
 \echo :SQLSTATE
 SELECT * FROM outbox.read('parser', wait => '2 days');
 \echo :SQLSTATE
+SELECT * FROM outbox.read('parser', wait => '6 min');
+\echo :SQLSTATE
+-- A read that waits needs READ COMMITTED (a new snapshot per look); without wait, any.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT * FROM outbox.read('parser', wait => '1s');
+\echo :SQLSTATE
+ROLLBACK;
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*) AS read_without_wait FROM outbox.read('parser', max => 1000) WHERE false;
+ROLLBACK;
+SELECT outbox.create_endpoint('nulled', pull => NULL);
+\echo :SQLSTATE
 SELECT id, attempts, read_until IS NULL AS unread FROM outbox.messages;
 
 ------------------------------------------------------------------------------------------
@@ -124,6 +136,10 @@ SELECT last_error FROM outbox.messages WHERE id = 5;
 SELECT pg_sleep(0.05);
 SELECT count(*) AS none FROM outbox.read('tries');                  -- exhausted: dead
 SELECT message_id, reason_code, error_message, attempts FROM dlq.dead_letters WHERE endpoint = 'tries' ORDER BY id;
+-- Every answer is in the attempt log: the two nacks with their errors, each lapsed
+-- visibility (logged when the message was taken again, or dead-lettered).
+SELECT message_id, attempt, error, http_status, duration_ms FROM outbox.attempts
+ WHERE endpoint = 'tries' ORDER BY message_id, attempt;
 SELECT count(*) AS queued FROM outbox.messages WHERE endpoint = 'tries';
 
 ------------------------------------------------------------------------------------------

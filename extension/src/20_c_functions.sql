@@ -27,10 +27,17 @@ CREATE OR REPLACE FUNCTION outbox._check_headers(headers jsonb) RETURNS void
     AS 'MODULE_PATHNAME', 'pg_outbox_check_headers'
     LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
--- 22023 unless secret is a Standard Webhooks secret ("whsec_" + base64).  The error
--- never contains the secret.
+-- 22023 unless secret is a Standard Webhooks signing secret: "whsec_" + base64 of an
+-- HMAC key, or "whsk_" + base64 of an ed25519 private key.  The error never contains the
+-- secret.
 CREATE OR REPLACE FUNCTION outbox._check_secret(secret text) RETURNS void
     AS 'MODULE_PATHNAME', 'pg_outbox_check_secret'
+    LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- The "whpk_" public key of a "whsk_" secret; NULL for a "whsec_" one, which has none.
+-- Not granted: outbox.endpoint_public_key calls it with a secret only the owner reads.
+CREATE OR REPLACE FUNCTION outbox._public_key(secret text) RETURNS text
+    AS 'MODULE_PATHNAME', 'pg_outbox_public_key'
     LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- 22023 unless key has 1-200 characters, no ".", no whitespace, no control character

@@ -5,7 +5,11 @@
 -- One row per destination.  NULL timeout_ms / max_attempts / concurrency mean "use the
 -- GUC" (pg_outbox.http_timeout, pg_outbox.max_attempts, pg_outbox.endpoint_concurrency);
 -- NULL max_pending and rate_limit mean no limit.
--- The breaker_* columns belong to the worker's circuit breaker.
+-- The breaker_* columns belong to the worker's circuit breaker.  paused_reason says why
+-- the worker paused the endpoint (docs/operations.md, Endpoints that retire themselves;
+-- NULL when an operator paused it), failing_since when its current streak of nothing
+-- but failures began, resumed_at when an operator last resumed it (the worker forgets
+-- failures before that).
 CREATE TABLE outbox.endpoints (
     name                text PRIMARY KEY CHECK (name ~ '^[a-z0-9][a-z0-9_.-]{0,62}$'),
     url                 text,
@@ -24,8 +28,21 @@ CREATE TABLE outbox.endpoints (
     breaker_cooldown_ms bigint NOT NULL DEFAULT 0,
     concurrency         int CHECK (concurrency > 0),     -- most requests in flight (0.3.0)
     rate_limit          int CHECK (rate_limit > 0),      -- most messages per second; NULL: none (0.3.0)
+    -- What a request looks like (docs/delivery.md, CloudEvents and Batches) (0.4.0):
+    -- the body's format, the CloudEvents source (NULL: /pg_outbox/<database>/<endpoint>),
+    -- and the most messages one request carries.
+    format              text NOT NULL DEFAULT 'standard-webhooks'
+                        CHECK (format IN ('standard-webhooks', 'cloudevents-binary', 'cloudevents-structured')),
+    source              text CHECK (char_length(source) BETWEEN 1 AND 1000 AND source !~ '[[:cntrl:]]'),
+    batch_size          int NOT NULL DEFAULT 1 CHECK (batch_size BETWEEN 1 AND 1000),
+    paused_reason       text CONSTRAINT endpoints_paused_reason_check
+                        CHECK (paused_reason IN ('FAILING', 'GONE')),                        -- (0.4.0)
+    failing_since       timestamptz,                                                          -- (0.4.0)
+    resumed_at          timestamptz,                                                          -- (0.4.0)
     CONSTRAINT endpoints_url_xor_channel
-        CHECK ((url IS NULL) <> (channel IS NULL))       -- HTTP or NOTIFY, never both
+        CHECK ((url IS NULL) <> (channel IS NULL)),      -- HTTP or NOTIFY, never both
+    CONSTRAINT endpoints_notify_format                   -- a NOTIFY carries its own envelope, one message each
+        CHECK (channel IS NULL OR (format = 'standard-webhooks' AND source IS NULL AND batch_size = 1))
 );
 COMMENT ON TABLE outbox.endpoints IS
     'pg_outbox destinations: an http(s) url or a NOTIFY channel; manage with outbox.create_endpoint() and friends';
@@ -33,10 +50,16 @@ COMMENT ON TABLE outbox.endpoints IS
 -- Webhook signing secrets, apart from the endpoints so that reading the endpoints never
 -- reveals one.  Nobody but the table's owner (the superuser that created the extension,
 -- whom the worker and the SECURITY DEFINER functions act as) may read it.
+-- An endpoint has at most one current secret (expires_at NULL) and, while a rotation's
+-- grace lasts (outbox.rotate_secret), the one it replaced, which signs until expires_at
+-- (0.4.0).  The worker stops signing with a secret at its expiry and then deletes it.
 CREATE TABLE outbox.endpoint_secrets (
-    endpoint text PRIMARY KEY REFERENCES outbox.endpoints (name) ON DELETE CASCADE,
-    secret   text NOT NULL
+    endpoint   text NOT NULL REFERENCES outbox.endpoints (name) ON DELETE CASCADE,
+    secret     text NOT NULL,
+    expires_at timestamptz,
+    PRIMARY KEY (endpoint, secret)
 );
+CREATE UNIQUE INDEX endpoint_secrets_current ON outbox.endpoint_secrets (endpoint) WHERE expires_at IS NULL;
 COMMENT ON TABLE outbox.endpoint_secrets IS
     'pg_outbox webhook secrets (Standard Webhooks); readable by the extension owner only';
 
@@ -166,7 +189,8 @@ CREATE TABLE dlq.dead_letters (
     idempotency_key    text,
     reason_code        text NOT NULL CHECK (reason_code IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE',
                                                         'RETRY_EXHAUSTED', 'ENDPOINT_DROPPED',
-                                                        'INVALID_MESSAGE', 'EGRESS_DENIED')),
+                                                        'INVALID_MESSAGE', 'EGRESS_DENIED',
+                                                        'ABORTED_BY_RECEIVER', 'REJECTED_BY_CONSUMER')),
     error_message      text,
     http_status        int,
     response_body      text,                            -- the first 1 KiB

@@ -1,7 +1,7 @@
 ------------------------------------------------------------------------------------------
 -- Pull endpoints (0.4.0): endpoints nobody pushes to, whose messages application workers
--- take with outbox.read (docs/delivery.md, Pull endpoints).  The same statements are in
--- the update from 0.3.0 (extension/upgrade/0.3.0--0.4.0/45_pull.sql).
+-- take with outbox.read (docs/delivery.md, Pull endpoints).  The update from 0.3.0 runs
+-- this file as it is (the Makefile's UPDATE_TABLES).
 ------------------------------------------------------------------------------------------
 
 -- An endpoint is reached by exactly one of: an http(s) url, a NOTIFY channel, or its
@@ -16,12 +16,6 @@ ALTER TABLE outbox.endpoints ADD CONSTRAINT endpoints_one_destination
 -- message is invisible to other reads and may be acknowledged; next_attempt_at is set
 -- to the same moment, so that the message comes back by itself when nobody answers.
 ALTER TABLE outbox.messages ADD COLUMN read_until timestamptz;
-
--- A consumer's own refusal (outbox.nack(..., permanent => true)).
-ALTER TABLE dlq.dead_letters DROP CONSTRAINT dead_letters_reason_code_check;
-ALTER TABLE dlq.dead_letters ADD CONSTRAINT dead_letters_reason_code_check
-    CHECK (reason_code IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE', 'RETRY_EXHAUSTED', 'ENDPOINT_DROPPED',
-                           'INVALID_MESSAGE', 'EGRESS_DENIED', 'REJECTED_BY_CONSUMER'));
 
 -- Who may read, acknowledge and refuse the messages of which pull endpoint
 -- (outbox.grant_consume / outbox.revoke_consume), kept as the send rights are

@@ -1,7 +1,7 @@
 ------------------------------------------------------------------------------------------
 -- Publish and subscribe (0.4.0): which endpoints receive which event types of
--- outbox.publish (docs/delivery.md, Publish and subscribe).  The same statements are in
--- the update from 0.3.0 (extension/upgrade/0.3.0--0.4.0/47_subscriptions.sql).
+-- outbox.publish (docs/delivery.md, Publish and subscribe); in the install script, and
+-- run as it is by the update from 0.3.0 (the Makefile's UPDATE_TABLES).
 ------------------------------------------------------------------------------------------
 
 -- One row per endpoint and event type pattern: an exact event type ('order.created') or

@@ -58,6 +58,46 @@ BEGIN
 END
 $fn$;
 
+-- The request's format, the CloudEvents source and the batch size (docs/delivery.md,
+-- CloudEvents and Batches), for create_endpoint and alter_endpoint: `notify` says the
+-- endpoint delivers by NOTIFY, whose envelope has no other format and carries one
+-- message.  NULL arguments are not checked (alter_endpoint leaves them as they are).
+CREATE OR REPLACE FUNCTION outbox._check_endpoint_format(no_requests boolean, format text, source text,
+                                              batch_size int)
+    RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF _check_endpoint_format.format NOT IN ('standard-webhooks', 'cloudevents-binary',
+                                             'cloudevents-structured') THEN
+        RAISE EXCEPTION 'unknown format "%"', _check_endpoint_format.format
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Use standard-webhooks, cloudevents-binary or cloudevents-structured.';
+    END IF;
+    IF _check_endpoint_format.batch_size < 1 OR _check_endpoint_format.batch_size > 1000 THEN
+        RAISE EXCEPTION 'batch_size must be between 1 and 1000'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('batch_size is %s.', _check_endpoint_format.batch_size);
+    END IF;
+    -- '' is accepted by alter_endpoint to go back to the default source.
+    IF _check_endpoint_format.source <> ''
+       AND (char_length(_check_endpoint_format.source) > 1000
+            OR _check_endpoint_format.source ~ '[[:cntrl:]]') THEN
+        RAISE EXCEPTION 'source must be at most 1000 characters, without control characters'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A URI-reference, such as /billing or https://example.com/billing.';
+    END IF;
+    IF _check_endpoint_format.no_requests
+       AND (_check_endpoint_format.format <> 'standard-webhooks' OR _check_endpoint_format.source <> ''
+            OR _check_endpoint_format.batch_size <> 1) THEN
+        RAISE EXCEPTION 'format, source and batch_size can only be set on a url endpoint'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A NOTIFY carries one message in its own envelope, and readers of a pull endpoint take theirs with outbox.read.';
+    END IF;
+END
+$fn$;
+
 CREATE OR REPLACE FUNCTION outbox.create_endpoint(name text,
                                        url text DEFAULT NULL,
                                        channel text DEFAULT NULL,
@@ -69,7 +109,10 @@ CREATE OR REPLACE FUNCTION outbox.create_endpoint(name text,
                                        max_pending bigint DEFAULT NULL,
                                        concurrency int DEFAULT NULL,
                                        rate_limit int DEFAULT NULL,
-                                       pull boolean DEFAULT false)
+                                       pull boolean DEFAULT false,
+                                       format text DEFAULT 'standard-webhooks',
+                                       source text DEFAULT NULL,
+                                       batch_size int DEFAULT 1)
     RETURNS void
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -82,6 +125,10 @@ BEGIN
     END IF;
     PERFORM outbox._check_endpoint_name(create_endpoint.name);
 
+    IF create_endpoint.pull IS NULL THEN
+        RAISE EXCEPTION 'pull must not be NULL'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
     IF num_nonnulls(create_endpoint.url, create_endpoint.channel, nullif(create_endpoint.pull, false)) <> 1 THEN
         RAISE EXCEPTION 'exactly one of url, channel or pull => true must be given'
             USING ERRCODE = 'invalid_parameter_value',
@@ -114,14 +161,25 @@ BEGIN
                                            create_endpoint.timeout_ms, create_endpoint.max_attempts,
                                            create_endpoint.max_pending, create_endpoint.concurrency,
                                            create_endpoint.rate_limit);
+    IF create_endpoint.source = '' THEN
+        RAISE EXCEPTION 'source must not be empty'
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'Pass NULL for the default, /pg_outbox/<database>/<endpoint>.';
+    END IF;
+    PERFORM outbox._check_endpoint_format(create_endpoint.channel IS NOT NULL OR create_endpoint.pull,
+                                          coalesce(create_endpoint.format, 'standard-webhooks'),
+                                          coalesce(create_endpoint.source, ''),
+                                          coalesce(create_endpoint.batch_size, 1));
 
     INSERT INTO outbox.endpoints (name, url, channel, headers, timeout_ms, max_attempts,
-                                  ordered, max_pending, concurrency, rate_limit, pull)
+                                  ordered, max_pending, concurrency, rate_limit, pull, format, source,
+                                  batch_size)
     VALUES (create_endpoint.name, create_endpoint.url, create_endpoint.channel,
             coalesce(create_endpoint.headers, '{}'), create_endpoint.timeout_ms,
             create_endpoint.max_attempts, coalesce(create_endpoint.ordered, false),
             create_endpoint.max_pending, create_endpoint.concurrency, create_endpoint.rate_limit,
-            create_endpoint.pull)
+            create_endpoint.pull, coalesce(create_endpoint.format, 'standard-webhooks'), create_endpoint.source,
+            coalesce(create_endpoint.batch_size, 1))
     ON CONFLICT (name) DO NOTHING;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'endpoint "%" already exists', create_endpoint.name
@@ -137,14 +195,17 @@ BEGIN
     PERFORM outbox._request_wake();
 END
 $fn$;
-COMMENT ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean) IS
+COMMENT ON FUNCTION outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean, text, text, int) IS
     'creates an endpoint: exactly one of url (http/https), channel (NOTIFY) or pull => true (outbox.read); NULL options use the GUCs';
 
 -- Changes only the arguments that are not NULL.  secret => '' removes the secret (the
--- endpoint's deliveries are no longer signed); any other secret replaces it.  An
+-- endpoint's deliveries are no longer signed); any other secret replaces it, and the
+-- secret a rotation still signs with, at once (outbox.rotate_secret keeps both).  An
 -- endpoint cannot change between url and channel delivery: drop and create it.
 -- timeout_ms, max_attempts, max_pending, concurrency and rate_limit cannot be set back to
--- NULL here.
+-- NULL here; source => '' goes back to the default source.  A CloudEvents format is
+-- refused while the endpoint has queued messages without an event type (they could not
+-- be sent in it: docs/delivery.md, CloudEvents).
 CREATE OR REPLACE FUNCTION outbox.alter_endpoint(name text,
                                       url text DEFAULT NULL,
                                       headers jsonb DEFAULT NULL,
@@ -154,7 +215,10 @@ CREATE OR REPLACE FUNCTION outbox.alter_endpoint(name text,
                                       ordered boolean DEFAULT NULL,
                                       max_pending bigint DEFAULT NULL,
                                       concurrency int DEFAULT NULL,
-                                      rate_limit int DEFAULT NULL)
+                                      rate_limit int DEFAULT NULL,
+                                      format text DEFAULT NULL,
+                                      source text DEFAULT NULL,
+                                      batch_size int DEFAULT NULL)
     RETURNS void
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
@@ -164,6 +228,7 @@ DECLARE
     v_channel text;
     v_ordered boolean;
     v_pull boolean;
+    v_untyped bigint;
 BEGIN
     IF alter_endpoint.name IS NULL THEN
         RAISE EXCEPTION 'endpoint name must not be NULL'
@@ -201,6 +266,20 @@ BEGIN
                                            alter_endpoint.timeout_ms, alter_endpoint.max_attempts,
                                            alter_endpoint.max_pending, alter_endpoint.concurrency,
                                            alter_endpoint.rate_limit);
+    PERFORM outbox._check_endpoint_format(v_channel IS NOT NULL OR v_pull, alter_endpoint.format,
+                                          alter_endpoint.source, alter_endpoint.batch_size);
+    IF alter_endpoint.format LIKE 'cloudevents-%' THEN
+        SELECT count(*) INTO v_untyped
+          FROM outbox.messages m
+         WHERE m.endpoint = alter_endpoint.name AND m.event_type IS NULL;
+        IF v_untyped > 0 THEN
+            RAISE EXCEPTION 'endpoint "%" has % queued message(s) without an event type', alter_endpoint.name,
+                            v_untyped
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'A CloudEvents request needs the event type (ce-type).',
+                      HINT = 'Change the format once they are delivered.';
+        END IF;
+    END IF;
 
     UPDATE outbox.endpoints e
        SET url          = coalesce(alter_endpoint.url, e.url),
@@ -210,24 +289,30 @@ BEGIN
            ordered      = coalesce(alter_endpoint.ordered, e.ordered),
            max_pending  = coalesce(alter_endpoint.max_pending, e.max_pending),
            concurrency  = coalesce(alter_endpoint.concurrency, e.concurrency),
-           rate_limit   = coalesce(alter_endpoint.rate_limit, e.rate_limit)
+           rate_limit   = coalesce(alter_endpoint.rate_limit, e.rate_limit),
+           format       = coalesce(alter_endpoint.format, e.format),
+           source       = CASE WHEN alter_endpoint.source = '' THEN NULL
+                               ELSE coalesce(alter_endpoint.source, e.source) END,
+           batch_size   = coalesce(alter_endpoint.batch_size, e.batch_size)
      WHERE e.name = alter_endpoint.name;
     IF alter_endpoint.ordered <> v_ordered THEN
         PERFORM outbox._order_queued(alter_endpoint.name, alter_endpoint.ordered);
     END IF;
 
-    IF alter_endpoint.secret = '' THEN
+    -- A new secret replaces every secret of the endpoint at once, a rotation's old one
+    -- too; outbox.rotate_secret is the way without an outage.
+    IF alter_endpoint.secret IS NOT NULL THEN
         DELETE FROM outbox.endpoint_secrets s WHERE s.endpoint = alter_endpoint.name;
-    ELSIF alter_endpoint.secret IS NOT NULL THEN
-        INSERT INTO outbox.endpoint_secrets AS s (endpoint, secret)
-        VALUES (alter_endpoint.name, alter_endpoint.secret)
-        ON CONFLICT (endpoint) DO UPDATE SET secret = excluded.secret;
+    END IF;
+    IF alter_endpoint.secret <> '' THEN
+        INSERT INTO outbox.endpoint_secrets (endpoint, secret)
+        VALUES (alter_endpoint.name, alter_endpoint.secret);
     END IF;
 
     PERFORM outbox._request_wake();
 END
 $fn$;
-COMMENT ON FUNCTION outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int) IS
+COMMENT ON FUNCTION outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int, text, text, int) IS
     'changes the arguments that are not NULL; secret => '''' removes the secret';
 
 -- The queued messages of an endpoint that becomes ordered (or stops being so): ordered,
@@ -332,7 +417,8 @@ $fn$;
 COMMENT ON FUNCTION outbox.drop_endpoint(text, boolean) IS
     'drops an endpoint; with force => true its undelivered messages move to the DLQ (ENDPOINT_DROPPED)';
 
--- A paused endpoint keeps accepting messages but the worker delivers none of them.
+-- A paused endpoint keeps accepting messages but the worker delivers none of them.  A
+-- reason the worker gave when it paused the endpoint (paused_reason) stays.
 CREATE OR REPLACE FUNCTION outbox.pause_endpoint(name text)
     RETURNS void
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -366,7 +452,14 @@ BEGIN
         RAISE EXCEPTION 'endpoint name must not be NULL'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
-    UPDATE outbox.endpoints e SET paused = false WHERE e.name = resume_endpoint.name;
+    -- The worker's reason goes, and so do the failures before now: the endpoint is judged
+    -- afresh (docs/operations.md, Endpoints that retire themselves).  resumed_at is the
+    -- moment that lets a worker that decided to pause the endpoint from failures seen
+    -- before it see that it may no longer (clock time: a failure seen while this
+    -- transaction runs is after the resume).
+    UPDATE outbox.endpoints e
+       SET paused = false, paused_reason = NULL, failing_since = NULL, resumed_at = clock_timestamp()
+     WHERE e.name = resume_endpoint.name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'endpoint "%" does not exist', resume_endpoint.name
             USING ERRCODE = 'undefined_object';
@@ -375,7 +468,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION outbox.resume_endpoint(text) IS
-    'resumes deliveries to a paused endpoint';
+    'resumes deliveries to a paused endpoint, clearing the reason the worker paused it for';
 
 ------------------------------------------------------------------------------------------
 -- Send rights

@@ -135,6 +135,22 @@ BEGIN
     IF _read.visibility = interval '0' THEN
         RAISE EXCEPTION 'visibility must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- A read that waits runs inside the caller's statement, whose snapshot keeps VACUUM
+    -- from the queue's dead rows while it waits: the wait is bounded, and it needs READ
+    -- COMMITTED, where each look takes a new snapshot (docs/delivery.md, Pull endpoints).
+    IF _read.wait > interval '5 minutes' THEN
+        RAISE EXCEPTION 'wait must be at most 5 minutes'
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = format('wait is %s.', _read.wait),
+                  HINT = 'Call outbox.read again when it returns nothing.';
+    END IF;
+    IF _read.wait > interval '0' AND current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'outbox.read can wait only in a READ COMMITTED transaction'
+            USING ERRCODE = 'invalid_transaction_state',
+                  DETAIL = format('This transaction is %s: its snapshot would never see a new message.',
+                                  upper(current_setting('transaction_isolation'))),
+                  HINT = 'Read with wait => ''0'', or in a READ COMMITTED transaction.';
+    END IF;
     v_until := clock_timestamp() + _read.wait;
     LOOP
         v_seen := outbox._pull_commits();  -- before looking: a commit after it ends the wait
@@ -157,6 +173,14 @@ BEGIN
             END IF;
             IF v_ids IS NOT NULL THEN
                 -- A message read before and not answered: its reader let the visibility pass.
+                -- Each lapsed visibility is an attempt that ended unanswered (the attempt
+                -- log, docs/operations.md), logged when the message is taken again.
+                IF coalesce(current_setting('pg_outbox.attempt_retention', true), '7d')::interval > interval '0' THEN
+                    INSERT INTO outbox.attempts (attempted_at, endpoint, message_id, attempt, error)
+                    SELECT m.read_until, m.endpoint, m.id, m.attempts, 'not acknowledged within its visibility timeout'
+                      FROM outbox.messages m
+                     WHERE m.id = ANY (v_ids) AND m.read_until IS NOT NULL;
+                END IF;
                 RETURN QUERY
                 WITH taken AS (
                     UPDATE outbox.messages m

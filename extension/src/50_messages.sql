@@ -54,26 +54,29 @@ COMMENT ON FUNCTION outbox.purge(interval) IS
 CREATE OR REPLACE FUNCTION outbox.message(message_id bigint,
         OUT id bigint, OUT endpoint text, OUT status text, OUT attempts int,
         OUT last_error text, OUT last_http_status int, OUT created_at timestamptz,
-        OUT sent_at timestamptz, OUT dead_letter_id bigint)
+        OUT sent_at timestamptz, OUT dead_letter_id bigint, OUT attempts_logged bigint)
     RETURNS SETOF record
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path = pg_catalog, pg_temp
     ROWS 1
 AS $fn$
-    (SELECT m.id, m.endpoint,
-            CASE WHEN m.read_until > clock_timestamp()  -- held by a pull endpoint's reader
-                      OR EXISTS (SELECT FROM outbox.claims c WHERE m.id = ANY (c.message_ids))
-                 THEN 'in_flight' ELSE 'pending' END,
-            m.attempts, m.last_error, m.last_http_status, m.created_at, NULL::timestamptz, NULL::bigint
-       FROM outbox.messages m WHERE m.id = $1)
-    UNION ALL
-    (SELECT h.id, h.endpoint, 'sent', h.attempts, NULL, h.last_http_status, h.created_at, h.sent_at, NULL
-       FROM outbox.history h WHERE h.id = $1 LIMIT 1)
-    UNION ALL
-    (SELECT d.message_id, d.endpoint, 'dead', d.attempts, d.error_message, d.http_status,
-            d.message_created_at, NULL, d.id
-       FROM dlq.dead_letters d WHERE d.message_id = $1 ORDER BY d.id DESC LIMIT 1)
-    LIMIT 1
+    -- attempts_logged: the message's rows in the attempt log (each partition's index on
+    -- message_id answers; fewer than attempts once retention dropped older ones).
+    SELECT s.*, (SELECT count(*) FROM outbox.attempts a WHERE a.message_id = $1)
+      FROM ((SELECT m.id, m.endpoint,
+                    CASE WHEN m.read_until > clock_timestamp()  -- held by a pull endpoint's reader
+                              OR EXISTS (SELECT FROM outbox.claims c WHERE m.id = ANY (c.message_ids))
+                         THEN 'in_flight' ELSE 'pending' END,
+                    m.attempts, m.last_error, m.last_http_status, m.created_at, NULL::timestamptz, NULL::bigint
+               FROM outbox.messages m WHERE m.id = $1)
+            UNION ALL
+            (SELECT h.id, h.endpoint, 'sent', h.attempts, NULL, h.last_http_status, h.created_at, h.sent_at, NULL
+               FROM outbox.history h WHERE h.id = $1 LIMIT 1)
+            UNION ALL
+            (SELECT d.message_id, d.endpoint, 'dead', d.attempts, d.error_message, d.http_status,
+                    d.message_created_at, NULL, d.id
+               FROM dlq.dead_letters d WHERE d.message_id = $1 ORDER BY d.id DESC LIMIT 1)
+            LIMIT 1) s
 $fn$;
 COMMENT ON FUNCTION outbox.message(bigint) IS
     'where a message stands: pending, in_flight, sent (kept in the history) or dead (in the DLQ)';

@@ -44,7 +44,8 @@ $fn$;
 -- endpoint's max_pending (it is an operator's decision).
 -- Errors: NULL id 22004; unknown id 42704 (undefined_object, as for unknown endpoints);
 -- requeued or discarded already 55000; endpoint gone 42704; a message with the same
--- idempotency key still in the outbox 23505.
+-- idempotency key still in the outbox 23505; no event type for a CloudEvents endpoint
+-- 22004.
 CREATE OR REPLACE FUNCTION dlq.requeue(id bigint, payload jsonb DEFAULT NULL)
     RETURNS bigint
     LANGUAGE plpgsql VOLATILE SECURITY DEFINER
@@ -52,18 +53,26 @@ CREATE OR REPLACE FUNCTION dlq.requeue(id bigint, payload jsonb DEFAULT NULL)
 AS $fn$
 #variable_conflict use_column
 DECLARE
-    d     dlq.dead_letters%ROWTYPE;
-    v_key text;
-    v_id  bigint;
+    d        dlq.dead_letters%ROWTYPE;
+    v_key    text;
+    v_id     bigint;
+    v_format text;
 BEGIN
     d := dlq._lock_open(requeue.id);
 
     -- KEY SHARE: a concurrent drop_endpoint waits, so the new message is never orphaned.
-    PERFORM 1 FROM outbox.endpoints e WHERE e.name = d.endpoint FOR KEY SHARE;
+    SELECT e.format INTO v_format FROM outbox.endpoints e WHERE e.name = d.endpoint FOR KEY SHARE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'endpoint "%" of dead letter % does not exist', d.endpoint, requeue.id
             USING ERRCODE = 'undefined_object',
                   HINT = 'Create the endpoint again, or discard the dead letter.';
+    END IF;
+    -- The endpoint may have become a CloudEvents endpoint since (docs/delivery.md, CloudEvents).
+    IF d.event_type IS NULL AND v_format LIKE 'cloudevents-%' THEN
+        RAISE EXCEPTION 'cannot requeue dead letter % to CloudEvents endpoint "%": it has no event type',
+                        requeue.id, d.endpoint
+            USING ERRCODE = 'null_value_not_allowed',
+                  HINT = 'Discard it, or enqueue its payload again with an event type.';
     END IF;
 
     v_key := outbox._webhook_id(d.message_id, d.idempotency_key);
@@ -107,10 +116,11 @@ DECLARE
 BEGIN
     IF requeue_all.reason_code IS NOT NULL
        AND requeue_all.reason_code NOT IN ('HTTP_CLIENT_ERROR', 'PAYLOAD_TOO_LARGE', 'RETRY_EXHAUSTED',
-                                           'ENDPOINT_DROPPED', 'INVALID_MESSAGE', 'EGRESS_DENIED') THEN
+                                           'ENDPOINT_DROPPED', 'INVALID_MESSAGE', 'EGRESS_DENIED',
+                                           'ABORTED_BY_RECEIVER', 'REJECTED_BY_CONSUMER') THEN
         RAISE EXCEPTION 'unknown reason_code "%"', requeue_all.reason_code
             USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'Use one of HTTP_CLIENT_ERROR, PAYLOAD_TOO_LARGE, RETRY_EXHAUSTED, ENDPOINT_DROPPED, INVALID_MESSAGE, EGRESS_DENIED.';
+                  HINT = 'Use one of HTTP_CLIENT_ERROR, PAYLOAD_TOO_LARGE, RETRY_EXHAUSTED, ENDPOINT_DROPPED, INVALID_MESSAGE, EGRESS_DENIED, ABORTED_BY_RECEIVER, REJECTED_BY_CONSUMER.';
     END IF;
 
     FOR r IN
@@ -124,11 +134,12 @@ BEGIN
            FOR UPDATE
     LOOP
         -- One that cannot be requeued now (its endpoint is gone, its idempotency key is
-        -- back in the outbox) stays open and is counted; the redrive goes on.
+        -- back in the outbox, it has no event type for a CloudEvents endpoint) stays open
+        -- and is counted; the redrive goes on.
         BEGIN
             PERFORM dlq.requeue(r.id);
             v_count := v_count + 1;
-        EXCEPTION WHEN undefined_object OR unique_violation THEN
+        EXCEPTION WHEN undefined_object OR unique_violation OR null_value_not_allowed THEN
             v_skipped := v_skipped + 1;
             v_first := coalesce(v_first, format('dead letter %s: %s', r.id, SQLERRM));
         END;

@@ -54,7 +54,8 @@ COMMENT ON VIEW outbox._message_counts IS
     'pg_outbox: messages per endpoint (pending, in flight, delivered and kept) for endpoint_stats and metrics()';
 
 -- Per endpoint: messages waiting, in flight and delivered (kept in the history), open
--- dead letters, the age of the oldest waiting message, pause and circuit breaker.
+-- dead letters, the age of the oldest waiting message, pause (and why the worker paused
+-- it), circuit breaker, and since when it has answered nothing but failures.
 CREATE OR REPLACE VIEW outbox.endpoint_stats AS
 SELECT e.name                              AS endpoint,
        coalesce(m.pending, 0)              AS pending,
@@ -65,7 +66,9 @@ SELECT e.name                              AS endpoint,
        e.paused,
        e.breaker_state,
        e.breaker_failures,
-       e.breaker_open_until
+       e.breaker_open_until,
+       CASE WHEN e.paused THEN e.paused_reason END AS paused_reason,
+       e.failing_since
   FROM outbox.endpoints e
   LEFT JOIN outbox._message_counts m ON m.endpoint = e.name
   LEFT JOIN (SELECT dl.endpoint, count(*) AS dead
@@ -73,7 +76,7 @@ SELECT e.name                              AS endpoint,
               WHERE dl.requeued_at IS NULL AND dl.discarded_at IS NULL
               GROUP BY dl.endpoint) d ON d.endpoint = e.name;
 COMMENT ON VIEW outbox.endpoint_stats IS
-    'per endpoint: pending, in_flight, sent (retained), dead (open), oldest pending age, paused, circuit breaker';
+    'per endpoint: pending, in_flight, sent (retained), dead (open), oldest pending age, paused and why, circuit breaker, failing since';
 
 -- A Prometheus label value: backslash, double quote and line feed escaped.
 CREATE OR REPLACE FUNCTION outbox._prom_label(value text) RETURNS text
@@ -148,8 +151,8 @@ BEGIN
             UNION
             SELECT DISTINCT dl.endpoint FROM dlq.dead_letters dl
              WHERE dl.requeued_at IS NULL AND dl.discarded_at IS NULL) n
-     CROSS JOIN (VALUES ('EGRESS_DENIED'), ('ENDPOINT_DROPPED'), ('HTTP_CLIENT_ERROR'), ('INVALID_MESSAGE'),
-                        ('PAYLOAD_TOO_LARGE'), ('RETRY_EXHAUSTED')) rc(reason_code)
+     CROSS JOIN (VALUES ('ABORTED_BY_RECEIVER'), ('EGRESS_DENIED'), ('ENDPOINT_DROPPED'), ('HTTP_CLIENT_ERROR'),
+                        ('INVALID_MESSAGE'), ('PAYLOAD_TOO_LARGE'), ('REJECTED_BY_CONSUMER'), ('RETRY_EXHAUSTED')) rc(reason_code)
       LEFT JOIN (SELECT dl.endpoint, dl.reason_code, count(*) AS n
                    FROM dlq.dead_letters dl
                   WHERE dl.requeued_at IS NULL AND dl.discarded_at IS NULL
@@ -201,6 +204,20 @@ BEGIN
     v_out := v_out
           || E'# HELP pg_outbox_endpoint_paused 1 while the endpoint is paused.\n'
           || E'# TYPE pg_outbox_endpoint_paused gauge\n'
+          || v_family || CASE WHEN v_family <> '' THEN E'\n' ELSE '' END;
+
+    -- pg_outbox_auto_paused{endpoint,reason}: 1 while the worker keeps the endpoint
+    -- paused for that reason (docs/operations.md, Endpoints that retire themselves)
+    SELECT coalesce(string_agg(format('pg_outbox_auto_paused{endpoint="%s",reason="%s"} %s',
+                                      outbox._prom_label(e.name), r.reason,
+                                      CASE WHEN e.paused AND e.paused_reason = r.reason THEN 1 ELSE 0 END),
+                               E'\n' ORDER BY e.name, r.reason), '')
+      INTO v_family
+      FROM outbox.endpoints e
+     CROSS JOIN (VALUES ('FAILING'), ('GONE')) r(reason);
+    v_out := v_out
+          || E'# HELP pg_outbox_auto_paused 1 while the endpoint is paused for this reason by the worker.\n'
+          || E'# TYPE pg_outbox_auto_paused gauge\n'
           || v_family || CASE WHEN v_family <> '' THEN E'\n' ELSE '' END;
 
     -- pg_outbox_publishes_unmatched_total (docs/delivery.md, Publish and subscribe)

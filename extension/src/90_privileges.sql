@@ -29,11 +29,13 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 --   -- metrics.  Never the secrets (outbox.endpoint_secrets stays owner-only).
 --   GRANT USAGE ON SCHEMA outbox, dlq TO operator;
 --   GRANT EXECUTE ON FUNCTION
---       outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean),
---       outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int),
+--       outbox.create_endpoint(text, text, text, jsonb, text, int, int, boolean, bigint, int, int, boolean, text, text, int),
+--       outbox.alter_endpoint(text, text, jsonb, text, int, int, boolean, bigint, int, int, text, text, int),
 --       outbox.drop_endpoint(text, boolean),
 --       outbox.pause_endpoint(text),
 --       outbox.resume_endpoint(text),
+--       outbox.rotate_secret(text, text, interval),
+--       outbox.endpoint_public_key(text),
 --       outbox.purge(interval),
 --       outbox.metrics(),
 --       outbox.message(bigint),
@@ -50,5 +52,5 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA outbox, dlq FROM PUBLIC;
 --       dlq.discard(bigint, text)
 --     TO operator;
 --   GRANT SELECT ON outbox.endpoints, outbox.endpoint_senders, outbox.endpoint_consumers, outbox.messages, outbox.history,
---                   outbox.subscriptions, outbox.endpoint_stats, dlq.dead_letters, dlq.summary
+--                   outbox.attempts, outbox.subscriptions, outbox.endpoint_stats, dlq.dead_letters, dlq.summary
 --     TO operator;

@@ -42,7 +42,8 @@ struct EndpointView {
   Breaker breaker;
   int concurrency = 32;           // its own cap on requests in flight, else pg_outbox.endpoint_concurrency
   std::optional<int> rate_limit;  // most requests started per second; none: no limit
-  size_t outstanding = 0;         // its requests the worker holds (handed to HTTP, not yet settled)
+  size_t outstanding = 0;         // its messages the worker holds (handed to HTTP, not yet settled)
+  int batch_size = 1;             // most messages in one of its requests (docs/delivery.md, Batches)
 };
 
 // Enough claimed work to keep every connection busy between two claims:
@@ -53,10 +54,11 @@ size_t claim_target(const ClaimSettings& settings);
 // concurrency, at most max_concurrency, out of max_concurrency) applied to the target,
 // and never less than its concurrency. A rate-limited endpoint holds at most what it
 // can send in 10 s (at least 1): its claimed messages wait in the worker, and must not
-// wait there for minutes.
+// wait there for minutes. A batching endpoint's request carries batch_size messages: its
+// share is that many times as large, in messages.
 size_t share_of(const EndpointView& endpoint, const ClaimSettings& settings);
-// The same from the endpoint's concurrency and rate limit alone.
-size_t share_of(int concurrency, std::optional<int> rate_limit, const ClaimSettings& settings);
+// The same from the endpoint's concurrency, rate limit and batch size alone.
+size_t share_of(int concurrency, std::optional<int> rate_limit, const ClaimSettings& settings, int batch_size = 1);
 
 // Whether the endpoint holds its share (and at least one request): it is left out of
 // the HTTP claim, its results make room. Only meaningful for HTTP endpoints.
@@ -71,7 +73,11 @@ size_t claimable_outstanding(size_t in_flight, const std::vector<EndpointView>& 
 // Whether a claim has room to be worth running: less than half the claim target is
 // held for endpoints that may still be claimed. A claim for every few results would
 // spend the database's time on tiny batches.
-bool wants_claim(size_t claimable_outstanding, const ClaimSettings& settings);
+// widest: the largest batch size of the endpoints (widest_batch), whose requests carry
+// that many messages each.
+bool wants_claim(size_t claimable_outstanding, const ClaimSettings& settings, int widest = 1);
+// The largest batch size of the HTTP endpoints that are not paused (1 when none batches).
+int widest_batch(const std::vector<EndpointView>& endpoints);
 
 struct ClaimPlan {
   // HTTP endpoints claimed together (circuit closed, not holding their share), in the
@@ -85,8 +91,9 @@ struct ClaimPlan {
   // http and notify in the caller's order (not rotated): the endpoints asked when their
   // next message comes due, when this claim leaves nothing more due now.
   std::vector<std::string> all_active;
-  // Messages the HTTP claim may take: the room left under the claim target, at most
-  // batch_size; 0 when the byte budget is spent.
+  // Messages the HTTP claim may take: the room left under the claim target (times the
+  // largest batch size of the endpoints claimed: their requests carry that many
+  // messages), at most pg_outbox.batch_size; 0 when the byte budget is spent.
   int limit = 0;
   // Payload bytes the worker may still take on: max_inflight_bytes less what it holds
   // (never negative). The probes are bound by neither the limit nor this budget: each

@@ -28,6 +28,8 @@ const char* reason_code(DeadReason reason) {
       return "EGRESS_DENIED";
     case DeadReason::RejectedByConsumer:
       return "REJECTED_BY_CONSUMER";
+    case DeadReason::AbortedByReceiver:
+      return "ABORTED_BY_RECEIVER";
   }
   return "";
 }

@@ -19,12 +19,13 @@ enum class DeadReason {
   EndpointDropped,
   InvalidMessage,
   EgressDenied,
-  RejectedByConsumer  // a pull consumer's outbox.nack(..., permanent => true)
+  RejectedByConsumer,  // a pull consumer's outbox.nack(..., permanent => true)
+  AbortedByReceiver    // the answer carried "webhook-delivery: abort"
 };
 
 // The dlq.dead_letters.reason_code text: "HTTP_CLIENT_ERROR", "PAYLOAD_TOO_LARGE",
 // "RETRY_EXHAUSTED", "ENDPOINT_DROPPED", "INVALID_MESSAGE", "EGRESS_DENIED",
-// "REJECTED_BY_CONSUMER"; "" for None.
+// "REJECTED_BY_CONSUMER", "ABORTED_BY_RECEIVER"; "" for None.
 const char* reason_code(DeadReason reason);
 
 struct Outcome {

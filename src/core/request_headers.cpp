@@ -71,6 +71,7 @@ std::vector<std::string> build_request_headers(const DeliveryHeaders& h, std::st
   for (size_t i = 0; i < user.size(); ++i) {
     const auto& name = user[i]->first;
     if (is_reserved(name)) continue;
+    if (h.cloudevents && name.size() >= 3 && iequals(name.substr(0, 3), "ce-")) continue;
     if (i >= from_endpoint && set_by_endpoint(name)) continue;  // the endpoint's header stands
     // Within its own list, a later header of the same name wins.
     size_t list_end = i < from_endpoint ? from_endpoint : user.size();
@@ -79,28 +80,29 @@ std::vector<std::string> build_request_headers(const DeliveryHeaders& h, std::st
     if (!overridden) lines.push_back(line(name, user[i]->second));
   }
 
-  lines.push_back("Content-Type: application/json");
+  lines.push_back(line("Content-Type", h.content_type));
+  for (const std::string& ce : h.cloudevent_lines) lines.push_back(ce);
   if (!h.user_agent.empty()) lines.push_back(line("User-Agent", h.user_agent));
   lines.push_back(line("webhook-id", h.webhook_id));
   lines.push_back(line("webhook-timestamp", std::to_string(h.timestamp_unix_s)));
   if (!h.event_type.empty()) lines.push_back(line("outbox-event-type", h.event_type));
   lines.push_back(line("outbox-attempt", std::to_string(h.attempt)));
-  if (!h.secret.empty())
-    lines.push_back(line("webhook-signature", webhook_signature(h.secret, h.webhook_id, h.timestamp_unix_s, body)));
+  if (!h.keys.empty())
+    lines.push_back(line("webhook-signature", webhook_signatures(h.keys, h.webhook_id, h.timestamp_unix_s, body)));
   lines.push_back("Expect:");
   return lines;
 }
 
 void restamp_request_headers(std::vector<std::string>& lines, int64_t now_unix_s, std::string_view webhook_id,
-                             std::string_view secret, std::string_view body) {
+                             const SigningKeys& keys, std::string_view body) {
   // User headers cannot carry these names (reserved), so the first match is ours.
   constexpr std::string_view kTimestamp = "webhook-timestamp: ";
   constexpr std::string_view kSignature = "webhook-signature: ";
   for (std::string& l : lines) {
     if (l.compare(0, kTimestamp.size(), kTimestamp) == 0)
       l = line("webhook-timestamp", std::to_string(now_unix_s));
-    else if (!secret.empty() && l.compare(0, kSignature.size(), kSignature) == 0)
-      l = line("webhook-signature", webhook_signature(secret, webhook_id, now_unix_s, body));
+    else if (!keys.empty() && l.compare(0, kSignature.size(), kSignature) == 0)
+      l = line("webhook-signature", webhook_signatures(keys, webhook_id, now_unix_s, body));
   }
 }
 

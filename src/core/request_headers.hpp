@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/signing_key.hpp"
+
 namespace pg_outbox::core {
 
 struct DeliveryHeaders {
@@ -17,8 +19,14 @@ struct DeliveryHeaders {
   int64_t timestamp_unix_s = 0;                                       // time of this attempt
   std::string event_type;                                             // empty = omit outbox-event-type
   int attempt = 1;                                                    // 1 for the first attempt
-  std::string secret;                                                 // whsec_...; empty = unsigned
-  std::string user_agent;                                             // e.g. "pg_outbox/1.0"; empty = omit
+  SigningKeys keys;                               // one signature each (a rotation: current first); none = unsigned
+  std::string user_agent;                         // e.g. "pg_outbox/1.0"; empty = omit
+  std::string content_type = "application/json";  // content_type_of (cloudevents.hpp)
+  // The CloudEvents binary mode's ce-* lines (append_binary_headers), empty otherwise.
+  // With a CloudEvents format (`cloudevents`), user headers named ce-* are dropped: the
+  // event's attributes are ours.
+  std::vector<std::string> cloudevent_lines;
+  bool cloudevents = false;
 };
 
 // Builds the header lines, in this order:
@@ -27,10 +35,12 @@ struct DeliveryHeaders {
 //      never replaces (nor, with an empty value, removes) an endpoint header: the
 //      endpoint's headers (Authorization, say) are its administrator's, and a
 //      producer's message header of the same name is dropped.
-//   2. ours: Content-Type: application/json, User-Agent, webhook-id,
+//   2. ours: Content-Type (application/json unless the format says otherwise), the
+//      CloudEvents binary mode's ce-* lines, User-Agent, webhook-id,
 //      webhook-timestamp, outbox-event-type, outbox-attempt, webhook-signature
-//      (only with a secret; signed over body), and finally "Expect:" (empty, which
-//      stops libcurl from sending "Expect: 100-continue" and waiting for it).
+//      (only with keys: one signature per key, space-separated, over body), and
+//      finally "Expect:" (empty, which stops libcurl from sending
+//      "Expect: 100-continue" and waiting for it).
 // User headers whose name is one of ours are dropped, so producers cannot forge
 // the identity or the signature of a delivery; so are the headers that control
 // message framing or the connection (content-length, transfer-encoding,
@@ -42,15 +52,16 @@ struct DeliveryHeaders {
 // Every user header, and the webhook-id and event type, must pass check_header;
 // otherwise std::invalid_argument is thrown with a message that names the header
 // but never quotes its value (the worker dead-letters such a message as
-// INVALID_MESSAGE). An invalid secret also throws std::invalid_argument.
+// INVALID_MESSAGE).
 std::vector<std::string> build_request_headers(const DeliveryHeaders& headers, std::string_view body);
 
 // Lines built by build_request_headers, stamped again for the moment the request is
 // really sent: webhook-timestamp becomes now_unix_s and webhook-signature (if any) is
-// made again over it, in place; every other line stays as it was. A request that
-// waited in the worker (a slow or rate-limited endpoint) is not stale to a verifier.
+// made again over it with the same keys, in place; every other line stays as it was. A
+// request that waited in the worker (a slow or rate-limited endpoint) is not stale to a
+// verifier.
 void restamp_request_headers(std::vector<std::string>& lines, int64_t now_unix_s, std::string_view webhook_id,
-                             std::string_view secret, std::string_view body);
+                             const SigningKeys& keys, std::string_view body);
 
 // Where a message's webhook-id comes from when it has no idempotency key: the
 // installation's instance id (16 hex digits, random, one per database and CREATE

@@ -6,7 +6,10 @@
 
 #include <cstdint>
 
+#include <openssl/crypto.h>
+
 #include "core/base64.hpp"
+#include "core/ed25519.hpp"
 #include "core/cpp_only.hpp"
 
 namespace pg_outbox::core {
@@ -292,12 +295,30 @@ std::optional<std::string> check_header(std::string_view name, std::string_view 
 }
 
 std::optional<std::string> check_secret(std::string_view secret) {
-  constexpr std::string_view prefix = "whsec_";
-  if (secret.substr(0, prefix.size()) != prefix) return "secret must start with \"whsec_\"";
-  auto key = base64_decode(secret.substr(prefix.size()));
-  if (!key) return "secret must be \"whsec_\" followed by standard base64";
-  if (key->size() < 24 || key->size() > 64) return "secret key must be 24 to 64 bytes long";
-  return std::nullopt;
+  auto starts_with = [&](std::string_view prefix) { return secret.substr(0, prefix.size()) == prefix; };
+  if (starts_with(kHmacSecretPrefix)) {
+    auto key = base64_decode(secret.substr(kHmacSecretPrefix.size()));
+    if (!key) return "secret must be \"whsec_\" followed by standard base64";
+    if (key->size() < 24 || key->size() > 64) return "secret key must be 24 to 64 bytes long";
+    return std::nullopt;
+  }
+  if (starts_with(kEd25519SecretPrefix)) {
+    auto key = base64_decode(secret.substr(kEd25519SecretPrefix.size()));
+    if (!key) return "secret must be \"whsk_\" followed by standard base64";
+    std::optional<std::string> problem;
+    if (key->size() == kEd25519SeedBytes + kEd25519PublicKeyBytes) {
+      if (Ed25519Key(std::string_view(*key).substr(0, kEd25519SeedBytes)).public_key() !=
+          std::string_view(*key).substr(kEd25519SeedBytes))
+        problem = "the last 32 bytes of a 64-byte \"whsk_\" key must be the public key of its first 32";
+    } else if (key->size() != kEd25519SeedBytes) {
+      problem = "an ed25519 secret key (\"whsk_\") must be 32 bytes (the seed) or 64 bytes (seed and public key) long";
+    }
+    OPENSSL_cleanse(key->data(), key->size());
+    return problem;
+  }
+  if (starts_with(kEd25519PublicKeyPrefix))
+    return "secret must be a private key: \"whpk_\" is an ed25519 public key, which only verifies";
+  return "secret must start with \"whsec_\" (HMAC-SHA256) or \"whsk_\" (ed25519)";
 }
 
 std::optional<std::string> check_idempotency_key(std::string_view key) {

@@ -43,8 +43,16 @@ constexpr size_t kMaxHeaderValueBytes = 8192;
 // >= 0x80 are allowed in values (obs-text, e.g. UTF-8).
 std::optional<std::string> check_header(std::string_view name, std::string_view value);
 
-// A Standard Webhooks secret: "whsec_" followed by standard, padded base64 that
-// decodes to 24..64 bytes (the key length range the specification recommends).
+// The prefixes of Standard Webhooks keys (docs/delivery.md, Signatures).
+constexpr std::string_view kHmacSecretPrefix = "whsec_";
+constexpr std::string_view kEd25519SecretPrefix = "whsk_";
+constexpr std::string_view kEd25519PublicKeyPrefix = "whpk_";
+
+// A Standard Webhooks signing secret, followed by standard, padded base64:
+//   "whsec_" (HMAC-SHA256): 24..64 bytes (the key length range the specification
+//            recommends);
+//   "whsk_"  (ed25519): the 32-byte seed, or 64 bytes: the seed and then its public key
+//            (the key pair's serialization), which must match the seed.
 std::optional<std::string> check_secret(std::string_view secret);
 
 // An idempotency key, which becomes the webhook-id header: not starting with "msg_"

@@ -6,8 +6,6 @@
 #include <climits>
 #include <stdexcept>
 
-#include "core/base64.hpp"
-#include "core/validation.hpp"
 #include "core/cpp_only.hpp"
 
 namespace pg_outbox::core {
@@ -26,17 +24,29 @@ std::string hmac_sha256(std::string_view key, std::string_view message) {
   return std::string(reinterpret_cast<const char*>(out), out_len);
 }
 
-std::string webhook_signature(std::string_view whsec_secret, std::string_view webhook_id, int64_t timestamp_unix_s,
-                              std::string_view body) {
-  if (auto err = check_secret(whsec_secret)) throw std::invalid_argument(*err);
-  // check_secret has just proven that this decodes.
-  std::string key = *base64_decode(whsec_secret.substr(6));
-
-  std::string signed_content;
+std::string signed_content(std::string_view webhook_id, int64_t timestamp_unix_s, std::string_view body) {
+  std::string content;
   std::string ts = std::to_string(timestamp_unix_s);
-  signed_content.reserve(webhook_id.size() + ts.size() + body.size() + 2);
-  signed_content.append(webhook_id).append(1, '.').append(ts).append(1, '.').append(body);
-  return "v1," + base64_encode(hmac_sha256(key, signed_content));
+  content.reserve(webhook_id.size() + ts.size() + body.size() + 2);
+  content.append(webhook_id).append(1, '.').append(ts).append(1, '.').append(body);
+  return content;
+}
+
+std::string webhook_signatures(const SigningKeys& keys, std::string_view webhook_id, int64_t timestamp_unix_s,
+                               std::string_view body) {
+  if (keys.empty()) return {};
+  const std::string content = signed_content(webhook_id, timestamp_unix_s, body);
+  std::string header;
+  for (const SigningKey& key : keys) {
+    if (!header.empty()) header += ' ';
+    header += key.sign(content);
+  }
+  return header;
+}
+
+std::string webhook_signature(std::string_view secret, std::string_view webhook_id, int64_t timestamp_unix_s,
+                              std::string_view body) {
+  return SigningKey::parse(secret).sign(signed_content(webhook_id, timestamp_unix_s, body));
 }
 
 }  // namespace pg_outbox::core

@@ -33,7 +33,7 @@ void restamp_if_stale(Request& request) {
   const int64_t now_s =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   if (now_s == request.stamp->stamped_s) return;
-  core::restamp_request_headers(request.headers, now_s, request.stamp->webhook_id, request.stamp->secret, request.body);
+  core::restamp_request_headers(request.headers, now_s, request.stamp->webhook_id, request.stamp->keys, request.body);
   request.stamp->stamped_s = now_s;
 }
 

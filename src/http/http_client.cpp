@@ -12,6 +12,7 @@
 // deadline. Finished transfers are read with curl_multi_info_read.
 #include "http/http_client.hpp"
 
+#include "core/clock.hpp"
 #include "http/socket_watch.hpp"
 #include "http/transfer.hpp"
 
@@ -51,6 +52,7 @@ Response failed(const Request& request, std::string error) {
   Response r;
   r.tag = request.tag;
   r.group = request.group;
+  r.started_ms = core::SystemClock().now_ms();
   r.transport_error = true;
   r.error = std::move(error);
   return r;
@@ -166,6 +168,7 @@ struct Client::Impl {
       t->request = std::move(request);
       t->response.tag = t->request.tag;
       t->response.group = t->request.group;
+      t->response.started_ms = core::SystemClock().now_ms();
       const CURLcode rc = t->configure();
       if (rc != CURLE_OK) {
         t->fail(rc);

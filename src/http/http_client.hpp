@@ -11,6 +11,7 @@
 #pragma once
 
 #include "core/egress_policy.hpp"
+#include "core/signing_key.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -40,7 +41,7 @@ struct Request {
   struct Stamp {
     int64_t stamped_s = 0;
     std::string webhook_id;
-    std::string secret;  // empty: unsigned
+    core::SigningKeys keys;  // the keys it was signed with (shared, immutable); none: unsigned
   };
   std::optional<Stamp> stamp;
 };
@@ -56,10 +57,12 @@ struct Response {
   std::string error;             // curl's error text, empty on success
   std::string body_head;         // first kBodyHeadLimit bytes of the response body
   std::string retry_after;       // raw value of the final response's Retry-After, empty if none
+  bool delivery_abort = false;   // the final response said "webhook-delivery: abort"
   // The egress rule that refused the address the request would have gone to (then
   // transport_error is set and nothing was sent), empty otherwise.
   std::string egress_denied;
-  double total_ms = 0;  // transfer time
+  double total_ms = 0;     // transfer time
+  int64_t started_ms = 0;  // when it started (unix ms): the attempt log's attempted_at
 };
 
 class Client {

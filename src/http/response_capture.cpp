@@ -24,12 +24,17 @@ std::size_t capture_header(char* data, std::size_t size, std::size_t nitems, voi
   const std::string_view line(data, n);
   if (line.substr(0, 5) == "HTTP/") {
     r->retry_after.clear();
+    r->delivery_abort = false;
     return n;
   }
   const auto colon = line.find(':');
-  if (colon != std::string_view::npos && core::iequals(line.substr(0, colon), "Retry-After")) {
-    const auto value = core::ascii_trim(line.substr(colon + 1), core::kHeaderSpace);
+  if (colon == std::string_view::npos) return n;
+  const auto name = line.substr(0, colon);
+  const auto value = core::ascii_trim(line.substr(colon + 1), core::kHeaderSpace);
+  if (core::iequals(name, "Retry-After")) {
     r->retry_after.assign(value.substr(0, kRetryAfterLimit));
+  } else if (core::iequals(name, "webhook-delivery") && core::iequals(value, "abort")) {
+    r->delivery_abort = true;
   }
   return n;
 }

@@ -1,6 +1,6 @@
-// What a transfer keeps of the response libcurl receives: the head of the body and the
-// final response's Retry-After. Both are libcurl callbacks whose user data is the
-// Response being filled.
+// What a transfer keeps of the response libcurl receives: the head of the body, the
+// final response's Retry-After, and whether it said "webhook-delivery: abort". Both are libcurl callbacks whose user
+// data is the Response being filled.
 #pragma once
 
 #include <cstddef>
@@ -17,7 +17,8 @@ std::size_t capture_body(char* data, std::size_t size, std::size_t nmemb, void* 
 
 // CURLOPT_HEADERFUNCTION: called once per header line, status lines included. A status line
 // starts a new response (after a 1xx interim one), so only the final response's Retry-After
-// is kept, trimmed and cut at kRetryAfterLimit bytes.
+// is kept, trimmed and cut at kRetryAfterLimit bytes, and only its "webhook-delivery: abort"
+// (name and value matched without case, the value trimmed) sets Response::delivery_abort.
 std::size_t capture_header(char* data, std::size_t size, std::size_t nitems, void* response);
 
 }  // namespace pg_outbox::http

@@ -547,7 +547,7 @@ SELECT line FROM (
          || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '')
          || CASE c.relkind WHEN 'v' THEN ' ' || pg_get_viewdef(c.oid) WHEN 'i' THEN ' ' || pg_get_indexdef(c.oid) ELSE '' END
     FROM pg_class c WHERE c.relnamespace::regnamespace::text IN ('outbox', 'dlq')
-     AND c.relname !~ '^history_[0-9]'  -- the history's time partitions are data: the worker makes them
+     AND c.relname !~ '^(history|attempts)_[0-9]'  -- time partitions (history, attempt log) are data: the worker makes them
   UNION ALL
   SELECT 'column ' || a.attrelid::regclass::text || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
          || ' notnull=' || a.attnotnull || ' identity=' || a.attidentity::text
@@ -556,7 +556,7 @@ SELECT line FROM (
     FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
     LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
    WHERE c.relnamespace::regnamespace::text IN ('outbox', 'dlq') AND a.attnum > 0 AND NOT a.attisdropped
-     AND c.relname !~ '^history_[0-9]'
+     AND c.relname !~ '^(history|attempts)_[0-9]'
   UNION ALL
   SELECT 'constraint ' || conrelid::regclass::text || '.' || conname || ' ' || pg_get_constraintdef(oid)
     FROM pg_constraint WHERE connamespace::regnamespace::text IN ('outbox', 'dlq')

@@ -7,8 +7,9 @@
 #    outbox.metrics() plus database = current_database():
 #    pg_outbox_messages{endpoint,status}, pg_outbox_oldest_pending_age_seconds{endpoint},
 #    pg_outbox_deliveries_total{endpoint,result}, pg_outbox_dead_letters{endpoint,
-#    reason_code}, pg_outbox_dead_letter_oldest_age_seconds{endpoint}, and the two
-#    other families of metrics(), pg_outbox_circuit_open and pg_outbox_endpoint_paused;
+#    reason_code}, pg_outbox_dead_letter_oldest_age_seconds{endpoint}, and the three
+#    other families of metrics(), pg_outbox_circuit_open, pg_outbox_endpoint_paused and
+#    pg_outbox_auto_paused{endpoint,reason};
 #  - with the figures of SELECT outbox.metrics(): the same series, the same counts,
 #    and ages between those metrics() gives just before and just after the scrape;
 #  - serves a cluster whose other database has no pg_outbox: that database is scraped
@@ -40,7 +41,7 @@ my $GRANTS   = "$CONTRIB/grants.sql";
 my $ROLE     = 'outbox_exporter';
 my @FAMILIES = qw(pg_outbox_messages pg_outbox_oldest_pending_age_seconds
   pg_outbox_deliveries_total pg_outbox_dead_letters pg_outbox_dead_letter_oldest_age_seconds
-  pg_outbox_circuit_open pg_outbox_endpoint_paused);
+  pg_outbox_circuit_open pg_outbox_endpoint_paused pg_outbox_auto_paused);
 my %IS_AGE = map { $_ => 1 }
   qw(pg_outbox_oldest_pending_age_seconds pg_outbox_dead_letter_oldest_age_seconds);
 my @EXPORTERS;    # every harness started, for the END block
@@ -112,7 +113,7 @@ check_exporter(@per_db, 'exporter_per_db');
 # helpers
 
 # Prometheus text format -> { "family|endpoint|status-or-result-or-reason" => value },
-# only the seven families of metrics().  With $db, only series whose database label is $db
+# only the eight families of metrics().  With $db, only series whose database label is $db
 # (the exporter's); without, series that have no database label (metrics()).
 sub parse_exposition
 {
@@ -128,7 +129,7 @@ sub parse_exposition
 		if (defined $db) { next unless ($l{database} // '') eq $db }
 		else             { next if exists $l{database} }
 		my $k = join '|', $name, $l{endpoint} // '',
-		  $l{status} // $l{result} // $l{reason_code} // ();
+		  $l{status} // $l{result} // $l{reason_code} // $l{reason} // ();
 		$out{$k} = $value;
 	}
 	return \%out;

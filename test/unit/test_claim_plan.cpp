@@ -430,3 +430,38 @@ TEST(PlanClaim, MatchesTheWorkersClaimOnRandomStates) {
     }
   }
 }
+
+TEST(ClaimPlanBatches, ABatchingEndpointsShareIsInMessages) {
+  const ClaimSettings s{500, 64, 64 << 20};
+  EndpointView e;
+  e.name = "b";
+  e.concurrency = 32;
+  e.batch_size = 100;
+  EXPECT_EQ(share_of(e, s), 25000u);  // 250 requests of 100
+  EXPECT_EQ(share_of(32, std::nullopt, s, 100), 25000u);
+  e.rate_limit = 2;  // requests per second: 10 s of them, 100 messages each
+  EXPECT_EQ(share_of(e, s), 2000u);
+}
+
+TEST(ClaimPlanBatches, TheTargetGrowsWithTheWidestBatch) {
+  const ClaimSettings s{500, 64, 64 << 20};
+  EndpointView single, batching;
+  single.name = "s";
+  batching.name = "b";
+  batching.batch_size = 100;
+  EXPECT_EQ(widest_batch({single}), 1);
+  EXPECT_EQ(widest_batch({single, batching}), 100);
+  batching.paused = true;
+  EXPECT_EQ(widest_batch({single, batching}), 1);
+  batching.paused = false;
+  // 300 messages held: too many for unbatched endpoints, three requests for batching ones.
+  EXPECT_FALSE(wants_claim(300, s));
+  EXPECT_TRUE(wants_claim(300, s, 100));
+  // The plan's room is counted against the wider target; a claim still takes at most
+  // pg_outbox.batch_size messages.
+  batching.outstanding = 300;
+  ClaimPlan plan = plan_claim({single, batching}, s, 300, 0, 0, 0);
+  EXPECT_EQ(plan.limit, 500);
+  plan = plan_claim({single}, s, 300, 0, 0, 0);
+  EXPECT_EQ(plan.limit, 200);
+}

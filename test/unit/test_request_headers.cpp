@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -24,6 +25,13 @@ DeliveryHeaders basic() {
 }
 
 const char* kSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const char* kEd25519Secret = "whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A=";  // RFC 8032, test 1
+
+SigningKeys keys(std::initializer_list<const char*> secrets) {
+  SigningKeys out;
+  for (const char* s : secrets) out.push_back(SigningKey::parse(s));
+  return out;
+}
 
 }  // namespace
 
@@ -48,7 +56,7 @@ TEST(RequestHeaders, OwnHeadersInOrderWithoutSecret) {
 
 TEST(RequestHeaders, SignatureOnlyWithSecretAndOverTheBody) {
   DeliveryHeaders h = basic();
-  h.secret = kSecret;
+  h.keys = keys({kSecret});
   Lines lines = build_request_headers(h, R"({"a":1})");
   ASSERT_EQ(lines.size(), 8u);
   EXPECT_EQ(lines[6], "webhook-signature: " + webhook_signature(kSecret, "msg_42", 1700000000, R"({"a":1})"));
@@ -59,11 +67,26 @@ TEST(RequestHeaders, StandardWebhooksVectorEndToEnd) {
   DeliveryHeaders h;
   h.webhook_id = "msg_p5jXN8AQM9LWM0D4loKWxJek";
   h.timestamp_unix_s = 1614265330;
-  h.secret = kSecret;
+  h.keys = keys({kSecret});
   Lines lines = build_request_headers(h, R"({"test": 2432232314})");
   EXPECT_EQ(lines, (Lines{"Content-Type: application/json", "webhook-id: msg_p5jXN8AQM9LWM0D4loKWxJek",
                           "webhook-timestamp: 1614265330", "outbox-attempt: 1",
                           "webhook-signature: v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", "Expect:"}));
+}
+
+// During a rotation: one header, a signature per key, current first, space-separated;
+// each verifies alone (the signature of one key does not depend on the other).
+TEST(RequestHeaders, RotationSignsWithEveryKeyInOneHeader) {
+  DeliveryHeaders h;
+  h.webhook_id = "msg_p5jXN8AQM9LWM0D4loKWxJek";
+  h.timestamp_unix_s = 1614265330;
+  h.keys = keys({kEd25519Secret, kSecret});
+  Lines lines = build_request_headers(h, R"({"test": 2432232314})");
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_EQ(lines[4],
+            "webhook-signature: "
+            "v1a,fldxM4gAKugP6nnt1hdz3sgGfZ6d99nzrMFnZOELIxbzEHoVmAb2ADpkJK7zgPePmPsle0zV9jSeGlHFG2NVAw== "
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
 }
 
 TEST(RequestHeaders, EmptyEventTypeAndUserAgentAreOmitted) {
@@ -104,7 +127,7 @@ TEST(RequestHeaders, LaterDuplicateWithinOneListWins) {
 
 TEST(RequestHeaders, ReservedUserHeadersAreDropped) {
   DeliveryHeaders h = basic();
-  h.secret = kSecret;
+  h.keys = keys({kSecret});
   h.endpoint_headers = {{"Content-Type", "text/plain"}, {"X-Keep", "1"}, {"Content-Length", "0"}};
   h.message_headers = {
       {"WEBHOOK-ID", "forged"},           {"webhook-timestamp", "1"}, {"Webhook-Signature", "v1,forged"},
@@ -161,9 +184,6 @@ TEST(RequestHeaders, InvalidInputsThrow) {
   h.webhook_id.clear();
   throws(h);
   h = basic();
-  h.secret = "whsec_short";
-  throws(h);
-  h = basic();
   h.message_headers = {{"X-Big", std::string(8193, 'v')}};
   throws(h);
 }
@@ -175,12 +195,12 @@ TEST(RequestHeaders, RestampRenewsTimestampAndSignatureInPlace) {
   h.timestamp_unix_s = 1700000000;
   h.event_type = "order.created";
   h.attempt = 2;
-  h.secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+  h.keys = keys({kEd25519Secret, kSecret});  // a rotation: both are made again
   h.user_agent = "pg_outbox/test";
   const std::string body = R"({"n":1})";
   std::vector<std::string> lines = build_request_headers(h, body);
   std::vector<std::string> restamped = lines;
-  restamp_request_headers(restamped, 1700000123, h.webhook_id, h.secret, body);
+  restamp_request_headers(restamped, 1700000123, h.webhook_id, h.keys, body);
   h.timestamp_unix_s = 1700000123;
   EXPECT_EQ(restamped, build_request_headers(h, body));  // as if built at the later second
   ASSERT_EQ(restamped.size(), lines.size());
@@ -194,7 +214,7 @@ TEST(RequestHeaders, RestampWithoutSecretChangesOnlyTheTimestamp) {
   h.webhook_id = "msg_8";
   h.timestamp_unix_s = 1700000000;
   std::vector<std::string> lines = build_request_headers(h, "{}");
-  restamp_request_headers(lines, 1700000009, h.webhook_id, "", "{}");
+  restamp_request_headers(lines, 1700000009, h.webhook_id, {}, "{}");
   h.timestamp_unix_s = 1700000009;
   EXPECT_EQ(lines, build_request_headers(h, "{}"));
 }

@@ -63,3 +63,28 @@ TEST(Ascii, TrimRemovesOnlyTheGivenCharacters) {
 }
 
 }  // namespace
+
+TEST(ResponseCapture, WebhookDeliveryAbortIsMatchedWithoutCase) {
+  Response r;
+  header(r, "HTTP/1.1 200 OK\r\n");
+  EXPECT_FALSE(r.delivery_abort);
+  header(r, "Webhook-Delivery: \t ABORT \r\n");
+  EXPECT_TRUE(r.delivery_abort);
+}
+
+TEST(ResponseCapture, OtherWebhookDeliveryValuesDoNotAbort) {
+  Response r;
+  header(r, "HTTP/1.1 500 Internal Server Error\r\n");
+  header(r, "webhook-delivery: aborted\r\n");
+  header(r, "x-webhook-delivery: abort\r\n");
+  EXPECT_FALSE(r.delivery_abort);
+}
+
+TEST(ResponseCapture, OnlyTheFinalResponsesAbortCounts) {
+  Response r;
+  header(r, "HTTP/1.1 100 Continue\r\n");
+  header(r, "webhook-delivery: abort\r\n");
+  header(r, "\r\n");
+  header(r, "HTTP/1.1 200 OK\r\n");
+  EXPECT_FALSE(r.delivery_abort);
+}

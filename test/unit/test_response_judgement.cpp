@@ -38,6 +38,7 @@ TEST(JudgeResponse, SuccessIsSent) {
   EXPECT_EQ(j.http_status, 204);
   EXPECT_EQ(j.error, "HTTP 204");
   EXPECT_EQ(j.dead_letter_body, "");
+  EXPECT_EQ(j.failure_body, "");  // the attempt log keeps no body of a delivery
 }
 
 TEST(JudgeResponse, ServerErrorIsRetriedByBackoff) {
@@ -48,6 +49,7 @@ TEST(JudgeResponse, ServerErrorIsRetriedByBackoff) {
   EXPECT_EQ(j.http_status, 500);
   EXPECT_EQ(j.error, "HTTP 500");
   EXPECT_EQ(j.dead_letter_body, "");  // kept only with a dead letter
+  EXPECT_EQ(j.failure_body, "oops");  // ... but in the attempt log of every failure
   j = judge_response(answer(500), 3, 10, kBackoff, kNow, 0.5);
   EXPECT_EQ(j.settlement.retry_delay_ms, 3000);
 }
@@ -60,6 +62,7 @@ TEST(JudgeResponse, TheLastAttemptDeadLettersYetTellsTheBreakerOfTheFailure) {
   EXPECT_EQ(j.http_status, 503);
   EXPECT_EQ(j.error, "HTTP 503");
   EXPECT_EQ(j.dead_letter_body, "down");
+  EXPECT_EQ(j.failure_body, "down");
   // Attempts beyond the maximum, and a maximum below 1, dead-letter too.
   EXPECT_EQ(judge_response(answer(503), 12, 10, kBackoff, kNow, 0.5).settlement.reason, DeadReason::RetryExhausted);
   EXPECT_EQ(judge_response(answer(503), 1, 0, kBackoff, kNow, 0.5).settlement.reason, DeadReason::RetryExhausted);
@@ -130,6 +133,7 @@ TEST(JudgeResponse, TransportErrorsRecordNoStatusAndIgnoreAPartialAnswer) {
   EXPECT_EQ(j.http_status, 0);
   EXPECT_EQ(j.error, "Operation timed out after 5000 milliseconds");
   EXPECT_EQ(j.dead_letter_body, "");
+  EXPECT_EQ(j.failure_body, "partial");
   j = judge_response(r, 10, 10, kBackoff, kNow, 0.0);  // out of attempts
   EXPECT_EQ(j.settlement.reason, DeadReason::RetryExhausted);
   EXPECT_EQ(j.http_status, 0);
@@ -148,12 +152,15 @@ TEST(JudgeResponse, EgressDeniedDeadLettersAtOnceWithoutTellingTheBreaker) {
   EXPECT_EQ(j.http_status, 0);
   EXPECT_EQ(j.error, "address 10.0.0.5 refused by pg_outbox.egress_deny");
   EXPECT_EQ(j.dead_letter_body, "");
+  EXPECT_EQ(j.failure_body, "");
 }
 
 TEST(JudgeResponse, TheDeadLetterBodyIsSanitizedToOneKibibyte) {
   std::string body(3000, 'x');
   ResponseJudgement j = judge_response(answer(400, body), 1, 10, kBackoff, kNow, 0.5);
   EXPECT_EQ(j.dead_letter_body, std::string(kResponseBodyLimit, 'x'));
+  j = judge_response(answer(503, body), 1, 10, kBackoff, kNow, 0.5);  // retried: the attempt log's copy
+  EXPECT_EQ(j.failure_body, std::string(kResponseBodyLimit, 'x'));
   // A multi-byte character across the limit is left out whole, never cut.
   body = std::string(kResponseBodyLimit - 1, 'x') + "\xC3\xA9";
   j = judge_response(answer(400, body), 1, 10, kBackoff, kNow, 0.5);
@@ -184,4 +191,59 @@ TEST(FeedBreaker, AppliesTheInput) {
   EXPECT_EQ(feed_breaker(BreakerInput::Success, b, config, kNow), Transition::Closed);
   EXPECT_EQ(b.state, BreakerState::Closed);
   EXPECT_EQ(b.consecutive_failures, 0);
+}
+
+namespace {
+
+ResponseFacts aborted(long status, std::string_view body = {}) {
+  ResponseFacts r = answer(status, body);
+  r.delivery_abort = true;
+  return r;
+}
+
+}  // namespace
+
+TEST(JudgeResponse, AbortHeaderDeadLettersWhateverTheStatus) {
+  for (long status : {200L, 410L, 500L, 503L}) {
+    ResponseJudgement j = judge_response(aborted(status, "no thanks"), 1, 10, kBackoff, kNow, 0.5);
+    EXPECT_EQ(j.settlement.verdict, Verdict::Dead) << status;
+    EXPECT_EQ(j.settlement.reason, DeadReason::AbortedByReceiver) << status;
+    EXPECT_EQ(j.breaker, BreakerInput::Success) << status;  // it answered on purpose
+    EXPECT_EQ(j.health, HealthInput::None) << status;
+    EXPECT_FALSE(j.gone) << status;
+    EXPECT_EQ(j.http_status, status);
+    EXPECT_EQ(j.dead_letter_body, "no thanks");
+  }
+  EXPECT_STREQ(reason_code(DeadReason::AbortedByReceiver), "ABORTED_BY_RECEIVER");
+}
+
+TEST(JudgeResponse, AbortOnATransportErrorIsATransportError) {
+  ResponseFacts r = transport_failure("Operation timed out", 200);
+  r.delivery_abort = true;
+  ResponseJudgement j = judge_response(r, 1, 10, kBackoff, kNow, 0.5);
+  EXPECT_EQ(j.settlement.verdict, Verdict::Retry);
+  EXPECT_EQ(j.health, HealthInput::Failed);
+}
+
+TEST(JudgeResponse, GoneKeepsTheMessagePendingAndPausesTheEndpoint) {
+  // Even on its last attempt: a 410 is about the endpoint, not the message.
+  ResponseJudgement j = judge_response(answer(410, "gone"), 10, 10, kBackoff, kNow, 0.5);
+  EXPECT_TRUE(j.gone);
+  EXPECT_EQ(j.settlement.verdict, Verdict::Retry);
+  EXPECT_EQ(j.settlement.retry_delay_ms, 0);
+  EXPECT_EQ(j.breaker, BreakerInput::Success);
+  EXPECT_EQ(j.health, HealthInput::Failed);
+  EXPECT_EQ(j.http_status, 410);
+  EXPECT_EQ(j.dead_letter_body, "");
+}
+
+TEST(JudgeResponse, HealthSeesDeliveredOnlyFor2xx) {
+  EXPECT_EQ(judge_response(answer(200), 1, 10, kBackoff, kNow, 0.5).health, HealthInput::Delivered);
+  EXPECT_EQ(judge_response(answer(500), 1, 10, kBackoff, kNow, 0.5).health, HealthInput::Failed);
+  EXPECT_EQ(judge_response(answer(404), 1, 10, kBackoff, kNow, 0.5).health, HealthInput::Failed);
+  EXPECT_EQ(judge_response(answer(503), 10, 10, kBackoff, kNow, 0.5).health, HealthInput::Failed);
+  EXPECT_EQ(judge_response(transport_failure("refused"), 1, 10, kBackoff, kNow, 0.5).health, HealthInput::Failed);
+  ResponseFacts denied = transport_failure("egress denied");
+  denied.egress_denied = true;
+  EXPECT_EQ(judge_response(denied, 1, 10, kBackoff, kNow, 0.5).health, HealthInput::None);
 }

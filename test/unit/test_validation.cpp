@@ -146,6 +146,8 @@ TEST(Secret, Accepts) {
   // 64 bytes of zeros encode to 88 characters.
   std::string b64_64 = std::string(84, 'A') + "AA==";
   EXPECT_EQ(check_secret("whsec_" + b64_64), std::nullopt);
+  // An ed25519 seed (test_signing_key.cpp has the other forms).
+  EXPECT_EQ(check_secret("whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A="), std::nullopt);
 }
 
 TEST(Secret, RejectsWithoutLeakingTheValue) {

@@ -9,10 +9,12 @@
 // "Held by a reader" is precise: the message's read_until (set by outbox.read, cleared
 // by a nack) is still ahead of the clock. Once it has passed, the message is pending
 // again and another read may take it; an ack or nack that comes later finds nothing.
+#include "core/clock.hpp"
 #include "core/delivery_policy.hpp"
 #include "core/ordering_lock.hpp"
 #include "pg/boundary/boundary.hpp"
 #include "pg/boundary/spi.hpp"
+#include "pg/runtime/commit_wake.hpp"
 #include "pg/runtime/settings.hpp"
 #include "pg/store/settlements.hpp"
 
@@ -64,6 +66,15 @@ std::string text_argument(FunctionCallInfo fcinfo, int n) {
   return pg_call([&] { return static_cast<const char*>(TextDatumGetCString(PG_GETARG_DATUM(n))); });
 }
 
+// A reader's answer (ack, nack, or the visibility let pass) as the attempt log records
+// it: at the time of the answer, not timed (the reader's work is its own), the error in
+// the result (docs/operations.md, The attempt log).
+store::Settlements::Attempt answered() {
+  store::Settlements::Attempt a;
+  a.started_ms = core::SystemClock().now_ms();
+  return a;
+}
+
 store::Settlements::Dead dead(const Held& m, const std::string& endpoint, core::DeadReason reason, std::string error) {
   store::Settlements::Dead d;
   d.id = m.id;
@@ -72,6 +83,7 @@ store::Settlements::Dead dead(const Held& m, const std::string& endpoint, core::
   d.attempts = m.attempts;
   d.endpoint = endpoint;
   d.ordering_lock = m.ordering_lock;
+  d.attempt = answered();
   return d;
 }
 
@@ -90,9 +102,12 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_ack) {
     const std::string endpoint = text_argument(fcinfo, 0);
     store::Settlements settlements;
     for (const Held& m : lock_messages(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), true))
-      settlements.sent.push_back({m.id, 0, m.attempts, endpoint, m.ordering_lock});
+      settlements.sent.push_back({m.id, 0, m.attempts, endpoint, m.ordering_lock, answered()});
     count = static_cast<int64_t>(settlements.sent.size());
-    if (count > 0) store::settle(settlements, settings.sent_retention_s > 0);
+    if (count > 0) {
+      store::settle(settlements, store::kept());
+      wake_worker_at_commit();  // a key's next message may now be due (as nack, below)
+    }
   });
   PG_RETURN_INT64(count);
 }
@@ -125,10 +140,14 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_nack) {
         retry_after_ms, std::uniform_real_distribution<double>(0.0, 1.0)(random));
     store::Settlements settlements;
     if (settled.verdict == core::Verdict::Retry)
-      settlements.retry.push_back({m.id, settled.retry_delay_ms, std::move(error), 0, m.attempts, endpoint});
+      settlements.retry.push_back(
+          {m.id, settled.retry_delay_ms, std::move(error), 0, m.attempts, endpoint, answered()});
     else
       settlements.dead.push_back(dead(m, endpoint, settled.reason, std::move(error)));
-    store::settle(settlements, settings.sent_retention_s > 0);
+    store::settle(settlements, store::kept());
+    // A retry may come due before what the waiting readers looked at, and a settle may
+    // promote a key's next message: they look again once this commits.
+    wake_worker_at_commit();
   });
   PG_RETURN_BOOL(found);
 }
@@ -145,7 +164,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_exhausted) {
     for (const Held& m : lock_messages(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), false))
       settlements.dead.push_back(
           dead(m, endpoint, core::DeadReason::RetryExhausted, "not acknowledged within its visibility timeout"));
-    if (!settlements.dead.empty()) store::settle(settlements, settings.sent_retention_s > 0);
+    if (!settlements.dead.empty()) store::settle(settlements, store::kept());
   });
   PG_RETURN_VOID();
 }

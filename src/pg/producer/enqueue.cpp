@@ -46,6 +46,7 @@ extern "C" {
 }
 
 #include <string>
+#include <string_view>
 
 namespace pg_outbox::pg::enqueue {
 
@@ -87,6 +88,9 @@ void read_endpoint(Datum endpoint, EndpointFacts& facts) {
   AttrNumber name_column = attnameAttNum(rel, "name", false);
   AttrNumber max_pending_column = attnameAttNum(rel, "max_pending", false);
   AttrNumber ordered_column = attnameAttNum(rel, "ordered", false);
+  // 0.4.0's column (missing while the update has not run: every endpoint is then a
+  // Standard Webhooks one).
+  AttrNumber format_column = attnameAttNum(rel, "format", true);
   if (name_column != 1 || max_pending_column == InvalidAttrNumber || ordered_column == InvalidAttrNumber)
     elog(ERROR, "pg_outbox: outbox.endpoints is not as installed");
   // The key compares under the column's collation, the one its index is sorted by.
@@ -103,6 +107,13 @@ void read_endpoint(Datum endpoint, EndpointFacts& facts) {
     if (!isnull) facts.max_pending = DatumGetInt64(max_pending);
     Datum ordered = heap_getattr(tuple, ordered_column, RelationGetDescr(rel), &isnull);
     facts.ordered = !isnull && DatumGetBool(ordered);
+    if (format_column != InvalidAttrNumber) {
+      Datum format = heap_getattr(tuple, format_column, RelationGetDescr(rel), &isnull);
+      if (!isnull) {
+        text* t = DatumGetTextPP(format);
+        facts.cloudevents = std::string_view(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)).rfind("cloudevents-", 0) == 0;
+      }
+    }
   }
   systable_endscan(scan);
   table_close(rel, AccessShareLock);
@@ -251,6 +262,10 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
                    std::string("An operator grants it with outbox.grant_send(") + quoted_name + ", " + role + ").");
   }
 
+  if (facts.cloudevents && PG_ARGISNULL(kEventType))
+    throw SqlError(ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                   "event_type must not be NULL for endpoint \"" + name + "\": it sends CloudEvents",
+                   "The event type is the event's ce-type (docs/delivery.md, CloudEvents).");
   if (!PG_ARGISNULL(kHeaders)) pg_outbox::pg::check_headers(PG_GETARG_DATUM(kHeaders));
   const char* key = nullptr;
   if (!PG_ARGISNULL(kIdempotencyKey)) {

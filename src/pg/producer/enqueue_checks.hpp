@@ -17,6 +17,7 @@ struct EndpointFacts {
   bool has_max_pending = false;
   int64 max_pending = 0;
   bool ordered = false;
+  bool cloudevents = false;  // a CloudEvents format: every message needs an event type
 };
 // The endpoint's row read by its primary key with the statement's snapshot (no send
 // right: may_send stays false). Call inside pg_call.

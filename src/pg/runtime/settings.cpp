@@ -77,8 +77,14 @@ void define_settings() {
   define_int("pg_outbox.breaker_threshold",
              "Consecutive retryable failures of an endpoint that open its circuit breaker.",
              &settings.breaker_threshold, 10, 1, 1000000, PGC_SIGHUP, 0);
+  define_int("pg_outbox.disable_after",
+             "How long an endpoint may answer nothing but failures before the worker pauses it (0: never).",
+             &settings.disable_after_s, 5 * 86400, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
   define_int("pg_outbox.sent_retention", "How long sent messages are kept (0: deleted at once).",
              &settings.sent_retention_s, 86400, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
+  define_int("pg_outbox.attempt_retention",
+             "How long the attempt log (outbox.attempts) keeps each delivery attempt (0: none is logged).",
+             &settings.attempt_retention_s, 7 * 86400, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);
   define_int("pg_outbox.dlq_retention",
              "How long handled (requeued or discarded) dead letters are kept (-1: for ever); open ones always are.",
              &settings.dlq_retention_s, -1, -1, INT_MAX, PGC_SIGHUP, GUC_UNIT_S);

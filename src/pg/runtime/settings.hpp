@@ -20,11 +20,13 @@ struct Settings {
   int backoff_max_ms = 3600 * 1000;
   int lease_s = 300;
   int breaker_threshold = 10;
-  int sent_retention_s = 86400;       // 0: delete a message as soon as it is sent
-  int dlq_retention_s = -1;           // -1: keep dead letters for ever
-  int max_payload_size = 1 << 20;     // bytes; larger payloads are refused or dead-lettered
-  int max_inflight_bytes = 64 << 20;  // bytes of payload the worker holds at once
-  char* egress_allow = nullptr;       // rules (core/egress_policy.hpp); checked when set
+  int disable_after_s = 5 * 86400;      // nothing but failures this long pauses an endpoint; 0: never
+  int sent_retention_s = 86400;         // 0: delete a message as soon as it is sent
+  int attempt_retention_s = 7 * 86400;  // 0: no attempt is logged
+  int dlq_retention_s = -1;             // -1: keep dead letters for ever
+  int max_payload_size = 1 << 20;       // bytes; larger payloads are refused or dead-lettered
+  int max_inflight_bytes = 64 << 20;    // bytes of payload the worker holds at once
+  char* egress_allow = nullptr;         // rules (core/egress_policy.hpp); checked when set
   char* egress_deny = nullptr;
 };
 

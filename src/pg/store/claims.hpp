@@ -17,16 +17,19 @@ struct ClaimedMessage {
   std::string payload;       // HTTP: the jsonb text; NOTIFY: the whole envelope; empty when too large
   std::string headers_json;  // empty: none
   std::string idempotency_key;
-  int attempts = 0;          // including this one
-  int64_t payload_size = 0;  // as stored, uncompressed (outbox._payload_size)
-  bool too_large = false;    // over pg_outbox.max_payload_size: not read, never sent
+  int64_t created_unix_us = 0;  // enqueued at (CloudEvents' time; ClaimFor::kHttpWithTime only)
+  int attempts = 0;             // including this one
+  int64_t payload_size = 0;     // as stored, uncompressed (outbox._payload_size)
+  bool too_large = false;       // over pg_outbox.max_payload_size: not read, never sent
   // A keyed message: the lock its key's order is decided under, which the settle takes
   // before the message leaves the queue (ordering/ordering.hpp), in sorted order with the
   // others: the trigger that promotes the key's next message takes it too.
   std::optional<int32_t> ordering_lock;
 };
 
-enum class ClaimFor { kHttp, kNotify };
+// kHttpWithTime: HTTP, and created_unix_us is read too (a CloudEvents endpoint is among
+// those claimed: their time attribute; the others need not pay for it).
+enum class ClaimFor { kHttp, kHttpWithTime, kNotify };
 
 // Due messages of the given endpoints, oldest first, none of `excluded` (in flight), none
 // waiting behind its key's head. Payloads are read while their total stays under
@@ -45,7 +48,8 @@ std::optional<int64_t> next_due_in_ms(const std::vector<std::string>& endpoints,
 
 // At start: the claims a previous worker left. Their attempts are recorded on the
 // messages still in the queue (the requests may have reached the receiver), and the
-// claims go. Returns how many messages were in them.
-int64_t recover_claims();
+// claims go. With log_attempts, each of those attempts is logged in outbox.attempts at
+// its claim's time, its outcome unknown. Returns how many messages were in them.
+int64_t recover_claims(bool log_attempts);
 
 }  // namespace pg_outbox::pg::store

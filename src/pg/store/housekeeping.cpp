@@ -8,17 +8,26 @@ extern "C" {
 
 namespace pg_outbox::pg::store {
 
-int64_t prepare_history(int width_s) {
-  static Statement statement("SELECT (extract(epoch FROM outbox._history_prepare($1)) * 1000)::bigint", {INT4OID});
-  return statement.run({Int32GetDatum(width_s)}).int64(0, 0);
+namespace {
+
+Datum table_name(TimePartitioned table) {
+  return text_datum(table == TimePartitioned::kHistory ? "outbox.history" : "outbox.attempts");
 }
 
-int64_t retire_history(int retention_s, int width_s) {
+}  // namespace
+
+int64_t prepare_partitions(TimePartitioned table, int width_s) {
+  static Statement statement("SELECT (extract(epoch FROM outbox._partitions_prepare($1::regclass, $2)) * 1000)::bigint",
+                             {TEXTOID, INT4OID});
+  return statement.run({table_name(table), Int32GetDatum(width_s)}).int64(0, 0);
+}
+
+void retire_partitions(TimePartitioned table, int retention_s, int width_s) {
   static Statement statement(R"sql(
-    SELECT outbox._history_retire(now() - make_interval(secs => $1), false, make_interval(secs => $2))
+    SELECT outbox._partitions_retire($1::regclass, now() - make_interval(secs => $2), false, make_interval(secs => $3))
   )sql",
-                             {INT4OID, INT4OID});
-  return statement.run({Int32GetDatum(retention_s), Int32GetDatum(width_s)}).int64(0, 0);
+                             {TEXTOID, INT4OID, INT4OID});
+  statement.run({table_name(table), Int32GetDatum(retention_s), Int32GetDatum(width_s)});
 }
 
 // The bounded delete below picks its ids in an ARRAY() subquery: it runs once, as an
@@ -54,7 +63,7 @@ std::vector<Orphan> find_orphans(const std::vector<int64_t>& excluded, int limit
               CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END
                 AS ordering_lock
          FROM outbox.messages m
-        WHERE m.endpoint = n.endpoint AND m.ordering_seq IS NULL AND m.id <> ALL ($1)
+        WHERE m.endpoint = n.endpoint AND m.ordering_seq IS NULL AND m.id NOT IN (SELECT unnest($1::bigint[]))
         ORDER BY m.endpoint, m.next_attempt_at LIMIT $2) o
      WHERE n.endpoint IS NOT NULL
        AND NOT EXISTS (SELECT 1 FROM outbox.endpoints e WHERE e.name = n.endpoint)

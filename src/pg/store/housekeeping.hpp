@@ -1,5 +1,6 @@
-// What the worker does once a second besides delivering: the history's partitions, the
-// DLQ's retention, and messages whose endpoint no longer exists.
+// What the worker does once a second besides delivering: the time partitions of the
+// history and of the attempt log, the DLQ's retention, and messages whose endpoint no
+// longer exists.
 #pragma once
 
 #include <cstdint>
@@ -9,11 +10,14 @@
 
 namespace pg_outbox::pg::store {
 
-// History partitions of width_s seconds exist up to the returned time (unix ms).
-int64_t prepare_history(int width_s);
+// The tables partitioned by time (extension/src/60_time_partitions.sql).
+enum class TimePartitioned { kHistory, kAttempts };
+
+// Partitions of width_s seconds exist up to the returned time (unix ms).
+int64_t prepare_partitions(TimePartitioned table, int width_s);
 // Drops what retention has passed; rows of a partition wider than width_s (made for a
 // longer retention) are deleted one by one, so that a shorter retention holds at once.
-int64_t retire_history(int retention_s, int width_s);
+void retire_partitions(TimePartitioned table, int retention_s, int width_s);
 // Handled dead letters past retention; rows another transaction holds wait for a later round.
 int64_t purge_dead_letters(int retention_s, int limit);
 

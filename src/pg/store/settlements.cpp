@@ -2,6 +2,7 @@
 
 #include "pg/boundary/spi.hpp"
 #include "pg/ordering/ordering.hpp"
+#include "pg/runtime/settings.hpp"
 
 extern "C" {
 #include "catalog/pg_type.h"
@@ -131,6 +132,46 @@ void settle_dead(const std::vector<Settlements::Dead>& dead, Keys& left) {
                           text_array(bodies), int4_array(attempts)}));
 }
 
+// The attempts these results made, in one INSERT: a settle of any size adds one statement
+// and one heap record per attempt (the time partitions' only index is a BRIN,
+// extension/src/37_attempts.sql), in the transaction that records their outcome.
+void log_attempts(const Settlements& s) {
+  std::vector<int64_t> started, ids, durations;
+  std::vector<std::string> endpoints, errors, bodies;
+  std::vector<int32_t> attempts, statuses;
+  auto add = [&](const Settlements::Attempt& a, int64_t id, const std::string& endpoint, int attempt, int32_t status,
+                 const std::string& error) {
+    started.push_back(a.started_ms);
+    ids.push_back(id);
+    durations.push_back(a.duration_us);
+    endpoints.push_back(endpoint);
+    errors.push_back(error);
+    bodies.push_back(a.body);
+    attempts.push_back(a.number != 0 ? a.number : attempt);
+    statuses.push_back(status);
+  };
+  static const std::string kNoError;
+  for (const auto& x : s.sent)
+    if (x.attempt) add(*x.attempt, x.id, x.endpoint, x.attempts, x.http_status, kNoError);
+  for (const auto& x : s.retry)
+    if (x.attempt) add(*x.attempt, x.id, x.endpoint, x.attempts, x.http_status, x.error);
+  for (const auto& x : s.dead)
+    if (x.attempt) add(*x.attempt, x.id, x.endpoint, x.attempts, x.http_status, x.error);
+  if (ids.empty()) return;
+  static Statement statement(
+      R"sql(
+    INSERT INTO outbox.attempts (attempted_at, endpoint, message_id, attempt, http_status, error, duration_ms,
+                                 response_body)
+    SELECT to_timestamp(a.started_ms / 1000.0), a.endpoint, a.id, a.attempt, NULLIF(a.http_status, 0),
+           NULLIF(a.error, ''), CASE WHEN a.duration_us >= 0 THEN a.duration_us / 1000.0 END, NULLIF(a.body, '')
+      FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::int[], $5::int[], $6::text[], $7::bigint[], $8::text[])
+           AS a(started_ms, endpoint, id, attempt, http_status, error, duration_us, body)
+  )sql",
+      {INT8ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID});
+  statement.run({int8_array(started), text_array(endpoints), int8_array(ids), int4_array(attempts),
+                 int4_array(statuses), text_array(errors), int8_array(durations), text_array(bodies)});
+}
+
 // Out of their claims' rows: outbox.message() says pending, and a worker that starts
 // again does not count an attempt that was never made.
 void settle_given_back(const std::vector<int64_t>& given_back) {
@@ -160,7 +201,9 @@ void Settlements::take_results(Settlements& from) {
   move_all(dead, from.dead);
 }
 
-void settle(const Settlements& s, bool keep_history) {
+Keep kept() { return {settings.sent_retention_s > 0, settings.attempt_retention_s > 0}; }
+
+void settle(const Settlements& s, Keep keep) {
   // Before any head leaves: the keys' locks, under which its next message is promoted.
   std::vector<int32_t> locks;
   for (const auto& sent : s.sent)
@@ -169,10 +212,11 @@ void settle(const Settlements& s, bool keep_history) {
     if (dead.ordering_lock) locks.push_back(*dead.ordering_lock);
   if (!locks.empty()) lock_orderings(std::move(locks));
   Keys left;  // keys whose head left the queue
-  if (!s.sent.empty()) settle_sent(s.sent, keep_history, left);
+  if (!s.sent.empty()) settle_sent(s.sent, keep.history, left);
   if (!s.retry.empty()) settle_retry(s.retry);
   if (!s.dead.empty()) settle_dead(s.dead, left);
   if (!left.keys.empty()) promote_next_in_order(left.endpoints, left.keys);
+  if (keep.attempts) log_attempts(s);
   if (!s.given_back.empty()) settle_given_back(s.given_back);
   if (!s.finished_claims.empty()) finish_claims(s.finished_claims);
 }

@@ -17,12 +17,22 @@ namespace pg_outbox::pg::store {
 // retry, or it travels with the row to the history or the DLQ), and its endpoint:
 // results are written per endpoint when writing them all together fails.
 struct Settlements {
+  // A request that was made, for the attempt log (outbox.attempts): a result that carries
+  // none (a message dead-lettered before it was sent) logs no attempt.
+  struct Attempt {
+    int64_t started_ms = 0;    // unix ms
+    int64_t duration_us = -1;  // -1: not timed (NOTIFY leaves at commit)
+    std::string body;          // the head of a failed answer (core::ResponseJudgement::failure_body)
+    int number = 0;            // the attempt's number when the result records another (a 410's
+                               // uncounted attempt); 0: the result's attempts
+  };
   struct Sent {
     int64_t id;
     int32_t http_status;  // 0: none (NOTIFY)
     int attempts;
     std::string endpoint;
     std::optional<int32_t> ordering_lock;  // ClaimedMessage::ordering_lock
+    std::optional<Attempt> attempt;
   };
   struct Retry {
     int64_t id;
@@ -31,6 +41,7 @@ struct Settlements {
     int32_t http_status;  // 0: no answer
     int attempts;
     std::string endpoint;
+    std::optional<Attempt> attempt;
   };
   struct Dead {
     int64_t id = 0;
@@ -41,6 +52,7 @@ struct Settlements {
     int attempts = 0;
     std::string endpoint;
     std::optional<int32_t> ordering_lock;
+    std::optional<Attempt> attempt;
   };
   std::vector<Sent> sent;
   std::vector<Retry> retry;
@@ -56,10 +68,20 @@ struct Settlements {
   void take_results(Settlements& from);
 };
 
-// keep_history: delivered messages go to outbox.history (else they are deleted). The
-// keyed heads that leave the queue hand their place to their key's next message
+// What the settle keeps besides the queue's changes: delivered messages in
+// outbox.history (else they are deleted), the attempts made in outbox.attempts.
+struct Keep {
+  bool history = true;
+  bool attempts = true;
+};
+
+// The keyed heads that leave the queue hand their place to their key's next message
 // (ordering/ordering.hpp), under the keys' locks, taken first.
-void settle(const Settlements& settlements, bool keep_history);
+void settle(const Settlements& settlements, Keep keep);
+
+// What a settle keeps under the retention settings (pg_outbox.sent_retention and
+// pg_outbox.attempt_retention; 0 keeps nothing).
+Keep kept();
 
 // A NOTIFY on the channel, sent when the transaction commits.
 void notify(const std::string& channel, const std::string& payload);

@@ -13,6 +13,15 @@ namespace pg_outbox::pg::worker {
 
 namespace {
 
+// HTTP claims read the enqueue time only when a CloudEvents endpoint is among them.
+store::ClaimFor http_claim_for(const WorkerState& state, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    const Endpoint* endpoint = state.endpoints.find(name);
+    if (endpoint != nullptr && core::is_cloudevents(endpoint->row.format)) return store::ClaimFor::kHttpWithTime;
+  }
+  return store::ClaimFor::kHttp;
+}
+
 // The batch's record: its attempts count even if the worker dies mid-delivery.
 int64_t record_claim(const std::vector<store::ClaimedMessage>& claimed) {
   std::vector<int64_t> ids;
@@ -29,7 +38,8 @@ int64_t record_claim(const std::vector<store::ClaimedMessage>& claimed) {
 bool claim_has_room(const WorkerState& state) {
   const core::ClaimSettings sizes = claim_settings();
   auto views = state.endpoints.views(state.in_flight.held_by_endpoint(), [](const std::string&) { return false; });
-  return core::wants_claim(core::claimable_outstanding(state.in_flight.size(), views, sizes), sizes);
+  return core::wants_claim(core::claimable_outstanding(state.in_flight.size(), views, sizes), sizes,
+                           core::widest_batch(views));
 }
 
 size_t claim_and_deliver(WorkerState& state) {
@@ -53,14 +63,14 @@ size_t claim_and_deliver(WorkerState& state) {
     state.schedule.more_due = false;
     if (!plan.http.empty() && plan.limit > 0) {
       auto claimed = store::claim(plan.http, plan.limit, excluded, plan.byte_budget, settings.max_payload_size,
-                                  store::ClaimFor::kHttp);
+                                  http_claim_for(state, plan.http));
       state.schedule.more_due = claimed.size() == static_cast<size_t>(plan.limit);
       std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
     }
     for (const std::string& name : plan.probes) {
       // One message goes out as the probe; its result closes or reopens the circuit.
       auto claimed = store::claim({name}, 1, excluded, settings.max_inflight_bytes, settings.max_payload_size,
-                                  store::ClaimFor::kHttp);
+                                  http_claim_for(state, {name}));
       if (claimed.empty()) continue;
       probed.push_back(name);
       std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));

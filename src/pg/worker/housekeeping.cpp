@@ -1,11 +1,13 @@
 // What the worker does once a second besides delivering: requests past their lease go
-// back, the history gets its partitions and loses what retention passed, the DLQ's
-// handled letters expire, messages whose endpoint is gone are dead-lettered, and
-// max_pending's counts are made again when asked.
-#include "core/history_layout.hpp"
+// back, the history and the attempt log get their partitions and lose what retention
+// passed, the DLQ's handled letters expire, messages whose endpoint is gone are
+// dead-lettered, secrets whose rotation ended are deleted, and max_pending's counts are
+// made again when asked.
+#include "core/partition_layout.hpp"
 #include "pg/boundary/spi.hpp"
 #include "pg/producer/queued_count.hpp"
 #include "pg/runtime/settings.hpp"
+#include "pg/store/endpoints.hpp"
 #include "pg/store/housekeeping.hpp"
 #include "pg/worker/constants.hpp"
 #include "pg/worker/failures.hpp"
@@ -15,20 +17,24 @@ namespace pg_outbox::pg::worker {
 
 namespace {
 
-// The history has partitions for the coming minutes (or hours, for a long retention)
-// before a delivery needs one: created by housekeeping when less than two widths remain,
-// and at once for a new retention. Creating one needs a moment alone with the history;
-// when a reader (pg_dump, a long report) holds it past the lock timeout, deliveries go to
-// the default partition meanwhile and the worker tries again 10 s later, not every
-// second.
-void prepare_history_if_due(WorkerState& state) {
-  auto& history = state.schedule.history;
-  const int width_s = core::history_partition_width_s(settings.sent_retention_s);
+// A table partitioned by time (the history, the attempt log) has partitions for the
+// coming minutes (or hours, for a long retention) before a settle needs one: created by
+// housekeeping when less than two widths remain, and at once for a new retention.
+// Creating one needs a moment alone with the table; when a reader (pg_dump, a long
+// report) holds it past the lock timeout, rows go to the default partition meanwhile
+// and the worker tries again 10 s later, not every second. Then what retention passed
+// is dropped.
+void keep_partitions(WorkerState& state, store::TimePartitioned table, Schedule::Partitions& partitions,
+                     int retention_s) {
+  const int width_s = core::partition_width_s(retention_s);
   const int64_t now = state.now_ms();
-  if (width_s == history.width_s && (now + 2000LL * width_s < history.covered_ms || now < history.retry_ms)) return;
-  history.width_s = width_s;
-  history.covered_ms = store::prepare_history(width_s);
-  history.retry_ms = history.covered_ms < now + 1000LL * width_s ? now + 10000 : 0;
+  if (width_s != partitions.width_s ||
+      (now + 2000LL * width_s >= partitions.covered_ms && now >= partitions.retry_ms)) {
+    partitions.width_s = width_s;
+    partitions.covered_ms = store::prepare_partitions(table, width_s);
+    partitions.retry_ms = partitions.covered_ms < now + 1000LL * width_s ? now + 10000 : 0;
+  }
+  store::retire_partitions(table, retention_s, width_s);
 }
 
 // Messages of endpoints that no longer exist: dead-lettered by the next settle, with the
@@ -62,12 +68,14 @@ void housekeeping(WorkerState& state) {
   auto failed = rolled_back_on_error([&] {
     in_settling_transaction(state, "pg_outbox: housekeeping", [&] {
       require_same_extension(state);
-      if (settings.sent_retention_s > 0) {
-        prepare_history_if_due(state);  // sets the width for this retention
-        store::retire_history(settings.sent_retention_s, schedule.history.width_s);
-      }
+      if (settings.sent_retention_s > 0)
+        keep_partitions(state, store::TimePartitioned::kHistory, schedule.history, settings.sent_retention_s);
+      if (settings.attempt_retention_s > 0)
+        keep_partitions(state, store::TimePartitioned::kAttempts, schedule.attempts, settings.attempt_retention_s);
       if (settings.dlq_retention_s >= 0) store::purge_dead_letters(settings.dlq_retention_s, kPurgeBatch);
       if (orphans_due) dead_letter_orphans(state);
+      // Only once a secret the worker knows has expired: no statement in steady state.
+      if (state.endpoints.any_secret_expired(now)) store::delete_expired_secrets();
     });
   });
   if (!failed || now < schedule.housekeeping_quiet_until_ms) return;

@@ -12,6 +12,21 @@ void InFlight::queue(int64_t id, Delivery delivery) {
   deliveries_[id] = std::move(delivery);
 }
 
+void InFlight::batch(std::vector<int64_t> ids) {
+  if (ids.size() < 2) return;  // a request of one message is tagged with its id anyway
+  const int64_t tag = ids.front();
+  batches_[tag] = std::move(ids);
+}
+
+std::vector<int64_t> InFlight::take_request(uint64_t tag) {
+  const int64_t id = static_cast<int64_t>(tag);
+  auto found = batches_.find(id);
+  if (found == batches_.end()) return {id};
+  std::vector<int64_t> ids = std::move(found->second);
+  batches_.erase(found);
+  return ids;
+}
+
 std::optional<Delivery> InFlight::leave(int64_t id, size_t& held_before) {
   auto found = deliveries_.find(id);
   if (found == deliveries_.end()) return std::nullopt;
@@ -63,6 +78,7 @@ void InFlight::clear() {
   deliveries_.clear();
   outstanding_.clear();
   claims_.clear();
+  batches_.clear();
   finished_claims_.clear();
   held_bytes_ = 0;
 }

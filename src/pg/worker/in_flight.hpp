@@ -30,6 +30,12 @@ class InFlight {
   void claim_recorded(int64_t claim_id, size_t messages);
   // claimed -> queued in the delivery thread.
   void queue(int64_t id, Delivery delivery);
+  // The messages queued (each with queue()) as one request, a batch: its tag is the
+  // first id (docs/delivery.md, Batches).
+  void batch(std::vector<int64_t> ids);
+  // The messages of the request tagged `tag`, which leaves the batches: the batch's,
+  // or the one message of that id.
+  std::vector<int64_t> take_request(uint64_t tag);
   // queued -> answered or given back: the message leaves the thread's hands. nullopt if
   // the id is not held (an answer for a message already forgotten). `held_before`: how
   // many its endpoint held before it left.
@@ -52,11 +58,12 @@ class InFlight {
   void clear();
 
  private:
-  std::unordered_map<int64_t, Delivery> deliveries_;     // by message id
-  std::unordered_map<std::string, size_t> outstanding_;  // deliveries_ per endpoint
-  std::unordered_map<int64_t, size_t> claims_;           // outbox.claims id -> its messages not yet settled
-  std::vector<int64_t> finished_claims_;                 // claims whose messages are all settled
-  int64_t held_bytes_ = 0;                               // payload bytes of deliveries_
+  std::unordered_map<int64_t, Delivery> deliveries_;           // by message id
+  std::unordered_map<std::string, size_t> outstanding_;        // deliveries_ per endpoint
+  std::unordered_map<int64_t, size_t> claims_;                 // outbox.claims id -> its messages not yet settled
+  std::unordered_map<int64_t, std::vector<int64_t>> batches_;  // a batch's tag (first id) -> its messages
+  std::vector<int64_t> finished_claims_;                       // claims whose messages are all settled
+  int64_t held_bytes_ = 0;                                     // payload bytes of deliveries_
 };
 
 }  // namespace pg_outbox::pg::worker

@@ -34,7 +34,9 @@ void notify_claimed(WorkerState& state, const std::vector<store::ClaimedMessage>
       continue;
     }
     store::notify(state.endpoints.at(m->endpoint).row.channel, m->payload);
-    state.results.sent(m->id, 0, m->attempts, m->endpoint, m->ordering_lock);
+    store::Settlements::Attempt attempt;
+    attempt.started_ms = state.now_ms();  // the notification itself leaves at commit: not timed
+    state.results.sent(m->id, 0, m->attempts, m->endpoint, m->ordering_lock, std::move(attempt));
   }
 }
 
@@ -53,7 +55,7 @@ size_t notify_round(WorkerState& state, const std::vector<std::string>& endpoint
                                  settings.max_payload_size, store::ClaimFor::kNotify);
         claimed = rows.size();
         notify_claimed(state, rows);
-        store::settle(state.results.pending(), settings.sent_retention_s > 0);
+        store::settle(state.results.pending(), store::kept());
       });
     });
   } catch (...) {

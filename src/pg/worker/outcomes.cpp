@@ -23,8 +23,9 @@ std::optional<Delivery> leave(WorkerState& state, int64_t id) {
   if (!delivery) return delivery;
   state.in_flight.member_settled(delivery->claim_id);
   if (const Endpoint* endpoint = state.endpoints.find(delivery->endpoint);
-      endpoint != nullptr && held_before == core::share_of(state.endpoints.concurrency_of(*endpoint),
-                                                           endpoint->row.rate_limit, claim_settings()))
+      endpoint != nullptr &&
+      held_before == core::share_of(state.endpoints.concurrency_of(*endpoint), endpoint->row.rate_limit,
+                                    claim_settings(), endpoint->row.batch_size))
     state.schedule.more_due = true;
   return delivery;
 }
@@ -47,10 +48,12 @@ namespace {
 // recorded) and is claimed again when it may go.
 void give_back(WorkerState& state, const std::vector<uint64_t>& tags) {
   for (uint64_t tag : tags) {
-    std::optional<Delivery> delivery = leave(state, static_cast<int64_t>(tag));
-    if (!delivery) continue;
-    state.results.given_back(static_cast<int64_t>(tag));
-    if (delivery->probe) lose_probe(state, delivery->endpoint);
+    for (int64_t id : state.in_flight.take_request(tag)) {  // a batch goes back whole
+      std::optional<Delivery> delivery = leave(state, id);
+      if (!delivery) continue;
+      state.results.given_back(id);
+      if (delivery->probe) lose_probe(state, delivery->endpoint);
+    }
   }
   if (!tags.empty()) state.schedule.more_due = true;
 }
@@ -80,16 +83,22 @@ void on_breaker_transition(WorkerState& state, Endpoint& endpoint, core::Transit
     return;
   }
   // Requests of this endpoint not yet started would only fail: give their attempt back.
-  const std::string& name = endpoint.row.name;
-  give_back_unstarted(state, [&](const Delivery& d) { return d.endpoint == name; });
+  give_back_requests_of(state, endpoint.row.name);
 }
 
-// queued -> answered: the response judged, the result recorded, the breaker fed.
+}  // namespace
+
+void give_back_requests_of(WorkerState& state, const std::string& endpoint) {
+  give_back_unstarted(state, [&](const Delivery& d) { return d.endpoint == endpoint; });
+}
+
+namespace {
+
+// queued -> answered: the response judged, the result recorded, the breaker fed. A
+// batch's answer is every message's (docs/delivery.md, Batches): each is judged with
+// its own attempts, and the endpoint's breaker and failing streak are fed once, for the
+// one request.
 void answered(WorkerState& state, const http::Response& response) {
-  const int64_t id = static_cast<int64_t>(response.tag);
-  std::optional<Delivery> delivery = leave(state, id);
-  if (!delivery) return;
-  const int64_t now = state.now_ms();
   core::ResponseFacts facts;
   facts.transport_error = response.transport_error;
   facts.egress_denied = !response.egress_denied.empty();
@@ -97,28 +106,52 @@ void answered(WorkerState& state, const http::Response& response) {
   facts.retry_after = response.retry_after;
   facts.error = response.error;
   facts.body_head = response.body_head;
+  facts.delivery_abort = response.delivery_abort;
+  const int64_t now = state.now_ms();
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   const double jitter = facts.egress_denied ? 0.0 : unit(state.random);
-  core::ResponseJudgement judged =
-      core::judge_response(facts, delivery->attempts, delivery->max_attempts,
-                           core::BackoffPolicy(settings.backoff_base_ms, settings.backoff_max_ms), now, jitter);
-
-  if (Endpoint* endpoint = state.endpoints.find(delivery->endpoint)) {
-    if (auto transition = core::feed_breaker(judged.breaker, endpoint->row.breaker, breaker_config(), now))
-      on_breaker_transition(state, *endpoint, *transition);
-  }
-  switch (judged.settlement.verdict) {
-    case core::Verdict::Sent:
-      state.results.sent(id, judged.http_status, delivery->attempts, delivery->endpoint, delivery->ordering_lock);
-      break;
-    case core::Verdict::Retry:
-      state.results.retry(id, judged.settlement.retry_delay_ms, std::move(judged.error), judged.http_status,
-                          delivery->attempts, delivery->endpoint);
-      break;
-    case core::Verdict::Dead:
-      state.results.dead(id, *delivery, judged.settlement.reason, std::move(judged.error), judged.http_status,
-                         std::move(judged.dead_letter_body));
-      break;
+  const core::BackoffPolicy backoff(settings.backoff_base_ms, settings.backoff_max_ms);
+  bool endpoint_fed = false;
+  for (int64_t id : state.in_flight.take_request(response.tag)) {
+    std::optional<Delivery> delivery = leave(state, id);
+    if (!delivery) continue;
+    core::ResponseJudgement judged =
+        core::judge_response(facts, delivery->attempts, delivery->max_attempts, backoff, now, jitter);
+    if (!endpoint_fed) {
+      endpoint_fed = true;
+      if (Endpoint* endpoint = state.endpoints.find(delivery->endpoint)) {
+        if (auto transition = core::feed_breaker(judged.breaker, endpoint->row.breaker, breaker_config(), now))
+          on_breaker_transition(state, *endpoint, *transition);
+        learn_health(state, *endpoint, judged);
+      }
+    }
+    store::Settlements::Attempt attempt;
+    attempt.started_ms = response.started_ms;
+    attempt.duration_us = static_cast<int64_t>(response.total_ms * 1000.0);
+    attempt.body = judged.failure_body;
+    if (judged.gone) {
+      // The message waits for the endpoint's resume, its attempt not counted: the 410 was
+      // about the endpoint, not the message (docs/delivery.md, Outcomes). The attempt log
+      // still records the request, under the number it was made with.
+      attempt.number = delivery->attempts;
+      state.results.retry(id, 0, std::move(judged.error), judged.http_status, delivery->attempts - 1,
+                          delivery->endpoint, std::move(attempt));
+      continue;
+    }
+    switch (judged.settlement.verdict) {
+      case core::Verdict::Sent:
+        state.results.sent(id, judged.http_status, delivery->attempts, delivery->endpoint, delivery->ordering_lock,
+                           std::move(attempt));
+        break;
+      case core::Verdict::Retry:
+        state.results.retry(id, judged.settlement.retry_delay_ms, std::move(judged.error), judged.http_status,
+                            delivery->attempts, delivery->endpoint, std::move(attempt));
+        break;
+      case core::Verdict::Dead:
+        state.results.dead(id, *delivery, judged.settlement.reason, std::move(judged.error), judged.http_status,
+                           std::move(judged.dead_letter_body), std::move(attempt));
+        break;
+    }
   }
 }
 

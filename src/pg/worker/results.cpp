@@ -3,14 +3,14 @@
 namespace pg_outbox::pg::worker {
 
 void Results::sent(int64_t id, int32_t http_status, int attempts, const std::string& endpoint,
-                   std::optional<int32_t> ordering_lock) {
-  pending_.sent.push_back({id, http_status, attempts, endpoint, ordering_lock});
+                   std::optional<int32_t> ordering_lock, store::Settlements::Attempt attempt) {
+  pending_.sent.push_back({id, http_status, attempts, endpoint, ordering_lock, std::move(attempt)});
   count(endpoint, core::Verdict::Sent);
 }
 
 void Results::retry(int64_t id, int64_t delay_ms, std::string error, int32_t http_status, int attempts,
-                    const std::string& endpoint) {
-  pending_.retry.push_back({id, delay_ms, std::move(error), http_status, attempts, endpoint});
+                    const std::string& endpoint, store::Settlements::Attempt attempt) {
+  pending_.retry.push_back({id, delay_ms, std::move(error), http_status, attempts, endpoint, std::move(attempt)});
   count(endpoint, core::Verdict::Retry);
 }
 
@@ -20,7 +20,7 @@ void Results::dead(store::Settlements::Dead dead) {
 }
 
 void Results::dead(int64_t id, const Delivery& delivery, core::DeadReason reason, std::string error,
-                   int32_t http_status, std::string body) {
+                   int32_t http_status, std::string body, store::Settlements::Attempt attempt) {
   store::Settlements::Dead d;
   d.id = id;
   d.reason = reason;
@@ -30,6 +30,7 @@ void Results::dead(int64_t id, const Delivery& delivery, core::DeadReason reason
   d.attempts = delivery.attempts;
   d.endpoint = delivery.endpoint;
   d.ordering_lock = delivery.ordering_lock;
+  d.attempt = std::move(attempt);
   dead(std::move(d));
 }
 

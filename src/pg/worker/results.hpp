@@ -17,14 +17,16 @@ namespace pg_outbox::pg::worker {
 class Results {
  public:
   // A result for a message, counted under its endpoint (published at commit).
+  // `attempt`: the request made, for the attempt log.
   void sent(int64_t id, int32_t http_status, int attempts, const std::string& endpoint,
-            std::optional<int32_t> ordering_lock);
+            std::optional<int32_t> ordering_lock, store::Settlements::Attempt attempt);
   void retry(int64_t id, int64_t delay_ms, std::string error, int32_t http_status, int attempts,
-             const std::string& endpoint);
+             const std::string& endpoint, store::Settlements::Attempt attempt);
   void dead(store::Settlements::Dead dead);
-  // A delivery's dead letter: its message, attempts, endpoint and lock, with the reason.
-  void dead(int64_t id, const Delivery& delivery, core::DeadReason reason, std::string error, int32_t http_status = 0,
-            std::string body = {});
+  // A delivery's dead letter: its message, attempts, endpoint and lock, with the reason
+  // and the attempt that ended it.
+  void dead(int64_t id, const Delivery& delivery, core::DeadReason reason, std::string error, int32_t http_status,
+            std::string body, store::Settlements::Attempt attempt);
   void given_back(int64_t id) { pending_.given_back.push_back(id); }
 
   store::Settlements& pending() { return pending_; }

@@ -20,13 +20,12 @@ namespace {
 
 constexpr const char* kAloneLockTimeout = "100ms";
 
-bool keep_history() { return settings.sent_retention_s > 0; }
-
 // After the commit of a transaction that settled: its counts are published, and the
 // breakers it wrote are clean (not before: a failed transaction wrote nothing).
 void committed(WorkerState& state) {
   publish_counts(state);
   state.endpoints.breakers_committed();
+  log_retired(state);
 }
 
 // A claim's row goes when its last message is settled, but not while results of its
@@ -50,7 +49,7 @@ bool settle_alone(WorkerState& state, store::Settlements& results, std::string& 
         (void)set_config_option("lock_timeout", kAloneLockTimeout, PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0,
                                 false);
       });
-      store::settle(results, keep_history());
+      store::settle(results, store::kept());
     });
   });
   if (failed) error = failed->message;
@@ -116,7 +115,7 @@ void settle(WorkerState& state) {
     require_same_extension(state);
     // Delivered messages go to the history partition of their sent_at, or to its default
     // partition when housekeeping could not create that one in time.
-    store::settle(state.results.pending(), keep_history());
+    store::settle(state.results.pending(), store::kept());
     state.endpoints.save_breakers();
   };
   try {

@@ -34,13 +34,15 @@ struct Schedule {
   int64_t next_orphan_check_ms = 0;
   int64_t housekeeping_quiet_until_ms = 0;  // its failures are logged once a minute
   bool recount_queued = true;               // max_pending's counts must be made (again)
-  // History partitions exist until covered_ms, of width_s; after a failed attempt to
-  // create them, the next one waits until retry_ms.
-  struct {
+  // A table partitioned by time has partitions until covered_ms, of width_s; after a
+  // failed attempt to create them, the next one waits until retry_ms.
+  struct Partitions {
     int64_t covered_ms = 0;
     int width_s = 0;
     int64_t retry_ms = 0;
-  } history;
+  };
+  Partitions history;   // outbox.history
+  Partitions attempts;  // outbox.attempts
 };
 
 struct WorkerState {

@@ -4,6 +4,7 @@
 // that fails parks an endpoint).
 #pragma once
 
+#include "core/response_judgement.hpp"
 #include "pg/store/claims.hpp"
 #include "pg/worker/state.hpp"
 
@@ -26,6 +27,17 @@ void give_back_requests_of_changed_endpoints(WorkerState& state);
 // The endpoint's half-open probe ended without an answer of the receiver (it could not be
 // sent, or was taken back): the next message may go as the probe at once.
 void lose_probe(WorkerState& state, const std::string& endpoint);
+// The endpoint's requests not yet started are taken back, their attempts not counted.
+void give_back_requests_of(WorkerState& state, const std::string& endpoint);
+
+// retirement.cpp: endpoints that retire themselves.
+// What a response tells about its endpoint's health: the failing streak, and a pause
+// (410 Gone, or nothing but failures for pg_outbox.disable_after).
+void learn_health(WorkerState& state, Endpoint& endpoint, const core::ResponseJudgement& judged);
+// Endpoints whose circuit is open judged between answers.
+void retire_failing_endpoints(WorkerState& state);
+// Logs the pauses that committed, once each.
+void log_retired(WorkerState& state);
 
 // claim.cpp: claim due messages, hand HTTP requests to the thread.
 size_t claim_and_deliver(WorkerState& state);  // how many messages it claimed

@@ -138,6 +138,7 @@ void Worker::run() {
 void Worker::round(bool woken) {
   take_responses(state_);  // also when not ready: what the results fd announces is taken
   if (!prepare_database()) return;
+  retire_failing_endpoints(state_);
   settle(state_);
   if (!settings.enabled) {
     publish_status(state_, "disabled");
@@ -203,7 +204,7 @@ bool Worker::prepare_database() {
     state_.extension_oid = store::extension_oid();
     if (state_.extension_oid != 0) version = store::extension_version();
     if (state_.extension_oid != 0 && version == kVersion) {
-      recovered = store::recover_claims();
+      recovered = store::recover_claims(store::kept().attempts);
       state_.webhook_ids = store::webhook_id_source();
     }
   });

@@ -1,0 +1,186 @@
+------------------------------------------------------------------------------------------
+-- Time partitions: created ahead and dropped whole by the worker's housekeeping, for the
+-- two tables partitioned by time, outbox.history and outbox.attempts
+------------------------------------------------------------------------------------------
+
+-- What differs between the partitioned tables: the time column, the index each time
+-- partition gets (its own, not one inherited from a partitioned index: the partitions
+-- are ordinary tables that pg_dump dumps with their indexes, and an index on the
+-- extension's parent would make pg_restore create every one of them twice), and the
+-- prefix of the partitions' names.  The default partition is <parent>_default.
+CREATE OR REPLACE FUNCTION outbox._partition_layout(parent regclass, OUT time_column text,
+                                                    OUT index_definition text, OUT name_prefix text)
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    CASE parent
+        WHEN 'outbox.history'::regclass THEN
+            time_column := 'sent_at'; index_definition := '(id)'; name_prefix := 'history_';
+        WHEN 'outbox.attempts'::regclass THEN
+            -- Appending costs no index record per row (see the table's comment); a range
+            -- of 16 pages (about 2,000 attempts) is what a lookup reads per match.
+            time_column := 'attempted_at';
+            index_definition := 'USING brin (message_id int8_minmax_multi_ops) WITH (pages_per_range = 16)';
+            name_prefix := 'attempts_';
+        ELSE
+            RAISE EXCEPTION '% is not partitioned by pg_outbox', parent USING ERRCODE = 'invalid_parameter_value';
+    END CASE;
+END
+$fn$;
+
+-- The time partitions of parent with their bounds (the default partition is not one of
+-- them).  The bounds come from the catalog, printed and read back in the same session,
+-- so no naming convention is relied on.
+CREATE OR REPLACE FUNCTION outbox._partitions(parent regclass, OUT partition regclass, OUT from_at timestamptz,
+                                              OUT to_at timestamptz)
+    RETURNS SETOF record
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT c.oid::regclass, b[1]::timestamptz, b[2]::timestamptz
+      FROM pg_inherits i
+      JOIN pg_class c ON c.oid = i.inhrelid
+     CROSS JOIN LATERAL regexp_match(pg_get_expr(c.relpartbound, c.oid),
+                                     '^FOR VALUES FROM \(''([^'']*)''\) TO \(''([^'']*)''\)$') AS b
+     WHERE i.inhparent = _partitions.parent
+       AND b IS NOT NULL  -- the default partition has no bounds
+$fn$;
+
+-- Makes sure that partitions of width_s seconds, aligned on multiples of it since the
+-- epoch, cover parent from now to at least three widths ahead (from the end of the
+-- current partition, if it was made for a longer retention); returns until when it is
+-- covered.  A range that cannot get its partition (the default partition already holds
+-- rows of it, or a reader holds the table longer than the lock timeout) is left to the
+-- default partition, and the next range is tried.
+CREATE OR REPLACE FUNCTION outbox._partitions_prepare(parent regclass, width_s int)
+    RETURNS timestamptz
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET lock_timeout = '200ms'
+AS $fn$
+DECLARE
+    v_layout  record := outbox._partition_layout(parent);
+    v_from    timestamptz;
+    v_to      timestamptz;
+    v_covered timestamptz;
+    v_name    text;
+    v_old     record;
+    v_empty   boolean;
+BEGIN
+    IF width_s IS NULL OR width_s < 1 THEN
+        RAISE EXCEPTION 'width_s must be a positive number of seconds'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Partitions made for a longer retention (wider), the current one included, go while
+    -- they are still empty: the coming rows belong in partitions of today's width.  (The
+    -- worker is the only writer of these tables, and it is the one running this.)
+    FOR v_old IN SELECT * FROM outbox._partitions(parent) p
+                  WHERE p.to_at > now() AND p.to_at - p.from_at > make_interval(secs => width_s) LOOP
+        BEGIN
+            EXECUTE format('SELECT NOT EXISTS (SELECT FROM %s)', v_old.partition) INTO v_empty;
+            IF v_empty THEN
+                DELETE FROM outbox.history_counts hc WHERE hc.partition = v_old.partition;  -- (history only)
+                EXECUTE format('DROP TABLE IF EXISTS %s', v_old.partition);
+            END IF;
+        EXCEPTION WHEN lock_not_available OR undefined_table THEN
+            EXIT;
+        END;
+    END LOOP;
+    v_from := to_timestamp(floor(extract(epoch FROM now()) / width_s) * width_s);
+    SELECT max(p.to_at) INTO v_covered FROM outbox._partitions(parent) p;
+    IF v_covered > v_from THEN
+        v_from := v_covered;
+    END IF;
+    WHILE v_from < now() + make_interval(secs => 3 * width_s) LOOP
+        v_to := to_timestamp((floor(extract(epoch FROM v_from) / width_s) + 1) * width_s);
+        v_name := v_layout.name_prefix || to_char(v_from AT TIME ZONE 'UTC', 'YYYYMMDD_HH24MISS');
+        BEGIN
+            EXECUTE format('CREATE TABLE outbox.%I PARTITION OF %s FOR VALUES FROM (%L) TO (%L)',
+                           v_name, parent, v_from, v_to);
+            EXECUTE format('CREATE INDEX ON outbox.%I %s', v_name, v_layout.index_definition);
+        EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table THEN
+            NULL;
+        END;
+        v_from := v_to;
+    END LOOP;
+    RETURN (SELECT max(p.to_at) FROM outbox._partitions(parent) p);
+END
+$fn$;
+
+-- Removes the rows of parent before cutoff (by its time column): each partition wholly
+-- before it is dropped, and the default partition's rows before it are deleted.  The
+-- rows before cutoff in the partition that straddles it are deleted too when exact
+-- (outbox.purge), or when that partition is wider than trim_wider_than: it was made for
+-- a longer retention than today's, and waiting for its end would keep rows hours too
+-- long.  Otherwise the worker leaves them for the drop of their partition.  A partition
+-- that cannot be locked within the lock timeout (a long reader) waits for the next
+-- call.  Returns how many rows were removed; a dropped partition counts what
+-- outbox.history_counts says of it (the history's; an attempts partition counts 0).
+CREATE OR REPLACE FUNCTION outbox._partitions_retire(parent regclass, cutoff timestamptz, exact boolean,
+                                                     trim_wider_than interval DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+    SET lock_timeout = '200ms'
+AS $fn$
+DECLARE
+    v_layout record := outbox._partition_layout(parent);
+    p        record;
+    v_count  bigint := 0;
+    v_n      bigint;
+BEGIN
+    FOR p IN SELECT * FROM outbox._partitions(parent) hp
+              WHERE hp.from_at < cutoff ORDER BY hp.from_at LOOP
+        IF p.to_at <= cutoff THEN
+            BEGIN
+                SELECT coalesce(sum(hc.sent), 0) INTO v_n
+                  FROM outbox.history_counts hc WHERE hc.partition = p.partition;
+                DELETE FROM outbox.history_counts hc WHERE hc.partition = p.partition;
+                EXECUTE format('DROP TABLE IF EXISTS %s', p.partition);
+                v_count := v_count + v_n;
+            EXCEPTION WHEN lock_not_available OR undefined_table THEN
+                EXIT;  -- locked by a reader, or dropped by a concurrent purge(): next call
+            END;
+        ELSIF exact OR p.to_at - p.from_at > trim_wider_than THEN
+            EXECUTE format('WITH gone AS (DELETE FROM %s h WHERE h.%I < $1 RETURNING h.endpoint),'
+                           '     n AS (SELECT g.endpoint, count(*) AS n FROM gone g GROUP BY g.endpoint),'
+                           '     counted AS (UPDATE outbox.history_counts hc SET sent = hc.sent - n.n FROM n'
+                           '                  WHERE hc.partition = $2 AND hc.endpoint = n.endpoint RETURNING 1)'
+                           ' SELECT coalesce(sum(n.n), 0) FROM n', p.partition, v_layout.time_column)
+               INTO v_n USING cutoff, p.partition;
+            v_count := v_count + v_n;
+        END IF;
+    END LOOP;
+    EXECUTE format('DELETE FROM %s_default h WHERE h.%I < $1', parent, v_layout.time_column) USING cutoff;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_count + v_n;
+END
+$fn$;
+
+-- The history's partitions, prepared and retired (outbox.purge, the tests).
+CREATE OR REPLACE FUNCTION outbox._history_partitions(OUT partition regclass, OUT from_at timestamptz,
+                                                      OUT to_at timestamptz)
+    RETURNS SETOF record
+    LANGUAGE sql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT * FROM outbox._partitions('outbox.history')
+$fn$;
+
+CREATE OR REPLACE FUNCTION outbox._history_prepare(width_s int)
+    RETURNS timestamptz
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT outbox._partitions_prepare('outbox.history', width_s)
+$fn$;
+
+CREATE OR REPLACE FUNCTION outbox._history_retire(cutoff timestamptz, exact boolean,
+                                                  trim_wider_than interval DEFAULT NULL)
+    RETURNS bigint
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT outbox._partitions_retire('outbox.history', cutoff, exact, trim_wider_than)
+$fn$;
