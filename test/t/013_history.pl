@@ -139,7 +139,7 @@ sql($node, q{SELECT outbox.pause_endpoint('h')});
 sql($node, q{SELECT outbox.enqueue('h', '{"n": "pending at dump"}')});
 # The restored database's own worker may make the next partition ahead before the
 # comparison (its first round): the partitions compared are those the dump held.
-my $partitions = q{SELECT string_agg(p.partition::text || p.from_at || p.to_at, ',' ORDER BY p.from_at)
+my $partitions_until = q{SELECT string_agg(p.partition::text || p.from_at || p.to_at, ',' ORDER BY p.from_at)
                      FROM outbox._history_partitions() p WHERE p.to_at <= '%s'};
 my $describe = q{SELECT (SELECT count(*) FROM outbox.history) || ' history, '
                      || (SELECT sum(sent) FROM outbox.history_counts) || ' counted, '
@@ -148,7 +148,7 @@ my $describe = q{SELECT (SELECT count(*) FROM outbox.history) || ' history, '
                      || (SELECT sent FROM outbox.endpoint_stats WHERE endpoint = 'h') || ' sent in stats'};
 my $before = sql($node, $describe);
 my $last_bound = sql($node, q{SELECT max(to_at) FROM outbox._history_partitions()});
-my $partitions_before = sql($node, sprintf($partitions, $last_bound));
+my $partitions_before = sql($node, sprintf($partitions_until, $last_bound));
 cmp_ok(scalar(split /,/, $partitions_before), '>=', 2, "the history has its partitions at the dump ($partitions_before)");
 my $next_id = sql($node, q{SELECT last_value FROM outbox.messages_id_seq});
 my $dump = $node->basedir . '/outbox.dump';
@@ -156,7 +156,7 @@ $node->command_ok([ 'pg_dump', '-Fc', '-d', $node->connstr('postgres'), '-f', $d
 sql($node, 'CREATE DATABASE restored');
 $node->command_ok([ 'pg_restore', '--exit-on-error', '-d', $node->connstr('restored'), $dump ], 'pg_restore into a new database');
 is(sql($node, $describe, 'restored'), $before, "the restored database holds the same ($before)");
-is(sql($node, sprintf($partitions, $last_bound), 'restored'), $partitions_before,
+is(sql($node, sprintf($partitions_until, $last_bound), 'restored'), $partitions_before,
 	'... the same partitions, with the same bounds');
 is(sql($node, q{SELECT count(*) FROM outbox.history h JOIN outbox.history_counts c ON c.partition = h.tableoid::regclass
           WHERE h.endpoint = c.endpoint}, 'restored'),
