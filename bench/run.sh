@@ -276,13 +276,34 @@ case_7c() {
   R[signed_two]="$(printf '%s\n' "${two[@]}" | median) $(printf '%s\n' "${two_cpu[@]}" | median)"
 }
 
+case_10() {
+  log "10. pull consumers: 4 readers, batches of 100, read + ack of $BACKLOG messages, beside the hand-written SKIP LOCKED consumer"
+  local pulls=() hands=()
+  bench_sql -c "SELECT outbox.create_endpoint('pulled', pull => true)" \
+    -c "CREATE TABLE hand_queue (id bigserial PRIMARY KEY, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())" \
+    >/dev/null
+  for _ in $(seq "$RUNS"); do
+    fill pulled "$BACKLOG"
+    bench_sql -c "SELECT outbox.resume_endpoint('pulled')" -c "VACUUM ANALYZE outbox.messages" >/dev/null
+    pulls+=("$(/usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench pull pulled 4 100 "$BACKLOG")")
+    bench_sql -c "INSERT INTO hand_queue (payload)
+                  SELECT jsonb_build_object('order_id', g, 'customer', 'c' || g, 'note', repeat('x', 120))
+                    FROM generate_series(1, $BACKLOG) g" -c "VACUUM ANALYZE hand_queue" >/dev/null
+    hands+=("$(/usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench hand hand_queue 4 100 "$BACKLOG")")
+    bench_sql -c "VACUUM outbox.messages" -c "VACUUM hand_queue" >/dev/null
+  done
+  R[pull]=$(printf '%s\n' "${pulls[@]}" | median)
+  R[hand_pull]=$(printf '%s\n' "${hands[@]}" | median)
+}
+
 # Which cases run: all by default; case 2 (the unordered HTTP drain) is the reference of
 # 3b, 5 and 6, and of the later cases, so it runs whenever one of them does. Case 3b
 # compares with case 3 too.
-ALL_CASES="1 2 2b 2c 3 3b 4 5 5b 6 7a 7b 7c 8 9"
+ALL_CASES="1 2 2b 2c 3 3b 4 5 5b 6 7a 7b 7c 8 9 10"
 selected=" ${CASES:-$ALL_CASES} "
 for c in 3b 5 6 7a 7b 7c; do [[ $selected == *" $c "* ]] && selected+=" 2 "; done
-[[ $selected == *" 3b "* ]] && selected+=" 3 "
+[[ $selected == *" 10 "* ]] && selected+=" 3b "  # PgQ's consumer, a reference of case 10
+[[ $selected == *" 3b "* ]] && selected+=" 3 2 "
 want() { [[ $selected == *" $1 "* ]]; }
 for c in $ALL_CASES; do
   want "$c" || continue
@@ -321,6 +342,8 @@ fi
 want 5 && row "5. HTTP drain with 1M sent + 100k DLQ" "${R[backlog]% *} msg/s, ${R[backlog]#* } ms CPU/1k" \
   "ratio $(ratio "${R[backlog]% *}" "$http_rate") to case 2"
 want 5b && row "5b. metrics() + endpoint_stats" "${R[scrape0]} ms with no history" "${R[scrape10m]} ms with ${R[sent10m]} retained"
+want 6 && row "6. ordered endpoint, 1,000 keys" "${R[ordered]% *} msg/s, ${R[ordered]#* } ms CPU/1k" \
+  "ratio $(ratio "${R[ordered]% *}" "$http_rate") to case 2"
 if want 7a; then
   read -r off_rate off_cpu off_wal <<<"${R[attempts_off]}"
   read -r on_rate on_cpu on_wal <<<"${R[attempts_on]}"
@@ -342,6 +365,6 @@ if want 9; then
   row "9. the same on an ordered endpoint (100 keys)" "$(rate "${R[replay_ordered]% *}") msg/s" \
     "commit ${R[replay_ordered]#* } s (the keys' order placed)"
 fi
-want 6 && row "6. ordered endpoint, 1,000 keys" "${R[ordered]% *} msg/s, ${R[ordered]#* } ms CPU/1k" \
-  "ratio $(ratio "${R[ordered]% *}" "$http_rate") to case 2"
+want 10 && row "10. pull endpoint, 4 readers, read + ack by 100" "${R[pull]} msg/s" \
+  "hand-written SKIP LOCKED ${R[hand_pull]} msg/s, ratio $(ratio "${R[pull]}" "${R[hand_pull]}"); PgQ 3b $(ratio "${R[pull]}" "${R[pgq_drain]% *}")"
 exit 0

@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+# Case 10 of bench/run.sh: READERS processes drain a queue together, BATCH messages at a
+# time, until it is empty, and the time from the first read to the last is taken.
+#   pull: outbox.read(endpoint, BATCH) then outbox.ack(endpoint, ids), each its own
+#         transaction (a read commits its hold; the ack settles it);
+#   hand: the design documents' consumer on a table of its own: BEGIN; SELECT ... FOR
+#         UPDATE SKIP LOCKED LIMIT BATCH; DELETE those rows; COMMIT.
+# Run with Debian's python3 (python3-psycopg2):
+#   /usr/bin/python3 bench/pull_readers.py HOST PORT DBNAME MODE TARGET READERS BATCH EXPECTED
+# Prints messages/s. Exits 1 if the readers took another number of messages than EXPECTED.
+import multiprocessing
+import sys
+import time
+
+import psycopg2
+
+
+def reader(args):
+    host, port, dbname, mode, target, batch, start = args
+    conn = psycopg2.connect(host=host, port=port, dbname=dbname, user="postgres")
+    conn.autocommit = mode == "pull"
+    cur = conn.cursor()
+    start.wait()
+    taken = 0
+    while True:
+        if mode == "pull":
+            cur.execute("SELECT id FROM outbox.read(%s, %s)", (target, batch))
+            ids = [r[0] for r in cur.fetchall()]
+            if not ids:
+                break
+            cur.execute("SELECT outbox.ack(%s, %s)", (target, ids))
+            if cur.fetchone()[0] != len(ids):
+                raise SystemExit("pull_readers: an ack did not settle every message read")
+        else:
+            cur.execute(f"SELECT id, payload FROM {target} ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED", (batch,))
+            ids = [r[0] for r in cur.fetchall()]
+            if not ids:
+                conn.commit()
+                break
+            cur.execute(f"DELETE FROM {target} WHERE id = ANY (%s)", (ids,))
+            conn.commit()
+        taken += len(ids)
+    conn.close()
+    return taken
+
+
+def main():
+    host, port, dbname, mode, target, readers, batch, expected = sys.argv[1:9]
+    readers, batch, expected = int(readers), int(batch), int(expected)
+    with multiprocessing.Manager() as manager:
+        start = manager.Barrier(readers + 1)
+        with multiprocessing.Pool(readers) as pool:
+            result = pool.map_async(reader, [(host, port, dbname, mode, target, batch, start)] * readers)
+            start.wait()
+            t0 = time.monotonic()
+            taken = sum(result.get())
+            t1 = time.monotonic()
+    if taken != expected:
+        print(f"pull_readers: {mode} took {taken} messages, expected {expected}", file=sys.stderr)
+        sys.exit(1)
+    print(f"{taken / (t1 - t0):.0f}")
+
+
+if __name__ == "__main__":
+    main()
