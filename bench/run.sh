@@ -296,10 +296,25 @@ case_10() {
   R[hand_pull]=$(printf '%s\n' "${hands[@]}" | median)
 }
 
+case_11() {
+  log "11. COMMIT -> outbox.read(wait) returns: one reader, 1,000 messages/s for 30 s"
+  local reader
+  bench_sql -c "SELECT outbox.create_endpoint('waited', pull => true)" >/dev/null
+  printf "SELECT outbox.enqueue('waited', jsonb_build_object('t', extract(epoch FROM clock_timestamp())));\n" >"$work/waited.sql"
+  chmod 644 "$work/waited.sql"
+  /usr/bin/python3 "$BENCH/pull_latency.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench waited 30000 60 >"$work/pull_latency.out" &
+  reader=$!
+  sleep 1  # the reader waits in read before the first commit
+  as_postgres "$PG_BIN/pgbench" -n -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -c 4 -j 2 -R 1000 -T 30 \
+    -f "$work/waited.sql" bench >/dev/null 2>&1
+  wait "$reader"
+  R[pull_latency]=$(cat "$work/pull_latency.out")
+}
+
 # Which cases run: all by default; case 2 (the unordered HTTP drain) is the reference of
 # 3b, 5 and 6, and of the later cases, so it runs whenever one of them does. Case 3b
 # compares with case 3 too.
-ALL_CASES="1 2 2b 2c 3 3b 4 5 5b 6 7a 7b 7c 8 9 10"
+ALL_CASES="1 2 2b 2c 3 3b 4 5 5b 6 7a 7b 7c 8 9 10 11"
 selected=" ${CASES:-$ALL_CASES} "
 for c in 3b 5 6 7a 7b 7c; do [[ $selected == *" $c "* ]] && selected+=" 2 "; done
 [[ $selected == *" 10 "* ]] && selected+=" 3b "  # PgQ's consumer, a reference of case 10
@@ -367,4 +382,8 @@ if want 9; then
 fi
 want 10 && row "10. pull endpoint, 4 readers, read + ack by 100" "${R[pull]} msg/s" \
   "hand-written SKIP LOCKED ${R[hand_pull]} msg/s, ratio $(ratio "${R[pull]}" "${R[hand_pull]}"); PgQ 3b $(ratio "${R[pull]}" "${R[pgq_drain]% *}")"
+if want 11; then
+  read -r pl_n pl_p50 pl_p95 pl_p99 pl_max <<<"${R[pull_latency]}"
+  row "11. COMMIT -> read(wait) at 1,000 msg/s, 30 s" "p50 $pl_p50 ms, p95 $pl_p95 ms, p99 $pl_p99 ms" "max $pl_max ms, $pl_n samples"
+fi
 exit 0
