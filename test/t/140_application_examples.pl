@@ -128,7 +128,7 @@ sub run_python
 		env => { %libpq, PGUSER => $user });
 }
 
-sub run_node
+sub run_node_example
 {
 	my ($user, @args) = @_;
 	return run_cmd([ 'node', "$node_dir/upload-service.js", @args ],
@@ -154,7 +154,7 @@ my ($rc, $out, $err) = run_python('uploads_nosend', '--uploads', 2, '--prefix', 
 isnt($rc, 0, 'without the send right the Python example reports its failed uploads');
 like($out, qr/rolled back denied-001\.pdf: .*permission denied/,
 	'... refused by the send-right check') or diag("stdout:\n$out\nstderr:\n$err");
-($rc, $out, $err) = run_node('uploads_nosend', '--uploads', 2, '--prefix', 'denied');
+($rc, $out, $err) = run_node_example('uploads_nosend', '--uploads', 2, '--prefix', 'denied');
 isnt($rc, 0, 'without the send right the Node example reports its failed uploads');
 like($out, qr/rolled back denied-001\.pdf: .*permission denied/,
 	'... refused by the send-right check') or diag("stdout:\n$out\nstderr:\n$err");
@@ -166,7 +166,7 @@ is(sql($node, q{SELECT count(*) FROM source_files WHERE filename LIKE 'denied-%'
 #    its enqueue.
 
 my (%seq_before, %seq_after);
-for my $ex ([ 'py', \&run_python, 'Python' ], [ 'node', \&run_node, 'Node' ])
+for my $ex ([ 'py', \&run_python, 'Python' ], [ 'node', \&run_node_example, 'Node' ])
 {
 	my ($prefix, $run, $label) = @$ex;
 	$seq_before{$prefix} = message_seq();
