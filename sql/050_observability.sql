@@ -19,10 +19,10 @@ AS $$
                   SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key,
                          attempts + 1, 200, created_at, at FROM moved
                   RETURNING tableoid, endpoint),
-         counted AS (INSERT INTO outbox.history_counts AS hc (partition, endpoint, sent)
-                     SELECT k.tableoid::regclass, k.endpoint, count(*) FROM kept k
+         counted AS (INSERT INTO outbox.history_counts AS hc (partition, endpoint, slot, sent)
+                     SELECT k.tableoid::regclass, k.endpoint, 0, count(*) FROM kept k
                       WHERE k.tableoid <> 'outbox.history_default'::regclass GROUP BY 1, 2
-                     ON CONFLICT (partition, endpoint) DO UPDATE SET sent = hc.sent + excluded.sent
+                     ON CONFLICT (partition, endpoint, slot) DO UPDATE SET sent = hc.sent + excluded.sent
                      RETURNING 1)
     SELECT count(*) FROM kept
 $$;

@@ -58,17 +58,19 @@ SELECT * FROM outbox.read('parser', wait => '2 days');
 \echo :SQLSTATE
 SELECT * FROM outbox.read('parser', wait => '6 min');
 \echo :SQLSTATE
--- A read that waits needs READ COMMITTED (a new snapshot per look); without wait, any.
+-- A read needs READ COMMITTED (a new snapshot per look, and for the check that no other
+-- read took the same messages), with or without wait.
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT * FROM outbox.read('parser', wait => '1s');
 \echo :SQLSTATE
 ROLLBACK;
-BEGIN ISOLATION LEVEL REPEATABLE READ;
-SELECT count(*) AS read_without_wait FROM outbox.read('parser', max => 1000) WHERE false;
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+SELECT count(*) FROM outbox.read('parser', max => 1000);
+\echo :SQLSTATE
 ROLLBACK;
 SELECT outbox.create_endpoint('nulled', pull => NULL);
 \echo :SQLSTATE
-SELECT id, attempts, read_until IS NULL AS unread FROM outbox.messages;
+SELECT m.id, s.attempts, s.status FROM outbox.messages m CROSS JOIN outbox.message(m.id) s;
 
 ------------------------------------------------------------------------------------------
 -- Each message to one reader; held ones are in flight.
@@ -107,7 +109,8 @@ SELECT outbox.nack('parser', 2, 'bad', retry_after => '-1s');
 \echo :SQLSTATE
 SELECT outbox.nack('pushed', 2, 'bad');
 \echo :SQLSTATE
-SELECT id, attempts, last_error, read_until IS NOT NULL AS held FROM outbox.messages ORDER BY id;
+SELECT m.id, s.attempts, m.last_error, s.status = 'in_flight' AS held
+  FROM outbox.messages m CROSS JOIN outbox.message(m.id) s ORDER BY m.id;
 SELECT outbox.nack('parser', 2, 'parser crashed: unexpected token', retry_after => '0');
 SELECT outbox.nack('parser', 2, 'twice');       -- no longer held
 \echo :SQLSTATE
@@ -160,11 +163,12 @@ SELECT outbox.enqueue('ordered', '{"k": "a", "n": 2}', ordering_key => 'a');
 SELECT outbox.enqueue('ordered', '{"k": "b", "n": 1}', ordering_key => 'b');
 SELECT outbox.enqueue('ordered', '{"k": "a", "n": 3}', ordering_key => 'a');
 SELECT payload FROM outbox.read('ordered', max => 10) ORDER BY payload->>'k';
-SELECT outbox.ack('ordered', ARRAY(SELECT id FROM outbox.messages WHERE endpoint = 'ordered' AND read_until IS NOT NULL
-                                   AND ordering_key = 'a'));
+SELECT outbox.ack('ordered', ARRAY(SELECT m.id FROM outbox.messages m CROSS JOIN outbox.message(m.id) s
+                                    WHERE m.endpoint = 'ordered' AND s.status = 'in_flight' AND m.ordering_key = 'a'));
 SELECT payload FROM outbox.read('ordered', max => 10);
-SELECT outbox.nack('ordered', (SELECT id FROM outbox.messages WHERE endpoint = 'ordered' AND read_until IS NOT NULL
-                               AND ordering_key = 'a'), 'cannot', permanent => true);
+SELECT outbox.nack('ordered', (SELECT m.id FROM outbox.messages m CROSS JOIN outbox.message(m.id) s
+                                WHERE m.endpoint = 'ordered' AND s.status = 'in_flight' AND m.ordering_key = 'a'),
+                   'cannot', permanent => true);
 SELECT payload FROM outbox.read('ordered', max => 10);
 
 ------------------------------------------------------------------------------------------

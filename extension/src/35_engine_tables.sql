@@ -57,12 +57,16 @@ CREATE INDEX history_default_sent_at_idx ON outbox.history_default (sent_at);
 -- settles (one row per endpoint and batch, not per message), so that endpoint_stats
 -- and metrics() count the retained history without reading it.  A partition's rows go
 -- when it is dropped.  The default partition is counted by reading it (it is empty
--- but for rows carried over by an upgrade).
+-- but for rows carried over by an upgrade).  slot (0.4.0): each settling backend adds
+-- to the row of its own slot (its pid modulo 8), so that the readers of a pull
+-- endpoint, which acknowledge concurrently, do not wait for each other's commit on one
+-- row; the count is the sum over the slots.
 CREATE TABLE outbox.history_counts (
     partition regclass NOT NULL,
     endpoint  text NOT NULL,
     sent      bigint NOT NULL,
-    PRIMARY KEY (partition, endpoint)
+    slot      smallint NOT NULL DEFAULT 0,
+    PRIMARY KEY (partition, endpoint, slot)
 );
 COMMENT ON TABLE outbox.history_counts IS
     'pg_outbox: delivered messages per history partition and endpoint (kept by the worker)';

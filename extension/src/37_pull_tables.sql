@@ -11,11 +11,25 @@ ALTER TABLE outbox.endpoints DROP CONSTRAINT endpoints_url_xor_channel;
 ALTER TABLE outbox.endpoints ADD CONSTRAINT endpoints_one_destination
     CHECK (num_nonnulls(url, channel, nullif(pull, false)) = 1);
 
--- Until when a reader holds the message (set by outbox.read to its visibility, NULL
--- until the first read and again after a nack).  While it is ahead of the clock the
--- message is invisible to other reads and may be acknowledged; next_attempt_at is set
--- to the same moment, so that the message comes back by itself when nobody answers.
-ALTER TABLE outbox.messages ADD COLUMN read_until timestamptz;
+-- What the readers of pull endpoints hold: one row per outbox.read that took messages
+-- (docs/delivery.md, Pull endpoints).  A message listed in a row is held while
+-- held_until is ahead of the clock: invisible to other reads, and its reader may
+-- acknowledge or refuse it.  One row per read rather than a new version of each message:
+-- a read writes this row and a row lock per message, and leaves the message rows as they
+-- were until they are answered.  Once held_until has passed, the row is an attempt that
+-- ended unanswered; the next read of the endpoint counts it (or dead-letters the
+-- messages that had no attempt left) before it takes any.  A message is listed in at
+-- most one row.  Not dumped, as the worker's claims: a restored message is not held.
+CREATE TABLE outbox.holds (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    endpoint    text        NOT NULL REFERENCES outbox.endpoints (name) ON DELETE CASCADE,
+    message_ids bigint[]    NOT NULL,
+    read_at     timestamptz NOT NULL,
+    held_until  timestamptz NOT NULL
+);
+CREATE INDEX holds_endpoint_idx ON outbox.holds (endpoint, held_until);
+COMMENT ON TABLE outbox.holds IS
+    'pg_outbox: the messages each outbox.read of a pull endpoint holds, until held_until';
 
 -- Who may read, acknowledge and refuse the messages of which pull endpoint
 -- (outbox.grant_consume / outbox.revoke_consume), kept as the send rights are

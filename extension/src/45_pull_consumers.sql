@@ -11,8 +11,8 @@ CREATE OR REPLACE FUNCTION outbox._pull_nack(endpoint text, id bigint, error tex
                                              permanent boolean, max_attempts int) RETURNS boolean
     AS 'MODULE_PATHNAME', 'pg_outbox_pull_nack'
     LANGUAGE C VOLATILE;
-CREATE OR REPLACE FUNCTION outbox._pull_exhausted(endpoint text, ids bigint[]) RETURNS void
-    AS 'MODULE_PATHNAME', 'pg_outbox_pull_exhausted'
+CREATE OR REPLACE FUNCTION outbox._pull_lapsed(endpoint text, max_attempts int) RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_pull_lapsed'
     LANGUAGE C VOLATILE STRICT;
 CREATE OR REPLACE FUNCTION outbox._pull_commits() RETURNS bigint
     AS 'MODULE_PATHNAME', 'pg_outbox_pull_commits'
@@ -21,6 +21,11 @@ CREATE OR REPLACE FUNCTION outbox._pull_wait(seen bigint, until timestamptz) RET
     AS 'MODULE_PATHNAME', 'pg_outbox_pull_wait'
     LANGUAGE C VOLATILE STRICT;
 
+-- _read, _ack and _nack price out sequential and bitmap scans, as the worker does
+-- (src/pg/worker/worker.cpp): the queue and outbox.holds change all the time, and their
+-- plans stay on the indexes whatever the statistics said when they were made (jit off:
+-- priced-out costs would make every statement look worth compiling).
+--
 -- The consumer's entry points (src/pg/consumer/consumer_functions.cpp): not SECURITY
 -- DEFINER, so that they know the role that really calls them; they run outbox._read,
 -- _ack and _nack below as the extension's owner, with that role's oid.
@@ -99,18 +104,20 @@ END
 $fn$;
 
 -- Takes up to max of the endpoint's due messages, each for one reader: they become
--- invisible for visibility and their attempt counts now.  On an ordered endpoint only
--- each key's head is ever due (src/pg/ordering/ordering.cpp).  With wait, sleeps until
--- an enqueuing transaction commits or the endpoint's next message comes due, then looks
--- again (a new statement: a fresh snapshot), until a message comes or wait is up.  A message whose reader let the visibility pass
--- on its last attempt goes to the DLQ (RETRY_EXHAUSTED) instead of coming back.
--- clock_timestamp(), not now(): a read that waits sees messages committed after its
--- transaction began.  outbox.read runs it as the extension's owner, with the caller.
+-- invisible for visibility, held by one row of outbox.holds, and their attempt counts
+-- now.  On an ordered endpoint only each key's head is ever due
+-- (src/pg/ordering/ordering.cpp).  With wait, sleeps until an enqueuing transaction
+-- commits or the endpoint's next message comes due, then looks again (a new statement: a
+-- fresh snapshot), until a message comes or wait is up.  Reads whose visibility passed
+-- are counted first (outbox._pull_lapsed).  clock_timestamp(), not now(): a read that
+-- waits sees messages committed after its transaction began.  outbox.read runs it as the
+-- extension's owner, with the caller.
 CREATE OR REPLACE FUNCTION outbox._read(endpoint text, max int, visibility interval, wait interval, caller oid)
     RETURNS TABLE (id bigint, webhook_id text, event_type text, payload jsonb, headers jsonb,
                    ordering_key text, attempt int, created_at timestamptz)
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -121,7 +128,9 @@ DECLARE
     v_now timestamptz;
     v_next timestamptz;
     v_ids bigint[];
-    v_exhausted bigint[];
+    v_taken bigint[];
+    v_instance text;
+    v_legacy bigint;
 BEGIN
     SELECT c.max_attempts INTO v_max_attempts FROM outbox._consumed_endpoint(_read.endpoint, _read.caller) c;
     v_max_attempts := coalesce(v_max_attempts, current_setting('pg_outbox.max_attempts')::int);
@@ -136,78 +145,71 @@ BEGIN
         RAISE EXCEPTION 'visibility must be greater than zero' USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- A read that waits runs inside the caller's statement, whose snapshot keeps VACUUM
-    -- from the queue's dead rows while it waits: the wait is bounded, and it needs READ
-    -- COMMITTED, where each look takes a new snapshot (docs/delivery.md, Pull endpoints).
+    -- from the queue's dead rows while it waits: the wait is bounded.
     IF _read.wait > interval '5 minutes' THEN
         RAISE EXCEPTION 'wait must be at most 5 minutes'
             USING ERRCODE = 'invalid_parameter_value',
                   DETAIL = format('wait is %s.', _read.wait),
                   HINT = 'Call outbox.read again when it returns nothing.';
     END IF;
-    IF _read.wait > interval '0' AND current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'outbox.read can wait only in a READ COMMITTED transaction'
+    -- Each look, and the check after it that no other read took the same messages, needs
+    -- a snapshot of its own: the rows are only locked, not rewritten, so a transaction
+    -- snapshot would not see a read that committed after it began.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'outbox.read needs a READ COMMITTED transaction'
             USING ERRCODE = 'invalid_transaction_state',
-                  DETAIL = format('This transaction is %s: its snapshot would never see a new message.',
+                  DETAIL = format('This transaction is %s: its snapshot would not see what other readers took.',
                                   upper(current_setting('transaction_isolation'))),
-                  HINT = 'Read with wait => ''0'', or in a READ COMMITTED transaction.';
+                  HINT = 'Read in a READ COMMITTED transaction (the default).';
     END IF;
     v_until := clock_timestamp() + _read.wait;
+    SELECT i.id, i.legacy_below INTO v_instance, v_legacy FROM outbox._instance() i;
     LOOP
         v_seen := outbox._pull_commits();  -- before looking: a commit after it ends the wait
         v_now := clock_timestamp();
         SELECT e.paused INTO v_paused FROM outbox.endpoints e WHERE e.name = _read.endpoint;
         IF NOT coalesce(v_paused, true) THEN
-            SELECT array_agg(c.id ORDER BY c.next_attempt_at, c.id) FILTER (WHERE NOT c.exhausted),
-                   array_agg(c.id) FILTER (WHERE c.exhausted)
-              INTO v_ids, v_exhausted
-              FROM (SELECT m.id, m.next_attempt_at,
-                           m.read_until IS NOT NULL
-                           AND m.attempts >= v_max_attempts AS exhausted
+            PERFORM outbox._pull_lapsed(_read.endpoint, v_max_attempts);
+            -- The due messages that no read holds, locked; SKIP LOCKED passes over those
+            -- another read is taking now.
+            SELECT array_agg(c.id ORDER BY c.next_attempt_at, c.id) INTO v_ids
+              FROM (SELECT m.id, m.next_attempt_at
                       FROM outbox.messages m
                      WHERE m.endpoint = _read.endpoint AND m.ordering_seq IS NULL AND m.next_attempt_at <= v_now
+                       AND m.id NOT IN (SELECT unnest(h.message_ids) FROM outbox.holds h
+                                         WHERE h.endpoint = _read.endpoint)
                      ORDER BY m.next_attempt_at
                      LIMIT _read.max
                        FOR UPDATE SKIP LOCKED) c;
-            IF v_exhausted IS NOT NULL THEN
-                PERFORM outbox._pull_exhausted(_read.endpoint, v_exhausted);
-            END IF;
             IF v_ids IS NOT NULL THEN
-                -- A message read before and not answered: its reader let the visibility pass.
-                -- Each lapsed visibility is an attempt that ended unanswered (the attempt
-                -- log, docs/operations.md), logged when the message is taken again.
-                IF coalesce(current_setting('pg_outbox.attempt_retention', true), '7d')::interval > interval '0' THEN
-                    INSERT INTO outbox.attempts (attempted_at, endpoint, message_id, attempt, error)
-                    SELECT m.read_until, m.endpoint, m.id, m.attempts, 'not acknowledged within its visibility timeout'
-                      FROM outbox.messages m
-                     WHERE m.id = ANY (v_ids) AND m.read_until IS NOT NULL;
-                END IF;
+                -- A read that committed after the look above began released its locks
+                -- before this one took them: this statement's snapshot sees its hold,
+                -- and its messages are left to it.
+                INSERT INTO outbox.holds AS h (endpoint, message_ids, read_at, held_until)
+                SELECT _read.endpoint, t.ids, v_now, v_now + _read.visibility
+                  FROM (SELECT array_agg(u.id ORDER BY u.n) AS ids
+                          FROM unnest(v_ids) WITH ORDINALITY AS u(id, n)
+                         WHERE u.id NOT IN (SELECT unnest(o.message_ids) FROM outbox.holds o
+                                             WHERE o.endpoint = _read.endpoint)) t
+                 WHERE t.ids IS NOT NULL
+                RETURNING h.message_ids INTO v_taken;
+                CONTINUE WHEN v_taken IS NULL;  -- every one was taken by that read: look again
                 RETURN QUERY
-                WITH taken AS (
-                    UPDATE outbox.messages m
-                       SET attempts = m.attempts + 1,
-                           next_attempt_at = v_now + _read.visibility,
-                           read_until = v_now + _read.visibility,
-                           last_error = CASE WHEN m.read_until IS NOT NULL
-                                             THEN 'not acknowledged within its visibility timeout'
-                                             ELSE m.last_error END,
-                           first_failed_at = CASE WHEN m.read_until IS NOT NULL
-                                                  THEN coalesce(m.first_failed_at, v_now)
-                                                  ELSE m.first_failed_at END
-                     WHERE m.id = ANY (v_ids)
-                    RETURNING m.*)
-                SELECT t.id, outbox._webhook_id(t.id, t.idempotency_key), t.event_type, t.payload, t.headers,
-                       t.ordering_key, t.attempts, t.created_at
-                  FROM taken t
-                 ORDER BY array_position(v_ids, t.id);
+                SELECT m.id, outbox._webhook_id(m.id, m.idempotency_key, v_instance, v_legacy), m.event_type,
+                       m.payload, m.headers, m.ordering_key, m.attempts + 1, m.created_at
+                  FROM unnest(v_taken) WITH ORDINALITY AS u(id, n)
+                  JOIN outbox.messages m ON m.id = u.id
+                 ORDER BY u.n;
                 RETURN;
             END IF;
-            CONTINUE WHEN v_exhausted IS NOT NULL;  -- took only dead ones: look again
         END IF;
         EXIT WHEN clock_timestamp() >= v_until;
         -- Also woken when the endpoint's next message comes due by itself (a retry after
-        -- its backoff, a visibility that passes, a deliver_at): no commit announces it.
-        SELECT min(m.next_attempt_at) INTO v_next FROM outbox.messages m
-         WHERE m.endpoint = _read.endpoint AND m.ordering_seq IS NULL AND m.next_attempt_at > v_now;
+        -- its backoff, a deliver_at) or a read's visibility passes: no commit announces it.
+        SELECT least((SELECT min(m.next_attempt_at) FROM outbox.messages m
+                       WHERE m.endpoint = _read.endpoint AND m.ordering_seq IS NULL AND m.next_attempt_at > v_now),
+                     (SELECT min(h.held_until) FROM outbox.holds h WHERE h.endpoint = _read.endpoint))
+          INTO v_next;
         PERFORM outbox._pull_wait(v_seen, least(v_until, v_next));
     END LOOP;
 END
@@ -220,6 +222,7 @@ CREATE OR REPLACE FUNCTION outbox._ack(endpoint text, ids bigint[], caller oid)
     RETURNS bigint
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off
 AS $fn$
 BEGIN
     PERFORM outbox._consumed_endpoint(_ack.endpoint, _ack.caller);
@@ -244,6 +247,7 @@ CREATE OR REPLACE FUNCTION outbox._nack(endpoint text, id bigint, error text, re
     RETURNS void
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off
 AS $fn$
 DECLARE
     v_max_attempts int;

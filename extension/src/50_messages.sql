@@ -64,11 +64,16 @@ AS $fn$
     -- message_id answers; fewer than attempts once retention dropped older ones).
     SELECT s.*, (SELECT count(*) FROM outbox.attempts a WHERE a.message_id = $1)
       FROM ((SELECT m.id, m.endpoint,
-                    CASE WHEN m.read_until > clock_timestamp()  -- held by a pull endpoint's reader
+                    CASE WHEN r.held_until > clock_timestamp()  -- held by a pull endpoint's reader
                               OR EXISTS (SELECT FROM outbox.claims c WHERE m.id = ANY (c.message_ids))
                          THEN 'in_flight' ELSE 'pending' END,
-                    m.attempts, m.last_error, m.last_http_status, m.created_at, NULL::timestamptz, NULL::bigint
-               FROM outbox.messages m WHERE m.id = $1)
+                    -- a read's attempt counts from the read on, answered or not
+                    m.attempts + (r.held_until IS NOT NULL)::int,
+                    m.last_error, m.last_http_status, m.created_at, NULL::timestamptz, NULL::bigint
+               FROM outbox.messages m
+               LEFT JOIN LATERAL (SELECT o.held_until FROM outbox.holds o
+                                   WHERE o.endpoint = m.endpoint AND m.id = ANY (o.message_ids) LIMIT 1) r ON true
+              WHERE m.id = $1)
             UNION ALL
             (SELECT h.id, h.endpoint, 'sent', h.attempts, NULL, h.last_http_status, h.created_at, h.sent_at, NULL
                FROM outbox.history h WHERE h.id = $1 LIMIT 1)
@@ -102,14 +107,20 @@ END
 $fn$;
 
 -- The webhook-id of a message (what the worker sends): its idempotency key, else
--- msg_<instance>_<id> (msg_<id> for a message enqueued before 0.3.0).
+-- msg_<instance>_<id> (msg_<id> for a message enqueued before 0.3.0), given the instance
+-- (outbox._instance(), read once by a statement that makes many: outbox.read,
+-- outbox.replay): src/pg/producer/webhook_id.cpp.
+CREATE OR REPLACE FUNCTION outbox._webhook_id(message_id bigint, idempotency_key text, instance text,
+                                              legacy_below bigint)
+    RETURNS text
+    AS 'MODULE_PATHNAME', 'pg_outbox_webhook_id'
+    LANGUAGE C IMMUTABLE;
+-- The same, with this database's instance.
 CREATE OR REPLACE FUNCTION outbox._webhook_id(message_id bigint, idempotency_key text)
     RETURNS text
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT coalesce(_webhook_id.idempotency_key,
-                    CASE WHEN _webhook_id.message_id < i.legacy_below THEN 'msg_' || _webhook_id.message_id
-                         ELSE 'msg_' || i.id || '_' || _webhook_id.message_id END)
+    SELECT outbox._webhook_id(_webhook_id.message_id, _webhook_id.idempotency_key, i.id, i.legacy_below)
       FROM outbox._instance() i
 $fn$;

@@ -145,10 +145,11 @@ BEGIN
         ELSIF exact OR p.to_at - p.from_at > trim_wider_than THEN
             EXECUTE format('WITH gone AS (DELETE FROM %s h WHERE h.%I < $1 RETURNING h.endpoint),'
                            '     n AS (SELECT g.endpoint, count(*) AS n FROM gone g GROUP BY g.endpoint),'
-                           '     counted AS (UPDATE outbox.history_counts hc SET sent = hc.sent - n.n FROM n'
-                           '                  WHERE hc.partition = $2 AND hc.endpoint = n.endpoint RETURNING 1)'
+                           '     counted AS (INSERT INTO outbox.history_counts AS hc (partition, endpoint, slot, sent)'
+                           '                 SELECT $2, n.endpoint, 0, -n.n FROM n WHERE $3'
+                           '                 ON CONFLICT (partition, endpoint, slot) DO UPDATE SET sent = hc.sent + excluded.sent)'
                            ' SELECT coalesce(sum(n.n), 0) FROM n', p.partition, v_layout.time_column)
-               INTO v_n USING cutoff, p.partition;
+               INTO v_n USING cutoff, p.partition, parent = 'outbox.history'::regclass;  -- counted: history only
             v_count := v_count + v_n;
         END IF;
     END LOOP;

@@ -80,9 +80,7 @@ BEGIN
     INSERT INTO outbox.messages AS m (endpoint, event_type, payload, headers, ordering_key, idempotency_key)
     SELECT r.endpoint, r.event_type, r.payload, r.headers, r.ordering_key, r.webhook_id
       FROM (SELECT DISTINCT ON (w.webhook_id) w.*
-              FROM (SELECT h.*, coalesce(h.idempotency_key,
-                                         CASE WHEN h.id < v_legacy THEN 'msg_' || h.id
-                                              ELSE 'msg_' || v_instance || '_' || h.id END) AS webhook_id
+              FROM (SELECT h.*, outbox._webhook_id(h.id, h.idempotency_key, v_instance, v_legacy) AS webhook_id
                       FROM outbox.history h
                      WHERE h.endpoint = replay.endpoint
                        AND h.sent_at >= replay.since AND h.sent_at < replay.until

@@ -18,7 +18,8 @@ COMMENT ON VIEW dlq.summary IS 'open dead letters by endpoint, reason_code and e
 -- Messages per endpoint, for endpoint_stats and metrics() (a view, not a function: a
 -- view's tables are read with its owner's rights, so operators who may read
 -- endpoint_stats need no right on the tables behind it): undelivered ones read from
--- the queue (its size is the backlog), in-flight ones from the worker's claims, and
+-- the queue (its size is the backlog), in-flight ones from the worker's claims and the
+-- pull readers' holds (the number of messages in hand, not the backlog), and
 -- delivered ones from the counts the worker keeps per history partition, so that the
 -- cost never depends on the retained history.  oldest_due: when the oldest waiting
 -- message first became due (its created_at, or its deliver_at for a scheduled message
@@ -28,21 +29,23 @@ COMMENT ON VIEW dlq.summary IS 'open dead letters by endpoint, reason_code and e
 -- anywhere has a row, whether or not it still exists.
 CREATE OR REPLACE VIEW outbox._message_counts AS
 SELECT n.endpoint,
-       coalesce(q.undelivered, 0) - coalesce(f.in_flight, 0) - coalesce(q.held, 0) AS pending,
-       coalesce(f.in_flight, 0) + coalesce(q.held, 0)                            AS in_flight,
+       coalesce(q.undelivered, 0) - coalesce(f.in_flight, 0) AS pending,
+       coalesce(f.in_flight, 0)                              AS in_flight,
        coalesce(h.sent, 0)                                   AS sent,
        q.oldest_due
   FROM (SELECT e.name AS endpoint FROM outbox.endpoints e
         UNION SELECT DISTINCT m.endpoint FROM outbox.messages m
-        UNION SELECT DISTINCT hc.endpoint FROM outbox.history_counts hc WHERE hc.sent > 0
+        UNION SELECT hc.endpoint FROM outbox.history_counts hc GROUP BY hc.endpoint HAVING sum(hc.sent) > 0
         UNION SELECT DISTINCT hd.endpoint FROM outbox.history_default hd) n
   LEFT JOIN (SELECT m.endpoint, count(*) AS undelivered,
-                    count(*) FILTER (WHERE m.read_until > clock_timestamp()) AS held,
                     min(CASE WHEN m.attempts = 0 THEN m.next_attempt_at ELSE m.created_at END)
                         FILTER (WHERE m.attempts > 0 OR m.next_attempt_at <= now()) AS oldest_due
                FROM outbox.messages m GROUP BY m.endpoint) q ON q.endpoint = n.endpoint
   LEFT JOIN (SELECT m.endpoint, count(DISTINCT m.id) AS in_flight
-               FROM outbox.claims c CROSS JOIN unnest(c.message_ids) AS i(id)
+               FROM (SELECT c.message_ids FROM outbox.claims c
+                     UNION ALL
+                     SELECT h.message_ids FROM outbox.holds h WHERE h.held_until > clock_timestamp()) x
+              CROSS JOIN unnest(x.message_ids) AS i(id)
                JOIN outbox.messages m ON m.id = i.id
               GROUP BY m.endpoint) f ON f.endpoint = n.endpoint
   LEFT JOIN (SELECT x.endpoint, sum(x.sent)::bigint AS sent

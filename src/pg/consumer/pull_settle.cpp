@@ -6,9 +6,10 @@
 // that leaves hands its place to its key's next message by the one promotion rule
 // (ordering/ordering.hpp).
 //
-// "Held by a reader" is precise: the message's read_until (set by outbox.read, cleared
-// by a nack) is still ahead of the clock. Once it has passed, the message is pending
-// again and another read may take it; an ack or nack that comes later finds nothing.
+// "Held by a reader" is precise: the message is listed in a row of outbox.holds (written
+// by outbox.read) whose held_until is still ahead of the clock. Once it has passed, the
+// row is a lapsed attempt (counted by the next read, outbox._pull_lapsed) and an ack or
+// nack that comes later finds nothing.
 #include "core/clock.hpp"
 #include "core/delivery_policy.hpp"
 #include "core/ordering_lock.hpp"
@@ -33,33 +34,57 @@ namespace {
 
 struct Held {
   int64_t id;
-  int attempts;
+  int attempts;  // with the read's attempt
   std::optional<int32_t> ordering_lock;
+  int64_t lapsed_at_ms;  // unix ms when the read's visibility passed (take_lapsed only)
 };
 
-// The endpoint's messages among ids, locked (waiting for a reader that is taking one of
-// them). held: those a reader holds now; else those whose visibility has passed.
-std::vector<Held> lock_messages(Datum endpoint, Datum ids, bool held) {
-  static Statement held_now(R"sql(
-    SELECT m.id, m.attempts, m.ordering_key FROM outbox.messages m
-     WHERE m.endpoint = $1 AND m.id = ANY ($2) AND m.read_until > clock_timestamp()
-     ORDER BY m.id FOR UPDATE
-  )sql",
-                            {TEXTOID, INT8ARRAYOID});
-  static Statement let_go(R"sql(
-    SELECT m.id, m.attempts, m.ordering_key FROM outbox.messages m
-     WHERE m.endpoint = $1 AND m.id = ANY ($2) AND m.read_until <= clock_timestamp()
-     ORDER BY m.id FOR UPDATE
-  )sql",
-                          {TEXTOID, INT8ARRAYOID});
-  Rows rows = (held ? held_now : let_go).run({endpoint, ids});
-  const std::string name = pg_call([&] { return static_cast<const char*>(TextDatumGetCString(endpoint)); });
+std::vector<Held> held_messages(const Rows& rows, const std::string& endpoint) {
   std::vector<Held> found(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
-    found[r] = {rows.int64(r, 0), static_cast<int>(rows.int64(r, 1)), std::nullopt};
-    if (!rows.is_null(r, 2)) found[r].ordering_lock = core::ordering_lock(name, rows.text(r, 2));
+    found[r] = {rows.int64(r, 0), static_cast<int>(rows.int64(r, 1)) + 1, std::nullopt, rows.int64(r, 3)};
+    if (!rows.is_null(r, 2)) found[r].ordering_lock = core::ordering_lock(endpoint, rows.text(r, 2));
   }
   return found;
+}
+
+// The endpoint's messages among ids that a read holds now, taken out of their holds (a
+// hold left empty is deleted): the caller settles them. The hold rows are locked first,
+// so that an ack and a nack of the same message, or an answer and the count of a lapsed
+// read, never both take it.
+std::vector<Held> take_held(Datum endpoint, Datum ids, const std::string& name) {
+  static Statement statement(R"sql(
+    WITH h AS (SELECT h.id, h.message_ids FROM outbox.holds h
+                WHERE h.endpoint = $1 AND h.held_until > clock_timestamp() AND h.message_ids && $2
+                ORDER BY h.id FOR UPDATE),
+    emptied AS (DELETE FROM outbox.holds x USING h WHERE x.id = h.id AND h.message_ids <@ $2),
+    left_over AS (UPDATE outbox.holds x SET message_ids = ARRAY(SELECT u FROM unnest(h.message_ids) AS u
+                                                                 WHERE u <> ALL ($2))
+                    FROM h WHERE x.id = h.id AND NOT h.message_ids <@ $2)
+    SELECT m.id, m.attempts, m.ordering_key, NULL::bigint
+      FROM h CROSS JOIN unnest(h.message_ids) AS u(id)
+      JOIN outbox.messages m ON m.id = u.id
+     WHERE u.id = ANY ($2)
+  )sql",
+                             {TEXTOID, INT8ARRAYOID});
+  return held_messages(statement.run({endpoint, ids}), name);
+}
+
+// The messages of the endpoint's reads whose visibility has passed, taken out of them
+// (the hold rows are deleted; those another read is counting now are left to it).
+std::vector<Held> take_lapsed(Datum endpoint, const std::string& name) {
+  static Statement statement(R"sql(
+    WITH l AS (DELETE FROM outbox.holds h
+                WHERE h.id IN (SELECT o.id FROM outbox.holds o
+                                WHERE o.endpoint = $1 AND o.held_until <= clock_timestamp()
+                                  FOR UPDATE SKIP LOCKED)
+               RETURNING h.message_ids, h.held_until)
+    SELECT m.id, m.attempts, m.ordering_key, (extract(epoch FROM l.held_until) * 1000)::bigint
+      FROM l CROSS JOIN unnest(l.message_ids) AS u(id)
+      JOIN outbox.messages m ON m.id = u.id
+  )sql",
+                             {TEXTOID});
+  return held_messages(statement.run({endpoint}), name);
 }
 
 std::string text_argument(FunctionCallInfo fcinfo, int n) {
@@ -69,13 +94,14 @@ std::string text_argument(FunctionCallInfo fcinfo, int n) {
 // A reader's answer (ack, nack, or the visibility let pass) as the attempt log records
 // it: at the time of the answer, not timed (the reader's work is its own), the error in
 // the result (docs/operations.md, The attempt log).
-store::Settlements::Attempt answered() {
+store::Settlements::Attempt answered(int64_t at_ms = core::SystemClock().now_ms()) {
   store::Settlements::Attempt a;
-  a.started_ms = core::SystemClock().now_ms();
+  a.started_ms = at_ms;
   return a;
 }
 
-store::Settlements::Dead dead(const Held& m, const std::string& endpoint, core::DeadReason reason, std::string error) {
+store::Settlements::Dead dead(const Held& m, const std::string& endpoint, core::DeadReason reason, std::string error,
+                              store::Settlements::Attempt attempt) {
   store::Settlements::Dead d;
   d.id = m.id;
   d.reason = reason;
@@ -83,7 +109,7 @@ store::Settlements::Dead dead(const Held& m, const std::string& endpoint, core::
   d.attempts = m.attempts;
   d.endpoint = endpoint;
   d.ordering_lock = m.ordering_lock;
-  d.attempt = answered();
+  d.attempt = std::move(attempt);
   return d;
 }
 
@@ -101,7 +127,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_ack) {
   with_spi([&] {
     const std::string endpoint = text_argument(fcinfo, 0);
     store::Settlements settlements;
-    for (const Held& m : lock_messages(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), true))
+    for (const Held& m : take_held(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), endpoint))
       settlements.sent.push_back({m.id, 0, m.attempts, endpoint, m.ordering_lock, answered()});
     count = static_cast<int64_t>(settlements.sent.size());
     if (count > 0) {
@@ -123,7 +149,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_nack) {
   with_spi([&] {
     const std::string endpoint = text_argument(fcinfo, 0);
     const Datum ids = int8_array({PG_GETARG_INT64(1)});
-    std::vector<Held> held = lock_messages(PG_GETARG_DATUM(0), ids, true);
+    std::vector<Held> held = take_held(PG_GETARG_DATUM(0), ids, endpoint);
     if (held.empty()) return;
     found = true;
     const Held& m = held.front();
@@ -143,7 +169,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_nack) {
       settlements.retry.push_back(
           {m.id, settled.retry_delay_ms, std::move(error), 0, m.attempts, endpoint, answered()});
     else
-      settlements.dead.push_back(dead(m, endpoint, settled.reason, std::move(error)));
+      settlements.dead.push_back(dead(m, endpoint, settled.reason, std::move(error), answered()));
     store::settle(settlements, store::kept());
     // A retry may come due before what the waiting readers looked at, and a settle may
     // promote a key's next message: they look again once this commits.
@@ -152,19 +178,27 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_nack) {
   PG_RETURN_BOOL(found);
 }
 
-// outbox._pull_exhausted(endpoint text, ids bigint[]) RETURNS void: messages whose
-// reader let the visibility pass on their last attempt go to the DLQ (outbox.read finds
-// them when it would hand them out again).
-PG_OUTBOX_FUNCTION(pg_outbox_pull_exhausted) {
+// outbox._pull_lapsed(endpoint text, max_attempts int) RETURNS void: the endpoint's
+// reads whose visibility has passed are attempts that ended unanswered (outbox.read counts
+// them before it takes messages): each message is pending again at once, or dead-lettered
+// (RETRY_EXHAUSTED) when that was its last attempt, and the attempt is logged at the
+// moment its visibility passed.
+PG_OUTBOX_FUNCTION(pg_outbox_pull_lapsed) {
   using namespace pg_outbox;
   using namespace pg_outbox::pg;
   with_spi([&] {
     const std::string endpoint = text_argument(fcinfo, 0);
+    const int max_attempts = PG_GETARG_INT32(1);
+    static const std::string kLapsed = "not acknowledged within its visibility timeout";
     store::Settlements settlements;
-    for (const Held& m : lock_messages(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), false))
-      settlements.dead.push_back(
-          dead(m, endpoint, core::DeadReason::RetryExhausted, "not acknowledged within its visibility timeout"));
-    if (!settlements.dead.empty()) store::settle(settlements, store::kept());
+    for (const Held& m : take_lapsed(PG_GETARG_DATUM(0), endpoint)) {
+      if (m.attempts >= max_attempts)
+        settlements.dead.push_back(
+            dead(m, endpoint, core::DeadReason::RetryExhausted, kLapsed, answered(m.lapsed_at_ms)));
+      else
+        settlements.retry.push_back({m.id, 0, kLapsed, 0, m.attempts, endpoint, answered(m.lapsed_at_ms)});
+    }
+    if (settlements.has_results()) store::settle(settlements, store::kept());
   });
   PG_RETURN_VOID();
 }

@@ -53,7 +53,7 @@ void settle_sent(const std::vector<Settlements::Sent>& sent, bool keep_history, 
     return;
   }
   // One statement: the rows leave the queue for the history, and the counts of their
-  // partitions (one row per partition and endpoint) grow by as many.
+  // partitions grow by as many, in this backend's slot (extension/src/35_engine_tables.sql).
   static Statement statement(R"sql(
     WITH s AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(id, http_status, attempts)),
     moved AS (DELETE FROM outbox.messages m USING s WHERE m.id = ANY ($1) AND m.id = s.id
@@ -63,10 +63,10 @@ void settle_sent(const std::vector<Settlements::Sent>& sent, bool keep_history, 
              SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key,
                     sent_attempts, NULLIF(sent_status, 0), created_at, now() FROM moved
              RETURNING tableoid, endpoint),
-    counted AS (INSERT INTO outbox.history_counts AS hc (partition, endpoint, sent)
-                SELECT k.tableoid::regclass, k.endpoint, count(*) FROM kept k
+    counted AS (INSERT INTO outbox.history_counts AS hc (partition, endpoint, slot, sent)
+                SELECT k.tableoid::regclass, k.endpoint, pg_backend_pid() % 8, count(*) FROM kept k
                  WHERE k.tableoid <> 'outbox.history_default'::regclass GROUP BY 1, 2
-                ON CONFLICT (partition, endpoint) DO UPDATE SET sent = hc.sent + excluded.sent)
+                ON CONFLICT (partition, endpoint, slot) DO UPDATE SET sent = hc.sent + excluded.sent)
     SELECT DISTINCT endpoint, ordering_key FROM moved WHERE ordering_key IS NOT NULL AND ordering_seq IS NULL
   )sql",
                              {INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID});
@@ -88,8 +88,7 @@ void settle_retry(const std::vector<Settlements::Retry>& retry) {
     UPDATE outbox.messages m SET attempts = r.attempts,
            next_attempt_at = now() + r.delay_ms * interval '1 millisecond',
            last_error = r.error, last_http_status = NULLIF(r.http_status, 0),
-           first_failed_at = coalesce(m.first_failed_at, now()),
-           read_until = NULL  -- a pull consumer's nack (consumer/pull_settle.cpp): no longer held
+           first_failed_at = coalesce(m.first_failed_at, now())
       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::int[])
            AS r(id, delay_ms, error, http_status, attempts)
      WHERE m.id = ANY ($1) AND m.id = r.id
