@@ -18,21 +18,19 @@ import psycopg2
 def reader(args):
     host, port, dbname, mode, target, batch, start = args
     conn = psycopg2.connect(host=host, port=port, dbname=dbname, user="postgres")
-    conn.autocommit = mode == "pull"  # pull-tx: read and ack in one transaction
+    conn.autocommit = mode == "pull"
     cur = conn.cursor()
     start.wait()
     taken = 0
     while True:
-        if mode in ("pull", "pull-tx"):
+        if mode == "pull":
             cur.execute("SELECT id FROM outbox.read(%s, %s)", (target, batch))
             ids = [r[0] for r in cur.fetchall()]
             if not ids:
-                conn.commit()
                 break
             cur.execute("SELECT outbox.ack(%s, %s)", (target, ids))
             if cur.fetchone()[0] != len(ids):
                 raise SystemExit("pull_readers: an ack did not settle every message read")
-            conn.commit()
         else:
             cur.execute(f"SELECT id, payload FROM {target} ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED", (batch,))
             ids = [r[0] for r in cur.fetchall()]
