@@ -76,6 +76,9 @@ CREATE OR REPLACE FUNCTION outbox._trigger_promotes() RETURNS boolean
 CREATE OR REPLACE FUNCTION outbox._next_in_order() RETURNS trigger
     AS 'MODULE_PATHNAME', 'pg_outbox_next_in_order'
     LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+CREATE OR REPLACE FUNCTION outbox._heads_gone() RETURNS trigger
+    AS 'MODULE_PATHNAME', 'pg_outbox_heads_gone'
+    LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
 -- The advisory lock (second key) that orders the commits of one key.
 CREATE OR REPLACE FUNCTION outbox._ordering_lock(endpoint text, ordering_key text) RETURNS int
     AS 'MODULE_PATHNAME', 'pg_outbox_ordering_lock'

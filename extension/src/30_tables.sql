@@ -170,9 +170,13 @@ CREATE TRIGGER messages_moved
     FOR EACH ROW WHEN (OLD.endpoint IS DISTINCT FROM NEW.endpoint OR OLD.ordering_key IS DISTINCT FROM NEW.ordering_key)
     EXECUTE FUNCTION outbox._moved_message();
 CREATE TRIGGER messages_next_in_order
-    AFTER DELETE OR UPDATE OF endpoint, ordering_key ON outbox.messages
+    AFTER UPDATE OF endpoint, ordering_key ON outbox.messages
     FOR EACH ROW WHEN (OLD.ordering_key IS NOT NULL AND outbox._trigger_promotes())
     EXECUTE FUNCTION outbox._next_in_order();
+CREATE TRIGGER messages_heads_gone
+    AFTER DELETE ON outbox.messages REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT WHEN (outbox._trigger_promotes())
+    EXECUTE FUNCTION outbox._heads_gone();
 
 -- Messages that will not be delivered as they stand, with what is needed to understand
 -- why and to put them back (dlq.requeue).  "Open" = neither requeued nor discarded.

@@ -12,8 +12,9 @@
 // - When a head leaves the queue, under the same lock, the follower with the lowest
 //   number becomes the head, unless the key still has one (promote_next_in_order, the
 //   rule written once): in the worker's settle, right after the statements that move
-//   the heads (store/settlements.cpp); for anyone else's DELETE or change of key, by an
-//   AFTER trigger (outbox._next_in_order).
+//   the heads (store/settlements.cpp); for anyone else's DELETE or change of key, by
+//   AFTER triggers (outbox._heads_gone per DELETE statement, outbox._next_in_order per
+//   row whose key changes).
 // The worker's claim thus never sees a follower: a blocked key costs it nothing, however
 // many messages wait behind the head. The worker takes the locks of the keyed messages
 // it settles before it moves them, in the same sorted order as a committing producer.
@@ -251,30 +252,64 @@ PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
   return PointerGetDatum(nullptr);
 }
 
-// AFTER DELETE or UPDATE OF endpoint, ordering_key, of a keyed message, by anyone but
-// the worker (whose settle promotes right after the statements that move the heads): if its key
-// is left without a head, the next message becomes the head. The follower it picks may
-// be leaving itself (another DELETE, not yet committed): the UPDATE then waits for it
-// and finds it gone, and the next follower is looked for again.
-PG_OUTBOX_FUNCTION(pg_outbox_next_in_order) {
+namespace {
+
+// A key's head left the queue, or may have (by anyone but the worker, whose settle
+// promotes right after the statements that move the heads): if the key is left without a
+// head, its next message becomes the head. The follower picked may be leaving itself
+// (another DELETE, not yet committed): the UPDATE then waits for it and finds it gone, and
+// the next follower is looked for again. SPI connected; the key's lock taken.
+bool promote_after_head_left(const std::string& endpoint, const std::string& key) {
   using namespace pg_outbox::pg;
-  Entry row = row_of(trigger_data(fcinfo, "outbox._next_in_order()"));
-  lock_orderings({pg_outbox::core::ordering_lock(row.endpoint, row.key)});
   static Statement next_in_line(R"sql(
     SELECT f.ordering_seq IS NOT NULL FROM outbox.messages f WHERE f.endpoint = $1 AND f.ordering_key = $2
      ORDER BY f.ordering_seq NULLS FIRST LIMIT 1
   )sql",
                                 {TEXTOID, TEXTOID});
+  const std::vector<std::string> endpoints = {endpoint}, keys = {key};
+  for (int tries = 0; tries < 100; ++tries) {
+    if (promote_next_in_order(endpoints, keys, Statement::Visibility::kLatest) > 0) return true;
+    Rows first = next_in_line.run_latest({text_datum(endpoint), text_datum(key)});
+    if (first.size() == 0 || !first.boolean(0, 0)) break;  // nobody waits, or a head remains
+  }
+  return false;
+}
+
+}  // namespace
+
+// AFTER UPDATE OF endpoint, ordering_key, of a keyed message, by anyone but the worker:
+// the key it left may be left without a head.
+PG_OUTBOX_FUNCTION(pg_outbox_next_in_order) {
+  using namespace pg_outbox::pg;
+  Entry row = row_of(trigger_data(fcinfo, "outbox._next_in_order()"));
+  lock_orderings({pg_outbox::core::ordering_lock(row.endpoint, row.key)});
   bool promoted = false;
-  with_spi([&] {
-    const std::vector<std::string> endpoints = {row.endpoint}, keys = {row.key};
-    for (int tries = 0; tries < 100 && !promoted; ++tries) {
-      promoted = promote_next_in_order(endpoints, keys, Statement::Visibility::kLatest) > 0;
-      if (promoted) break;
-      Rows first = next_in_line.run_latest({text_datum(row.endpoint), text_datum(row.key)});
-      if (first.size() == 0 || !first.boolean(0, 0)) break;  // nobody waits, or a head remains
-    }
-  });
+  with_spi([&] { promoted = promote_after_head_left(row.endpoint, row.key); });
+  if (promoted) wake_worker_at_commit();
+  return PointerGetDatum(nullptr);
+}
+
+// AFTER DELETE, per statement, with the deleted rows as a transition table (gone), by
+// anyone but the worker (a pull reader's answer, an operator's DELETE, drop_endpoint):
+// each key that lost a message is looked at once, under all the keys' locks taken in
+// order. Once per key, not per row: a row trigger walked the key's deleted index entries
+// again for every deleted row, so deleting n messages of a key cost n² visits.
+PG_OUTBOX_FUNCTION(pg_outbox_heads_gone) {
+  using namespace pg_outbox::pg;
+  TriggerData* trigger = trigger_data(fcinfo, "outbox._heads_gone()");
+  bool promoted = false;
+  with_spi(
+      [&] {
+        Rows keys = run_once("SELECT DISTINCT endpoint, ordering_key FROM gone WHERE ordering_key IS NOT NULL");
+        if (keys.size() == 0) return;
+        std::vector<int32_t> locks;
+        for (size_t r = 0; r < keys.size(); ++r)
+          locks.push_back(pg_outbox::core::ordering_lock(keys.text(r, 0), keys.text(r, 1)));
+        lock_orderings(std::move(locks));
+        for (size_t r = 0; r < keys.size(); ++r)
+          promoted = promote_after_head_left(keys.text(r, 0), keys.text(r, 1)) || promoted;
+      },
+      trigger);
   if (promoted) wake_worker_at_commit();
   return PointerGetDatum(nullptr);
 }
