@@ -44,7 +44,9 @@ CREATE TABLE outbox.history (
 ) PARTITION BY RANGE (sent_at);
 COMMENT ON TABLE outbox.history IS
     'pg_outbox delivered messages, kept for pg_outbox.sent_retention; partitioned by sent_at';
--- outbox.message(id) probes each partition's index on id.  Each partition gets its own
+-- outbox.message(id) probes each partition's index on id: a BRIN since 0.4.0, so that
+-- keeping a delivered message writes its heap row and no index entry
+-- (outbox._partition_layout).  Each partition gets its own
 -- (outbox._history_prepare), not one inherited from a partitioned index: the
 -- partitions are ordinary tables that pg_dump dumps with their indexes, and an index
 -- on the extension's parent would make pg_restore create every one of them twice.
