@@ -30,6 +30,12 @@ struct Breaker {
   int consecutive_failures = 0;
   int64_t open_until_ms = 0;  // unix ms; meaningful while Open
   int64_t cooldown_ms = 0;    // the current cool-down; 0 while Closed
+
+  bool operator==(const Breaker& o) const {
+    return state == o.state && consecutive_failures == o.consecutive_failures && open_until_ms == o.open_until_ms &&
+           cooldown_ms == o.cooldown_ms;
+  }
+  bool operator!=(const Breaker& o) const { return !(*this == o); }
 };
 
 struct BreakerConfig {

@@ -113,7 +113,7 @@ int64_t recover_claims(bool log_attempts) {
     a AS (SELECT u.id, max(u.attempt) AS attempt, max(c.claimed_at) AS claimed_at
             FROM c CROSS JOIN LATERAL unnest(c.message_ids, c.attempts) AS u(id, attempt) GROUP BY u.id),
     r AS (UPDATE outbox.messages m SET attempts = a.attempt FROM a
-           WHERE m.id = ANY (ARRAY(SELECT id FROM a)) AND m.id = a.id AND m.attempts < a.attempt
+           WHERE m.id = a.id AND m.attempts < a.attempt
            RETURNING m.id, m.endpoint, a.attempt, a.claimed_at),
     logged AS (INSERT INTO outbox.attempts (attempted_at, endpoint, message_id, attempt, error)
                SELECT r.claimed_at, r.endpoint, r.id, r.attempt, 'worker restarted: the outcome is unknown'

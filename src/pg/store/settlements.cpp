@@ -52,11 +52,14 @@ void settle_sent(const std::vector<Settlements::Sent>& sent, bool keep_history, 
     left.add(statement.run({int8_array(ids)}));
     return;
   }
+  // Here and below, the rows are joined to their results by id alone: "m.id = ANY ($1)"
+  // besides became an index condition of each inner scan of the nested loop, and every
+  // rescan sorted the whole array again (a settle of 500: 9.4 ms, against 2.0 ms).
   // One statement: the rows leave the queue for the history, and the counts of their
   // partitions grow by as many, in this backend's slot (extension/src/35_engine_tables.sql).
   static Statement statement(R"sql(
     WITH s AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(id, http_status, attempts)),
-    moved AS (DELETE FROM outbox.messages m USING s WHERE m.id = ANY ($1) AND m.id = s.id
+    moved AS (DELETE FROM outbox.messages m USING s WHERE m.id = s.id
               RETURNING m.*, s.http_status AS sent_status, s.attempts AS sent_attempts),
     kept AS (INSERT INTO outbox.history (id, endpoint, event_type, payload, headers, ordering_key,
                     idempotency_key, attempts, last_http_status, created_at, sent_at)
@@ -91,7 +94,7 @@ void settle_retry(const std::vector<Settlements::Retry>& retry) {
            first_failed_at = coalesce(m.first_failed_at, now())
       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::int[])
            AS r(id, delay_ms, error, http_status, attempts)
-     WHERE m.id = ANY ($1) AND m.id = r.id
+     WHERE m.id = r.id
   )sql",
                              {INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID});
   statement.run({int8_array(ids), int8_array(delays), text_array(errors), int4_array(statuses), int4_array(attempts)});
@@ -115,7 +118,7 @@ void settle_dead(const std::vector<Settlements::Dead>& dead, Keys& left) {
     WITH d AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
                  AS d(id, reason, error, http_status, body, attempts)),
     moved AS (DELETE FROM outbox.messages m USING d
-              WHERE m.id = ANY ($1) AND m.id = d.id
+              WHERE m.id = d.id
               RETURNING m.*, d.reason, d.error, d.http_status AS dead_status, d.body, d.attempts AS dead_attempts),
     dead AS (INSERT INTO dlq.dead_letters (message_id, endpoint, event_type, payload, headers, ordering_key,
                     idempotency_key, reason_code, error_message, http_status, response_body, attempts,

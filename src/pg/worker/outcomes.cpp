@@ -67,7 +67,6 @@ void give_back_unstarted(WorkerState& state, const std::function<bool(const Deli
 }
 
 void on_breaker_transition(WorkerState& state, Endpoint& endpoint, core::Transition transition) {
-  endpoint.breaker_dirty = true;  // at least the failure count changed
   if (transition == core::Transition::None) return;
   const core::Breaker& b = endpoint.row.breaker;
   const char* what = transition == core::Transition::Closed ? "closed" : "opened";
@@ -120,8 +119,12 @@ void answered(WorkerState& state, const http::Response& response) {
     if (!endpoint_fed) {
       endpoint_fed = true;
       if (Endpoint* endpoint = state.endpoints.find(delivery->endpoint)) {
+        // Saved only when it changed: a success on a closed breaker with no failures
+        // (every answer of a healthy endpoint) writes nothing to its row.
+        const core::Breaker before = endpoint->row.breaker;
         if (auto transition = core::feed_breaker(judged.breaker, endpoint->row.breaker, breaker_config(), now))
           on_breaker_transition(state, *endpoint, *transition);
+        if (endpoint->row.breaker != before) endpoint->breaker_dirty = true;
         learn_health(state, *endpoint, judged);
       }
     }
