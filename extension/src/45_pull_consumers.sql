@@ -105,7 +105,8 @@ $fn$;
 
 -- Takes up to max of the endpoint's due messages, each for one reader: they become
 -- invisible for visibility, held by one row of outbox.holds, and their attempt counts
--- now.  On an ordered endpoint only each key's head is ever due
+-- from now on (the queue's row records it when the message is answered or its visibility
+-- passes).  On an ordered endpoint only each key's head is ever due
 -- (src/pg/ordering/ordering.cpp).  With wait, sleeps until an enqueuing transaction
 -- commits or the endpoint's next message comes due, then looks again (a new statement: a
 -- fresh snapshot), until a message comes or wait is up.  Reads whose visibility passed

@@ -92,8 +92,9 @@ std::string text_argument(FunctionCallInfo fcinfo, int n) {
 }
 
 // A reader's answer (ack, nack, or the visibility let pass) as the attempt log records
-// it: at the time of the answer, not timed (the reader's work is its own), the error in
-// the result (docs/operations.md, The attempt log).
+// it: at the time of the answer (for a visibility let pass, the moment it passed), not
+// timed (the reader's work is its own), the error in the result (docs/operations.md, The
+// attempt log).
 store::Settlements::Attempt answered(int64_t at_ms = core::SystemClock().now_ms()) {
   store::Settlements::Attempt a;
   a.started_ms = at_ms;
