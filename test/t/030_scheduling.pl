@@ -248,12 +248,13 @@ sub sent_ago
 		CREATE TEMP TABLE aged ON COMMIT DROP AS
 		  SELECT tableoid::regclass AS part, endpoint FROM outbox.history WHERE id = $id;
 		UPDATE outbox.history SET sent_at = now() - interval '$ago' WHERE id = $id;
-		UPDATE outbox.history_counts hc SET sent = hc.sent - 1
-		  FROM aged a WHERE hc.partition = a.part AND hc.endpoint = a.endpoint;
-		INSERT INTO outbox.history_counts AS hc (partition, endpoint, sent)
-		  SELECT h.tableoid::regclass, h.endpoint, 1 FROM outbox.history h
+		INSERT INTO outbox.history_counts AS hc (partition, endpoint, slot, sent)
+		  SELECT a.part, a.endpoint, 0, -1 FROM aged a WHERE a.part <> 'outbox.history_default'::regclass
+		  ON CONFLICT (partition, endpoint, slot) DO UPDATE SET sent = hc.sent - 1;
+		INSERT INTO outbox.history_counts AS hc (partition, endpoint, slot, sent)
+		  SELECT h.tableoid::regclass, h.endpoint, 0, 1 FROM outbox.history h
 		   WHERE h.id = $id AND h.tableoid <> 'outbox.history_default'::regclass
-		  ON CONFLICT (partition, endpoint) DO UPDATE SET sent = hc.sent + 1;
+		  ON CONFLICT (partition, endpoint, slot) DO UPDATE SET sent = hc.sent + 1;
 		COMMIT;});
 }
 

@@ -279,6 +279,9 @@ void Worker::recover_from_error(int sqlstate, const std::string& message) {
   error_streak_ = std::min(error_streak_ + 1, 6);
   const int64_t pause_ms = core::error_pause_ms(error_streak_);
   error_pause_until_ms_ = state_.now_ms() + pause_ms;
+  // The claim that failed had already set the schedule as if it had claimed (nothing
+  // more due until the poll): after the pause it looks again, whatever woke it before.
+  state_.schedule.more_due = true;
   pg_call([&] {
     ereport(LOG, (errcode(sqlstate), errmsg("pg_outbox worker: %s", message.c_str()),
                   errdetail("The worker rolled back and retries in %lld ms.", static_cast<long long>(pause_ms))));
