@@ -212,11 +212,12 @@ int64_t promote_next_in_order(const std::vector<std::string>& endpoints, const s
                               Statement::Visibility visibility) {
   static Statement promote(R"sql(
     UPDATE outbox.messages m SET ordering_seq = NULL
-      FROM (SELECT (SELECT f.id FROM outbox.messages f
-                     WHERE f.endpoint = k.endpoint AND f.ordering_key = k.ordering_key
-                     ORDER BY f.ordering_seq NULLS FIRST LIMIT 1) AS id
-              FROM unnest($1::text[], $2::text[]) AS k(endpoint, ordering_key)) n
-     WHERE m.id = n.id AND m.ordering_seq IS NOT NULL
+     WHERE m.id = ANY (ARRAY(
+             SELECT (SELECT f.id FROM outbox.messages f
+                      WHERE f.endpoint = k.endpoint AND f.ordering_key = k.ordering_key
+                      ORDER BY f.ordering_seq NULLS FIRST LIMIT 1)
+               FROM unnest($1::text[], $2::text[]) AS k(endpoint, ordering_key)))
+       AND m.ordering_seq IS NOT NULL
     RETURNING m.id
   )sql",
                            {TEXTARRAYOID, TEXTARRAYOID});
