@@ -166,6 +166,12 @@ case_6() {
   R[ordered]=$(drain_case ordered 1000)
 }
 
+# The other shape of an ordered backlog: many keys with short queues behind their heads.
+case_6b() {
+  log "6b. ordered endpoint, 30 messages per key ($((BACKLOG / 30)) keys)"
+  R[ordered30]=$(drain_case ordered $((BACKLOG / 30)))
+}
+
 case_8() {
   log "8. publish to 1 and to 5 subscribers beside enqueue (pgbench, 4 clients, $ROUNDS interleaved rounds of $ROUND_SECONDS s, endpoints paused)"
   bench_sql -c "SELECT outbox.create_endpoint('parked' || i, url => 'http://127.0.0.1:$NGINX_PORT/parked')
@@ -312,11 +318,11 @@ case_11() {
 }
 
 # Which cases run: all by default; case 2 (the unordered HTTP drain) is the reference of
-# 3b, 5 and 6, and of the later cases, so it runs whenever one of them does. Case 3b
+# 3b, 5, 6 and 6b, and of the later cases, so it runs whenever one of them does. Case 3b
 # compares with case 3 too.
-ALL_CASES="1 2 2b 2c 3 3b 4 5 5b 6 7a 7b 7c 8 9 10 11"
+ALL_CASES="1 2 2b 2c 3 3b 4 5 5b 6 6b 7a 7b 7c 8 9 10 11"
 selected=" ${CASES:-$ALL_CASES} "
-for c in 3b 5 6 7a 7b 7c; do [[ $selected == *" $c "* ]] && selected+=" 2 "; done
+for c in 3b 5 6 6b 7a 7b 7c; do [[ $selected == *" $c "* ]] && selected+=" 2 "; done
 [[ $selected == *" 10 "* ]] && selected+=" 3b "  # PgQ's consumer, a reference of case 10
 [[ $selected == *" 3b "* ]] && selected+=" 3 2 "
 want() { [[ $selected == *" $1 "* ]]; }
@@ -359,6 +365,8 @@ want 5 && row "5. HTTP drain with 1M sent + 100k DLQ" "${R[backlog]% *} msg/s, $
 want 5b && row "5b. metrics() + endpoint_stats" "${R[scrape0]} ms with no history" "${R[scrape10m]} ms with ${R[sent10m]} retained"
 want 6 && row "6. ordered endpoint, 1,000 keys" "${R[ordered]% *} msg/s, ${R[ordered]#* } ms CPU/1k" \
   "ratio $(ratio "${R[ordered]% *}" "$http_rate") to case 2"
+want 6b && row "6b. ordered endpoint, 30 messages per key" "${R[ordered30]% *} msg/s, ${R[ordered30]#* } ms CPU/1k" \
+  "ratio $(ratio "${R[ordered30]% *}" "$http_rate") to case 2"
 if want 7a; then
   read -r off_rate off_cpu off_wal <<<"${R[attempts_off]}"
   read -r on_rate on_cpu on_wal <<<"${R[attempts_on]}"

@@ -209,15 +209,23 @@ void order_at_commit(int64_t id, const std::string& endpoint, const std::string&
 // The rule of a key's succession, for the worker's settle and for the trigger alike: the
 // follower with the lowest number becomes the head, unless the key still has a head
 // (NULLS FIRST puts a remaining head first, and the UPDATE then changes nothing).
+// The next followers are all looked up (the ARRAY initplan) before the UPDATE writes.
+// Each key's scan walks past the index entries its earlier heads and their old versions
+// left; a scan marks those dead (so that later scans skip them without visiting the
+// heap) only if their leaf page is unchanged when it moves on. Interleaved with the
+// UPDATE, which inserts the new head's entry into that very page, it never was: every
+// promotion of a key walked all the entries its predecessors left, and their heap pages
+// (a quarter of the worker's CPU per message in bench/run.sh case 6).
 int64_t promote_next_in_order(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys,
                               Statement::Visibility visibility) {
   static Statement promote(R"sql(
     UPDATE outbox.messages m SET ordering_seq = NULL
-      FROM (SELECT (SELECT f.id FROM outbox.messages f
-                     WHERE f.endpoint = k.endpoint AND f.ordering_key = k.ordering_key
-                     ORDER BY f.ordering_seq NULLS FIRST LIMIT 1) AS id
-              FROM unnest($1::text[], $2::text[]) AS k(endpoint, ordering_key)) n
-     WHERE m.id = n.id AND m.ordering_seq IS NOT NULL
+     WHERE m.id = ANY (ARRAY(
+             SELECT (SELECT f.id FROM outbox.messages f
+                      WHERE f.endpoint = k.endpoint AND f.ordering_key = k.ordering_key
+                      ORDER BY f.ordering_seq NULLS FIRST LIMIT 1)
+               FROM unnest($1::text[], $2::text[]) AS k(endpoint, ordering_key)))
+       AND m.ordering_seq IS NOT NULL
     RETURNING m.id
   )sql",
                            {TEXTARRAYOID, TEXTARRAYOID});
