@@ -50,17 +50,6 @@ extern "C" {
 
 namespace pg_outbox::pg::enqueue {
 
-using pg_outbox::pg::as_owner;
-using pg_outbox::pg::count_queued_rows;
-using pg_outbox::pg::function_owner;
-using pg_outbox::pg::pg_call;
-using pg_outbox::pg::release_queued;
-using pg_outbox::pg::reserve_queued;
-using pg_outbox::pg::Room;
-using pg_outbox::pg::Rows;
-using pg_outbox::pg::SqlError;
-using pg_outbox::pg::Statement;
-using pg_outbox::pg::with_spi;
 constexpr int kKeyLengthMax = 200;  // event_type, ordering_key (the table's CHECKs say the same)
 
 // The size of a stored value uncompressed, from its header alone (never detoasted).
@@ -189,9 +178,8 @@ int64 queued_with_key(Datum endpoint, Datum key, Oid owner) {
   return rows.size() == 1 ? rows.int64(0, 0) : 0;
 }
 
-// Idempotent enqueue: INSERT ... ON CONFLICT DO NOTHING; a message with the same key
-// still in the queue wins. 0 if the conflicting row left the queue in between.
-int64 insert_with_key(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner) {
+int64 insert_with_key(FunctionCallInfo fcinfo, const FieldPositions& fields, Datum endpoint,
+                      TimestampTz next_attempt_at, Oid owner) {
   static Statement insert(R"sql(
     INSERT INTO outbox.messages AS m (endpoint, event_type, payload, headers, ordering_key, idempotency_key,
                                       next_attempt_at)
@@ -200,9 +188,9 @@ int64 insert_with_key(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid 
     RETURNING m.id
   )sql",
                           {TEXTOID, TEXTOID, JSONBOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID});
-  std::vector<Datum> args;
-  std::string nulls;
-  for (int from : {kEndpoint, kEventType, kPayload, kHeaders, kOrderingKey, kIdempotencyKey}) {
+  std::vector<Datum> args{endpoint};
+  std::string nulls = " ";
+  for (int from : fields) {
     args.push_back(PG_ARGISNULL(from) ? Datum(0) : PG_GETARG_DATUM(from));
     nulls.push_back(PG_ARGISNULL(from) ? 'n' : ' ');
   }
@@ -307,7 +295,8 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
     // The loop only repeats if the message with the key left the queue between the
     // INSERT and the SELECT.
     for (int i = 0; i < 3 && id == 0; ++i) {
-      id = inserted = insert_with_key(fcinfo, next_attempt_at, owner);
+      id = inserted = insert_with_key(fcinfo, {kEventType, kPayload, kHeaders, kOrderingKey, kIdempotencyKey}, endpoint,
+                                      next_attempt_at, owner);
       if (id == 0) id = queued_with_key(endpoint, PG_GETARG_DATUM(kIdempotencyKey), owner);
     }
     if (id == 0)

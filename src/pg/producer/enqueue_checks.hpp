@@ -4,6 +4,7 @@
 
 #include "pg/boundary/postgres.hpp"
 
+#include <array>
 #include <string>
 
 namespace pg_outbox::pg::enqueue {
@@ -32,6 +33,15 @@ void check_key_text(Datum value, const char* name, bool no_control_characters);
 bool at_max_pending(const std::string& endpoint, int64 max_pending, Oid owner);
 // The id of the endpoint's message with this idempotency key still in the queue, or 0.
 int64 queued_with_key(Datum endpoint, Datum key, Oid owner);
+// Where the caller's arguments hold a message's event type, payload, headers, ordering
+// key and idempotency key (enqueue's and publish's differ).
+using FieldPositions = std::array<int, 5>;
+// Idempotent insert: INSERT ... ON CONFLICT DO NOTHING into the endpoint, with the fields
+// of fcinfo's arguments at those positions; a message with the same key still in the
+// queue wins. The new id, or 0 on a conflict (the caller looks the queued one up: it may
+// have left the queue in between).
+int64 insert_with_key(FunctionCallInfo fcinfo, const FieldPositions& fields, Datum endpoint,
+                      TimestampTz next_attempt_at, Oid owner);
 // max_pending's refusal (54000).
 void refuse_full(const std::string& endpoint, int64 max_pending);
 

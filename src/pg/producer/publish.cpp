@@ -94,30 +94,14 @@ std::string first_not_allowed(const std::vector<Subscriber>& subscribers, Oid ca
   return first;
 }
 
-// A keyed delivery: INSERT ... ON CONFLICT, as enqueue's idempotent path; true when the
-// message is in the queue (inserted now, or already there).
+// A keyed delivery: enqueue's idempotent insert; true when the message is in the queue
+// (inserted now, or already there).
 bool insert_keyed(FunctionCallInfo fcinfo, const std::string& endpoint, TimestampTz next_attempt_at, Oid owner) {
-  static Statement insert(R"sql(
-    INSERT INTO outbox.messages AS m (endpoint, event_type, payload, headers, ordering_key, idempotency_key,
-                                      next_attempt_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7)
-    ON CONFLICT (endpoint, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING m.id
-  )sql",
-                          {TEXTOID, TEXTOID, JSONBOID, JSONBOID, TEXTOID, TEXTOID, TIMESTAMPTZOID});
   const Datum name = text_datum(endpoint);
   for (int i = 0; i < 3; ++i) {
-    std::vector<Datum> args{name};
-    std::string nulls = " ";
-    for (int from : {kEventType, kPayload, kHeaders, kOrderingKey, kIdempotencyKey}) {
-      args.push_back(PG_ARGISNULL(from) ? Datum(0) : PG_GETARG_DATUM(from));
-      nulls.push_back(PG_ARGISNULL(from) ? 'n' : ' ');
-    }
-    args.push_back(TimestampTzGetDatum(next_attempt_at));
-    nulls.push_back(' ');
-    Rows rows;
-    as_owner(owner, [&] { with_spi([&] { rows = insert.run(args, Statement::Visibility::kStatement, nulls, 1); }); });
-    if (rows.size() == 1) return true;
+    if (enqueue::insert_with_key(fcinfo, {kEventType, kPayload, kHeaders, kOrderingKey, kIdempotencyKey}, name,
+                                 next_attempt_at, owner) != 0)
+      return true;
     if (queued_with_key(name, PG_GETARG_DATUM(kIdempotencyKey), owner) != 0) return true;
   }
   throw SqlError(ERRCODE_T_R_SERIALIZATION_FAILURE,
