@@ -52,6 +52,25 @@ AS $fn$
        AND b IS NOT NULL  -- the default partition has no bounds
 $fn$;
 
+-- Drops a time partition if it holds no row, with its counts (the history's); returns
+-- whether it went.  A partition with rows stays.
+CREATE OR REPLACE FUNCTION outbox._partition_drop_if_empty(partition regclass)
+    RETURNS boolean
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_empty boolean;
+BEGIN
+    EXECUTE format('SELECT NOT EXISTS (SELECT FROM %s)', partition) INTO v_empty;
+    IF v_empty THEN
+        DELETE FROM outbox.history_counts hc WHERE hc.partition = _partition_drop_if_empty.partition;
+        EXECUTE format('DROP TABLE IF EXISTS %s', partition);
+    END IF;
+    RETURN v_empty;
+END
+$fn$;
+
 -- Makes sure that partitions of width_s seconds, aligned on multiples of it since the
 -- epoch, cover parent from now to at least three widths ahead (from the end of the
 -- current partition, if it was made for a longer retention); returns until when it is
@@ -71,7 +90,6 @@ DECLARE
     v_covered timestamptz;
     v_name    text;
     v_old     record;
-    v_empty   boolean;
 BEGIN
     IF width_s IS NULL OR width_s < 1 THEN
         RAISE EXCEPTION 'width_s must be a positive number of seconds'
@@ -83,11 +101,7 @@ BEGIN
     FOR v_old IN SELECT * FROM outbox._partitions(parent) p
                   WHERE p.to_at > now() AND p.to_at - p.from_at > make_interval(secs => width_s) LOOP
         BEGIN
-            EXECUTE format('SELECT NOT EXISTS (SELECT FROM %s)', v_old.partition) INTO v_empty;
-            IF v_empty THEN
-                DELETE FROM outbox.history_counts hc WHERE hc.partition = v_old.partition;  -- (history only)
-                EXECUTE format('DROP TABLE IF EXISTS %s', v_old.partition);
-            END IF;
+            PERFORM outbox._partition_drop_if_empty(v_old.partition);
         EXCEPTION WHEN lock_not_available OR undefined_table THEN
             EXIT;
         END;
@@ -189,4 +203,39 @@ CREATE OR REPLACE FUNCTION outbox._history_retire(cutoff timestamptz, exact bool
     SET search_path = pg_catalog, pg_temp
 AS $fn$
     SELECT outbox._partitions_retire('outbox.history', cutoff, exact, trim_wider_than)
+$fn$;
+
+-- A restore (pg_restore, or psql with a plain dump) brings the time partitions the dump
+-- held, each as CREATE TABLE outbox.<name> (...), then ALTER TABLE ONLY <parent> ATTACH
+-- PARTITION outbox.<name> FOR VALUES FROM (...) TO (...).  The restored database's
+-- worker starts at the restore's CREATE EXTENSION and may have made partitions of its
+-- own for the same times by then (_partitions_prepare, at its first round): the restore
+-- would fail on a name or a range already taken.  The worker's partitions are still
+-- empty then (the messages come later, with the data), and give way: a statement hook in
+-- every backend (src/pg/runtime/restored_partitions.cpp) calls these two before such a
+-- CREATE TABLE or ATTACH PARTITION.  A partition that holds rows, or that the caller does
+-- not own, stays, and the statement fails as PostgreSQL makes it.
+CREATE OR REPLACE FUNCTION outbox._restore_creates(partition_name text)
+    RETURNS integer
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT count(*) FILTER (WHERE outbox._partition_drop_if_empty(p.partition))::integer
+      FROM unnest(ARRAY['outbox.history', 'outbox.attempts']::regclass[]) parent
+     CROSS JOIN LATERAL outbox._partitions(parent) p
+      JOIN pg_class c ON c.oid = p.partition
+     WHERE c.relname = _restore_creates.partition_name
+       AND pg_has_role(c.relowner, 'USAGE')
+$fn$;
+
+CREATE OR REPLACE FUNCTION outbox._restore_attaches(parent regclass, from_at timestamptz, to_at timestamptz)
+    RETURNS integer
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT count(*) FILTER (WHERE outbox._partition_drop_if_empty(p.partition))::integer
+      FROM outbox._partitions(parent) p
+      JOIN pg_class c ON c.oid = p.partition
+     WHERE p.from_at < _restore_attaches.to_at AND p.to_at > _restore_attaches.from_at
+       AND pg_has_role(c.relowner, 'USAGE')
 $fn$;

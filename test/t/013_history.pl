@@ -13,7 +13,9 @@
 #   6. sent_retention = 0 keeps nothing;
 #   7. a pg_dump / pg_restore round trip keeps the history, its partitions, its counts,
 #      the queue, the dead letters and the id sequence, and the restored database
-#      delivers.
+#      delivers;
+#   8. ... also when the restored database's worker made its partitions before the
+#      restore brought the dump's: its empty ones give way, one with rows never does.
 use strict;
 use warnings;
 
@@ -166,6 +168,53 @@ is(sql($node, q{SELECT count(*) FROM outbox.history h
 is(sql($node, q{SELECT last_value FROM outbox.messages_id_seq}, 'restored'), $next_id, '... and the id sequence');
 my $probe = sql($node, q{SELECT status FROM outbox.message((SELECT max(id) FROM outbox.history))}, 'restored');
 is($probe, 'sent', 'message() finds a delivered message in the restored history');
+
+# ---------------------------------------------------------------------------
+# 8. The restored database's worker starts at the restore's CREATE EXTENSION and makes
+#    its partitions for the same times as the dump's (same names; one of each parent
+#    renamed here, so that one overlaps under another name). A restore that comes after
+#    them still succeeds: the worker's empty partitions give way to the restored ones.
+#    (Two pg_restore runs make the order certain: the extension, then the rest.)
+my ($listing) = run_command([ 'pg_restore', '-l', $dump ]);
+my @entries = grep { !/^;/ } split /\n/, $listing;
+my @extension = grep { /EXTENSION - pg_outbox/ } @entries;
+my @rest = grep { !/EXTENSION - pg_outbox/ } @entries;
+is(scalar(@extension), 1, 'the dump lists the extension once');
+my ($list_extension, $list_rest) = map { $node->basedir . "/$_.list" } qw(extension rest);
+append_to_file($list_extension, join("\n", @extension) . "\n");
+append_to_file($list_rest, join("\n", @rest) . "\n");
+sql($node, 'CREATE DATABASE restored_late');
+$node->command_ok([ 'pg_restore', '--exit-on-error', '-L', $list_extension, '-d', $node->connstr('restored_late'), $dump ],
+	'pg_restore of the extension alone');
+ok(wait_sql($node, q{SELECT count(*) > 0 FROM outbox._history_partitions() WHERE to_at > now() + interval '30 min'}, 60, 'restored_late')
+	  && wait_sql($node, q{SELECT count(*) > 0 FROM outbox._partitions('outbox.attempts') WHERE to_at > now() + interval '1 day'}, 60, 'restored_late'),
+	"... its worker made the partitions ahead");
+my %dumped = map { /TABLE outbox (\w+) / ? ($1 => 1) : () } @entries;
+my @taken = grep { $dumped{$_} } split /,/, sql($node,
+	q{SELECT string_agg(c.relname, ',') FROM unnest(ARRAY['outbox.history', 'outbox.attempts']::regclass[]) parent
+	   CROSS JOIN LATERAL outbox._partitions(parent) p JOIN pg_class c ON c.oid = p.partition}, 'restored_late');
+cmp_ok(scalar(@taken), '>=', 2, "... with names the dump's partitions have (@taken)");
+sql($node, q{DO $$ DECLARE p record; BEGIN
+               FOR p IN SELECT parent, (SELECT partition FROM outbox._partitions(parent) WHERE now() >= from_at AND now() < to_at) AS current
+                          FROM unnest(ARRAY['outbox.history', 'outbox.attempts']::regclass[]) parent LOOP
+                   EXECUTE format('ALTER TABLE %s RENAME TO %I', p.current, 'worker_made_' || p.parent::text);
+               END LOOP; END $$}, 'restored_late');
+$node->command_ok([ 'pg_restore', '--exit-on-error', '-L', $list_rest, '-d', $node->connstr('restored_late'), $dump ],
+	'pg_restore of the rest, after them');
+is(sql($node, $describe, 'restored_late'), $before, "the late restore holds the same ($before)");
+is(sql($node, sprintf($partitions_until, $last_bound), 'restored_late'), $partitions_before,
+	'... the dump\'s partitions, with their bounds');
+is(sql($node, q{SELECT count(*) FROM pg_class WHERE relname LIKE 'worker_made_%'}, 'restored_late'), '0',
+	'... the overlapping ones under other names gave way too');
+
+# A partition that holds rows never gives way: attaching over it fails, and it keeps them.
+my $full = sql($node, q{SELECT tableoid::regclass FROM outbox.history ORDER BY id DESC LIMIT 1}, 'restored_late');
+my $rows = sql($node, "SELECT count(*) FROM $full", 'restored_late');
+my ($from, $to) = split /\|/, sql($node, "SELECT from_at, to_at FROM outbox._history_partitions() WHERE partition = '$full'::regclass", 'restored_late');
+my ($rc, $out, $err) = $node->psql('restored_late', qq{CREATE TABLE outbox.history_over (LIKE outbox.history);
+	ALTER TABLE ONLY outbox.history ATTACH PARTITION outbox.history_over FOR VALUES FROM ('$from') TO ('$to')});
+like($err, qr/would overlap partition/, "attaching over a partition with rows fails ($full)");
+is(sql($node, "SELECT count(*) FROM $full", 'restored_late'), $rows, "... and it keeps its $rows rows");
 
 $node->stop;
 $recv->stop;

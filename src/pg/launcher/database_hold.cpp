@@ -11,6 +11,8 @@
 //  - CREATE, ALTER and DROP EXTENSION pg_outbox wake the database's worker at commit,
 //    or ask the launcher for one: a new extension is served within the launcher's
 //    reaction time, a dropped one lets its worker go at once.
+//  - A restore's CREATE TABLE and ATTACH PARTITION of a time partition first drop the
+//    worker's empty partition that would make them fail (runtime/restored_partitions.cpp).
 //
 // Only for a role that may run the statement (the database's owner or a superuser):
 // anyone else's attempt fails in PostgreSQL's own checks, and must not stop a worker.
@@ -19,6 +21,7 @@
 // ERROR may longjmp through it.
 #include "pg/runtime/commit_wake.hpp"
 #include "pg/launcher/database_hold.hpp"
+#include "pg/runtime/restored_partitions.hpp"
 #include "pg/runtime/shared_state.hpp"
 #include "pg/runtime/transaction_events.hpp"
 
@@ -162,6 +165,7 @@ void on_utility(PlannedStmt* pstmt, const char* query, bool read_only_tree, Proc
       request_launcher_at_commit();  // and where none runs, the launcher asks
     }
   }
+  make_room_for_restored_partition(stmt);
   if (previous_utility_hook != nullptr)
     previous_utility_hook(pstmt, query, read_only_tree, context, params, env, dest, qc);
   else
