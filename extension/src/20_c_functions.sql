@@ -63,10 +63,11 @@ CREATE OR REPLACE FUNCTION outbox._wake_at_commit() RETURNS trigger
 
 -- Per-key commit order on ordered endpoints (src/pg/ordering/ordering.cpp).  The triggers of
 -- outbox.messages that call them run as the extension's owner: a producer has no right
--- on the table or the sequence.
+-- on the table or the sequence.  _order_at_commit switches to the owner itself, only
+-- for its first call of a commit, the one that does the work.
 CREATE OR REPLACE FUNCTION outbox._order_at_commit() RETURNS trigger
     AS 'MODULE_PATHNAME', 'pg_outbox_order_at_commit'
-    LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+    LANGUAGE C;
 CREATE OR REPLACE FUNCTION outbox._moved_message() RETURNS trigger
     AS 'MODULE_PATHNAME', 'pg_outbox_moved_message'
     LANGUAGE C;

@@ -101,6 +101,16 @@ Entry row_of(TriggerData* trigger) {
   return {id, endpoint, key, no_seq ? std::nullopt : std::optional<int64_t>(seq)};
 }
 
+// The id of the trigger's row: all a commit-time call after the first reads.
+int64_t id_of(TriggerData* trigger) {
+  return pg_call([&] {
+    TupleDesc desc = RelationGetDescr(trigger->tg_relation);
+    bool isnull = false;
+    return static_cast<int64_t>(
+        DatumGetInt64(SPI_getbinval(trigger->tg_trigtuple, desc, SPI_fnumber(desc, "id"), &isnull)));
+  });
+}
+
 // Whether the key has a head already, read with a fresh snapshot: any head but the
 // messages being placed now (`placing`), which are heads in it until they are placed.
 bool has_head(const std::string& endpoint, const std::string& key, const std::unordered_set<int64_t>& placing) {
@@ -248,15 +258,22 @@ using pg_outbox::pg::Entry;
 // Deferred constraint trigger, AFTER INSERT of a row with an ordering key: at commit,
 // the row and every keyed message recorded in this transaction (on the first call) take
 // their place in their keys' order.
+// The first call places them all, as the extension's owner (a producer has no right on
+// the table or the sequence); the other calls of the commit, one per keyed row (a bulk
+// INSERT, a replay: thousands), find their row placed and return at once. So the
+// function is not SECURITY DEFINER: that would set search_path and the user for every
+// one of them.
 PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
   using namespace pg_outbox::pg;
-  Entry row = row_of(trigger_data(fcinfo, "outbox._order_at_commit()"));
-  if (ordered_ids.count(row.id) != 0) return PointerGetDatum(nullptr);
+  TriggerData* trigger = trigger_data(fcinfo, "outbox._order_at_commit()");
+  if (ordered_ids.count(id_of(trigger)) != 0) return PointerGetDatum(nullptr);
+  Entry row = row_of(trigger);
   std::vector<Entry> batch;
   batch.swap(recorded);
   if (std::none_of(batch.begin(), batch.end(), [&](const Entry& e) { return e.id == row.id; }))
     batch.push_back(std::move(row));
-  place(std::move(batch));
+  const Oid owner = pg_call([&] { return function_owner(fcinfo->flinfo->fn_oid); });
+  as_owner(owner, [&] { place(std::move(batch)); });
   return PointerGetDatum(nullptr);
 }
 
