@@ -71,12 +71,45 @@ BEGIN
 END
 $fn$;
 
+-- Makes the partition of [from_at, to_at) although the default partition holds rows of
+-- that range, written while no partition covered it (a pull consumer's ack while no
+-- worker served the database, an INSERT by hand).  They move into it, with their counts
+-- (the history's; the default partition's rows are counted by reading it), and the range
+-- is then a time partition like any other, dropped whole in its turn: left to the
+-- default partition, its rows would be deleted one by one, and every later row of the
+-- range would land there too (a whole day, for the attempt log).
+CREATE OR REPLACE FUNCTION outbox._partition_adopt(parent regclass, partition_name text, from_at timestamptz,
+                                                   to_at timestamptz)
+    RETURNS void
+    LANGUAGE plpgsql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_layout record := outbox._partition_layout(parent);
+BEGIN
+    EXECUTE format('CREATE TABLE outbox.%I (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', partition_name, parent);
+    EXECUTE format('WITH moved AS (DELETE FROM %s_default d WHERE d.%I >= $1 AND d.%I < $2 RETURNING d.*)'
+                   ' INSERT INTO outbox.%I SELECT * FROM moved',
+                   parent, v_layout.time_column, v_layout.time_column, partition_name)
+        USING from_at, to_at;
+    EXECUTE format('ALTER TABLE %s ATTACH PARTITION outbox.%I FOR VALUES FROM (%L) TO (%L)',
+                   parent, partition_name, from_at, to_at);
+    EXECUTE format('CREATE INDEX ON outbox.%I %s', partition_name, v_layout.index_definition);
+    IF parent = 'outbox.history'::regclass THEN
+        EXECUTE format('INSERT INTO outbox.history_counts (partition, endpoint, slot, sent)'
+                       ' SELECT $1, h.endpoint, 0, count(*) FROM outbox.%I h GROUP BY h.endpoint', partition_name)
+            USING format('outbox.%I', partition_name)::regclass;
+    END IF;
+END
+$fn$;
+
 -- Makes sure that partitions of width_s seconds, aligned on multiples of it since the
 -- epoch, cover parent from now to at least three widths ahead (from the end of the
 -- current partition, if it was made for a longer retention); returns until when it is
--- covered.  A range that cannot get its partition (the default partition already holds
--- rows of it, or a reader holds the table longer than the lock timeout) is left to the
--- default partition, and the next range is tried.
+-- covered.  A range whose rows the default partition already holds gets its partition
+-- with them (_partition_adopt).  A range that cannot get its partition (a reader holds
+-- the table longer than the lock timeout) is left to the default partition until the
+-- next call, and the next range is tried.
 CREATE OR REPLACE FUNCTION outbox._partitions_prepare(parent regclass, width_s int)
     RETURNS timestamptz
     LANGUAGE plpgsql VOLATILE
@@ -118,8 +151,15 @@ BEGIN
             EXECUTE format('CREATE TABLE outbox.%I PARTITION OF %s FOR VALUES FROM (%L) TO (%L)',
                            v_name, parent, v_from, v_to);
             EXECUTE format('CREATE INDEX ON outbox.%I %s', v_name, v_layout.index_definition);
-        EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table THEN
-            NULL;
+        EXCEPTION
+            WHEN check_violation THEN  -- the default partition holds rows of the range
+                BEGIN
+                    PERFORM outbox._partition_adopt(parent, v_name, v_from, v_to);
+                EXCEPTION WHEN lock_not_available OR check_violation OR duplicate_table THEN
+                    NULL;  -- (a row of the range came meanwhile) the next call tries again
+                END;
+            WHEN lock_not_available OR duplicate_table THEN
+                NULL;
         END;
         v_from := v_to;
     END LOOP;

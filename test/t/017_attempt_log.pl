@@ -174,9 +174,17 @@ is_deeply([ grep { !m{^(300/200|0/0)$} } @samples ], [],
 is(sql($node, q{SELECT to_regclass('outbox.attempts_two_days_ago') IS NULL}), 't', 'the expired partition was dropped');
 is(sql($node, "SELECT count(*) FROM outbox.attempts WHERE message_id IN ($id, $timed_out, $hid, $nid, $marker)"), '9',
 	'the recent attempts stay');
-is(sql($node, q{SELECT string_agg(DISTINCT (p.to_at - p.from_at)::text, ',') FROM outbox._partitions('outbox.attempts') p
-          WHERE p.from_at > now()}),
-	'06:00:00', 'the worker\'s partitions ahead are there, 6 hours wide for the shorter retention');
+# The current partition (a day wide, for the longer retention) keeps its rows until its
+# end; the worker's partitions after it are 6 hours wide, and cover at least three of
+# those ahead of now. (From midnight to 6 a.m. UTC the day's partition alone covers that.)
+is(sql($node, q{SELECT coalesce(string_agg(DISTINCT (p.to_at - p.from_at)::text, ','), 'none needed yet') || ' / '
+                       || (SELECT max(a.to_at) >= now() + interval '18 hours' FROM outbox._partitions('outbox.attempts') a)
+                  FROM outbox._partitions('outbox.attempts') p
+                 WHERE p.from_at >= (SELECT c.to_at FROM outbox._partitions('outbox.attempts') c
+                                      WHERE now() >= c.from_at AND now() < c.to_at)}),
+	(sql($node, q{SELECT c.to_at < now() + interval '18 hours' FROM outbox._partitions('outbox.attempts') c
+	               WHERE now() >= c.from_at AND now() < c.to_at}) eq 't' ? '06:00:00' : 'none needed yet') . ' / true',
+	'the worker\'s partitions ahead are there, 6 hours wide for the shorter retention');
 
 # The history's partitions are the history's: the attempt log's did not disturb them.
 cmp_ok(sql($node, q{SELECT count(*) FROM outbox._history_partitions() WHERE to_at > now()}), '>', 0,
