@@ -216,6 +216,23 @@ Oid function_owner(Oid function) {
   return owner;
 }
 
+void with_index_plans(const std::function<void()>& body) {
+  int nest_level = 0;
+  pg_call([&] {
+    nest_level = NewGUCNestLevel();
+    for (const char* name : {"enable_seqscan", "enable_bitmapscan"})
+      (void)set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+  });
+  auto restore = [&] { pg_call([&] { AtEOXact_GUC(true, nest_level); }); };
+  try {
+    body();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+}
+
 void as_owner(Oid owner, const std::function<void()>& body) {
   Oid saved_user = InvalidOid;
   int saved_context = 0;

@@ -98,6 +98,10 @@ void with_spi(const std::function<void()>& body, TriggerData* trigger = nullptr)
 // rights. The caller's identity and settings come back afterwards, also when body throws.
 void as_owner(Oid owner, const std::function<void()>& body);
 
+// Runs body with sequential and bitmap scans priced out, as the worker runs (a statement
+// then takes an index path whatever the statistics of the queue say); the settings come
+// back afterwards, also when body throws.
+void with_index_plans(const std::function<void()>& body);
 // The owner of a function (the extension's owner, for the extension's functions): whom
 // as_owner acts as. May raise an ERROR: call it inside pg_call.
 Oid function_owner(Oid function);

@@ -146,24 +146,28 @@ void place(std::vector<Entry> batch) {
   std::sort(batch.begin(), batch.end(), [](const Entry& a, const Entry& b) {
     return std::tie(a.endpoint, a.key, a.preset, a.id) < std::tie(b.endpoint, b.key, b.preset, b.id);
   });
-  with_spi([&] { place_sorted(batch); });
+  with_index_plans([&] { with_spi([&] { place_sorted(batch); }); });
 }
 
-// place() for a batch sorted by key, with SPI connected. Per key: one look at which of
-// its messages still exist, then one UPDATE that numbers all its followers in order (a
-// bulk INSERT of keyed rows, a requeue_all or a replay, places thousands at once).
+// place() for a batch sorted by key, with SPI connected and only index paths: the queue's
+// statistics say whatever it held when it was last analyzed (nothing, between two
+// bursts), and a plan that trusted them scanned the whole queue once per key. Per key:
+// one look at which of its messages still exist, then one UPDATE that numbers all its
+// followers in order (a bulk INSERT of keyed rows, a requeue_all or a replay, places
+// thousands at once).
 void place_sorted(const std::vector<Entry>& batch) {
   static Statement existing("SELECT m.id FROM outbox.messages m WHERE m.id = ANY ($1)", {INT8ARRAYOID});
   static Statement unnumber("UPDATE outbox.messages m SET ordering_seq = NULL WHERE m.id = ANY ($1)", {INT8ARRAYOID});
-  // The numbers are drawn in the order of the array: the subquery is sorted before its
-  // volatile column is computed.
-  static Statement number(R"sql(
-    UPDATE outbox.messages m SET ordering_seq = s.seq
-      FROM (SELECT u.id, nextval('outbox.commit_order'::regclass) AS seq
-              FROM unnest($1::bigint[]) WITH ORDINALITY AS u(id, i) ORDER BY u.i) s
-     WHERE m.id = s.id
-  )sql",
-                          {INT8ARRAYOID});
+  // Followers in the order of their ids: the index scan of the primary key gives the
+  // rows in that order (the array's is sorted), and each draws its number as it comes.
+  static Statement number_by_id(
+      "UPDATE outbox.messages m SET ordering_seq = nextval('outbox.commit_order'::regclass) WHERE m.id = ANY ($1)",
+      {INT8ARRAYOID});
+  // Followers in another order (numbers they came with, from a restored dump): one at a
+  // time, in that order.
+  static Statement number_one(
+      "UPDATE outbox.messages m SET ordering_seq = nextval('outbox.commit_order'::regclass) WHERE m.id = $1",
+      {INT8OID});
   std::string ordered_endpoint;  // the last endpoint found ordered, and whether it was
   bool ordered = false;
   std::vector<int64_t> heads_with_numbers;  // heads that came with a number: it goes
@@ -204,7 +208,11 @@ void place_sorted(const std::vector<Entry>& batch) {
         follow = true;  // the others go behind it
       }
     }
-    if (!followers.empty()) number.run_latest({int8_array(followers)});
+    if (std::is_sorted(followers.begin(), followers.end())) {
+      if (!followers.empty()) number_by_id.run_latest({int8_array(followers)});
+    } else {
+      for (int64_t id : followers) number_one.run_latest({Int64GetDatum(id)});
+    }
     first = end;
   }
   if (!heads_with_numbers.empty()) unnumber.run_latest({int8_array(heads_with_numbers)});
