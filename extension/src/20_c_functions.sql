@@ -74,12 +74,16 @@ CREATE OR REPLACE FUNCTION outbox._moved_message() RETURNS trigger
 CREATE OR REPLACE FUNCTION outbox._trigger_promotes() RETURNS boolean
     AS 'MODULE_PATHNAME', 'pg_outbox_trigger_promotes'
     LANGUAGE C STABLE;
+-- The promotions look keys up by index whatever the queue's statistics say (as the
+-- worker's and _order_at_commit's statements do: ordering.cpp, with_index_plans).
 CREATE OR REPLACE FUNCTION outbox._next_in_order() RETURNS trigger
     AS 'MODULE_PATHNAME', 'pg_outbox_next_in_order'
-    LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+    LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off SET enable_bitmapscan = off;
 CREATE OR REPLACE FUNCTION outbox._heads_gone() RETURNS trigger
     AS 'MODULE_PATHNAME', 'pg_outbox_heads_gone'
-    LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+    LANGUAGE C SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+    SET enable_seqscan = off SET enable_bitmapscan = off;
 -- The advisory lock (second key) that orders the commits of one key.
 CREATE OR REPLACE FUNCTION outbox._ordering_lock(endpoint text, ordering_key text) RETURNS int
     AS 'MODULE_PATHNAME', 'pg_outbox_ordering_lock'
