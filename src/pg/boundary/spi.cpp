@@ -216,14 +216,10 @@ Oid function_owner(Oid function) {
   return owner;
 }
 
-void with_index_plans(const std::function<void()>& body) {
-  int nest_level = 0;
-  pg_call([&] {
-    nest_level = NewGUCNestLevel();
-    for (const char* name : {"enable_seqscan", "enable_bitmapscan"})
-      (void)set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-  });
-  auto restore = [&] { pg_call([&] { AtEOXact_GUC(true, nest_level); }); };
+namespace {
+
+// Runs body, then restore: also when body throws (the exception goes on).
+void run_then(const std::function<void()>& body, const std::function<void()>& restore) {
   try {
     body();
   } catch (...) {
@@ -231,6 +227,18 @@ void with_index_plans(const std::function<void()>& body) {
     throw;
   }
   restore();
+}
+
+}  // namespace
+
+void with_index_plans(const std::function<void()>& body) {
+  int nest_level = 0;
+  pg_call([&] {
+    nest_level = NewGUCNestLevel();
+    for (const char* name : {"enable_seqscan", "enable_bitmapscan"})
+      (void)set_config_option(name, "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+  });
+  run_then(body, [&] { pg_call([&] { AtEOXact_GUC(true, nest_level); }); });
 }
 
 void as_owner(Oid owner, const std::function<void()>& body) {
@@ -244,19 +252,12 @@ void as_owner(Oid owner, const std::function<void()>& body) {
     (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
                             false);
   });
-  auto restore = [&] {
+  run_then(body, [&] {
     pg_call([&] {
       AtEOXact_GUC(true, nest_level);
       SetUserIdAndSecContext(saved_user, saved_context);
     });
-  };
-  try {
-    body();
-  } catch (...) {
-    restore();
-    throw;
-  }
-  restore();
+  });
 }
 
 }  // namespace pg_outbox::pg
