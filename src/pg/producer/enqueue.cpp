@@ -178,6 +178,9 @@ int64 queued_with_key(Datum endpoint, Datum key, Oid owner) {
   return rows.size() == 1 ? rows.int64(0, 0) : 0;
 }
 
+namespace {
+
+// One INSERT ... ON CONFLICT DO NOTHING: the new id, or 0 on a conflict.
 int64 insert_with_key(FunctionCallInfo fcinfo, const FieldPositions& fields, Datum endpoint,
                       TimestampTz next_attempt_at, Oid owner) {
   static Statement insert(R"sql(
@@ -198,6 +201,22 @@ int64 insert_with_key(FunctionCallInfo fcinfo, const FieldPositions& fields, Dat
   nulls.push_back(' ');
   Rows rows = run_as_owner(owner, insert, args, Statement::Visibility::kStatement, nulls);
   return rows.size() == 1 ? rows.int64(0, 0) : 0;
+}
+
+}  // namespace
+
+KeyedInsert insert_or_find_with_key(FunctionCallInfo fcinfo, const FieldPositions& fields, Datum endpoint,
+                                    TimestampTz next_attempt_at, Oid owner, const char* verb) {
+  const Datum key = PG_GETARG_DATUM(fields[4]);
+  for (int i = 0; i < 3; ++i) {
+    const int64 inserted = insert_with_key(fcinfo, fields, endpoint, next_attempt_at, owner);
+    if (inserted != 0) return {inserted, inserted};
+    const int64 queued = queued_with_key(endpoint, key, owner);
+    if (queued != 0) return {queued, 0};
+  }
+  throw SqlError(ERRCODE_T_R_SERIALIZATION_FAILURE,
+                 std::string("could not ") + verb + ": the message with the same idempotency key keeps changing",
+                 "Retry the transaction.");
 }
 
 void refuse_full(const std::string& endpoint, int64 max_pending) {
@@ -292,17 +311,11 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
   if (key == nullptr) {
     id = inserted = insert_row(fcinfo, next_attempt_at, owner, facts.ordered);
   } else {
-    // The loop only repeats if the message with the key left the queue between the
-    // INSERT and the SELECT.
-    for (int i = 0; i < 3 && id == 0; ++i) {
-      id = inserted = insert_with_key(fcinfo, {kEventType, kPayload, kHeaders, kOrderingKey, kIdempotencyKey}, endpoint,
-                                      next_attempt_at, owner);
-      if (id == 0) id = queued_with_key(endpoint, PG_GETARG_DATUM(kIdempotencyKey), owner);
-    }
-    if (id == 0)
-      throw SqlError(ERRCODE_T_R_SERIALIZATION_FAILURE,
-                     "could not enqueue: the message with the same idempotency key keeps changing",
-                     "Retry the transaction.");
+    const KeyedInsert keyed =
+        insert_or_find_with_key(fcinfo, {kEventType, kPayload, kHeaders, kOrderingKey, kIdempotencyKey}, endpoint,
+                                next_attempt_at, owner, "enqueue");
+    id = keyed.id;
+    inserted = keyed.inserted;
   }
   // The INSERT statement of the idempotent path noted its row itself (or found the
   // message already queued): the reservation is not needed.

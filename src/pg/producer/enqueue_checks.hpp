@@ -36,12 +36,17 @@ int64 queued_with_key(Datum endpoint, Datum key, Oid owner);
 // Where the caller's arguments hold a message's event type, payload, headers, ordering
 // key and idempotency key (enqueue's and publish's differ).
 using FieldPositions = std::array<int, 5>;
-// Idempotent insert: INSERT ... ON CONFLICT DO NOTHING into the endpoint, with the fields
-// of fcinfo's arguments at those positions; a message with the same key still in the
-// queue wins. The new id, or 0 on a conflict (the caller looks the queued one up: it may
-// have left the queue in between).
-int64 insert_with_key(FunctionCallInfo fcinfo, const FieldPositions& fields, Datum endpoint,
-                      TimestampTz next_attempt_at, Oid owner);
+// The idempotent enqueue of a message with an idempotency key: INSERT ... ON CONFLICT DO
+// NOTHING into the endpoint, with the fields of fcinfo's arguments at those positions,
+// and when a message with the key is already queued (it wins), its id. Tried again only
+// if that message left the queue in between; after three tries, 40001 ("could not
+// <verb>: ...").
+struct KeyedInsert {
+  int64 id;        // the message in the queue
+  int64 inserted;  // the same id if this call inserted it, 0 if it was already there
+};
+KeyedInsert insert_or_find_with_key(FunctionCallInfo fcinfo, const FieldPositions& fields, Datum endpoint,
+                                    TimestampTz next_attempt_at, Oid owner, const char* verb);
 // max_pending's refusal (54000).
 void refuse_full(const std::string& endpoint, int64 max_pending);
 

@@ -94,19 +94,11 @@ std::string first_not_allowed(const std::vector<Subscriber>& subscribers, Oid ca
   return first;
 }
 
-// A keyed delivery: enqueue's idempotent insert; true when the message is in the queue
+// A keyed delivery: enqueue's idempotent insert; the message is in the queue afterwards
 // (inserted now, or already there).
-bool insert_keyed(FunctionCallInfo fcinfo, const std::string& endpoint, TimestampTz next_attempt_at, Oid owner) {
-  const Datum name = text_datum(endpoint);
-  for (int i = 0; i < 3; ++i) {
-    if (enqueue::insert_with_key(fcinfo, {kEventType, kPayload, kHeaders, kOrderingKey, kIdempotencyKey}, name,
-                                 next_attempt_at, owner) != 0)
-      return true;
-    if (queued_with_key(name, PG_GETARG_DATUM(kIdempotencyKey), owner) != 0) return true;
-  }
-  throw SqlError(ERRCODE_T_R_SERIALIZATION_FAILURE,
-                 "could not publish: the message with the same idempotency key keeps changing",
-                 "Retry the transaction.");
+void insert_keyed(FunctionCallInfo fcinfo, const std::string& endpoint, TimestampTz next_attempt_at, Oid owner) {
+  (void)enqueue::insert_or_find_with_key(fcinfo, {kEventType, kPayload, kHeaders, kOrderingKey, kIdempotencyKey},
+                                         text_datum(endpoint), next_attempt_at, owner, "publish");
 }
 
 void release_all(std::vector<Subscriber>& subscribers) {
@@ -219,8 +211,8 @@ PG_OUTBOX_FUNCTION(pg_outbox_publish) {
   if (keyed) {
     // Statements that note their own rows (order, max_pending): the reservations go back.
     for (Subscriber& s : subscribers) {
-      if (!s.done) s.done = insert_keyed(fcinfo, s.name, next_attempt_at, owner);
-      deliveries += s.done ? 1 : 0;
+      if (!s.done) insert_keyed(fcinfo, s.name, next_attempt_at, owner);
+      ++deliveries;
     }
     release_all(subscribers);
   } else {
