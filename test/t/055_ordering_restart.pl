@@ -10,6 +10,9 @@
 #  2. "A requeued dead letter is a new message with a new id. It is ordered by that
 #     new id, but it keeps the original webhook-id": a message enqueued before the
 #     requeue goes out (and is answered) before the requeued one.
+#  3. The next message of a key that the worker holds in memory to claim it itself: new
+#     messages follow it, an operator's DELETE makes it a head in the table, and a worker
+#     that stops while holding it leaves it to the next worker.
 #
 # Where a message stands is outbox.message(id): in the queue (pending, or in_flight
 # while a claim of the worker lists it), in the history (sent) or in the DLQ (dead).
@@ -55,6 +58,21 @@ sub receipts
 			answered_at => $r->{answered_at},
 			settled     => exists $r->{outcome},
 		  };
+	}
+	return \@out;
+}
+
+# The receipts of a path whose payload names this key.
+sub receipts_of_key
+{
+	my ($path, $key) = @_;
+	my @out;
+	for my $r (@{ $recv->requests(path => $path) })
+	{
+		my $p = $json->decode(Encode::encode('UTF-8', $r->{body}));
+		next unless ($p->{key} // '') eq $key;
+		push @out, { seq => $p->{seq}, wid => $r->{headers}{'webhook-id'}, time => $r->{time},
+			answered => $r->{answered} };
 	}
 	return \@out;
 }
@@ -188,6 +206,83 @@ is( join(' ', map { "$_->{wid}:$_->{n}:" . ($_->{answered} // 'none') } @$r),
 	  . 'then the requeued one with the original webhook-id');
 ok($r->[3]{time} >= ($r->[2]{answered_at} // 9e9),
 	'the requeued message went out only after the earlier message was answered');
+
+###############################################################################
+# 3. The next message of a key that the worker holds. When it takes a key's head out of
+#    the queue, the worker claims the key's next message itself, by id, and leaves it
+#    waiting in the table (src/pg/ordering/successors.cpp). A message it holds is locked
+#    by another transaction here, so that its claim skips it and it stays held.
+#    a. Neither key has a head in the table then: a producer's new message still follows.
+#    b. An operator's DELETE of the message after it makes the held message a head in the
+#       table: it is delivered once, then the rest of its key (which the worker had looked
+#       up ahead with it: it looks the key up again).
+#    c. A worker that stops while holding one: the next worker makes it a head, and the
+#       key goes on in order.
+###############################################################################
+sql($node, sprintf(q{SELECT outbox.create_endpoint('held', url => '%s', ordered => true)}, $recv->url('/hooks/h')));
+sql($node, q{SELECT outbox.pause_endpoint('held')});
+my %held;
+for my $key (qw(g h))
+{
+	$held{$key} = [ map {
+		sql($node, "SELECT outbox.enqueue('held', jsonb_build_object('key', '$key', 'seq', $_), ordering_key => '$key')")
+	} 0 .. ($key eq 'g' ? 4 : 3) ];
+}
+my %holder;
+for my $key (qw(g h))
+{
+	$holder{$key} = $node->background_psql('postgres');
+	$holder{$key}->query_safe('BEGIN');
+	$holder{$key}->query_safe("SELECT id FROM outbox.messages WHERE id = $held{$key}[1] FOR UPDATE");
+}
+sql($node, q{SELECT outbox.resume_endpoint('held')});
+ok( wait_sql(
+		$node, "SELECT count(*) = 2 FROM unnest('{$held{g}[0],$held{h}[0]}'::bigint[]) i, outbox.message(i) s"
+		  . " WHERE s.status = 'sent'",
+		30),
+	'the heads of keys g and h are sent');
+sleep 1;    # rounds of the worker, which holds g1 and h1 and cannot claim them
+is( sql($node, q{SELECT string_agg(ordering_key || ':' || count_heads || '/' || total, ' ' ORDER BY ordering_key)
+	FROM (SELECT ordering_key, count(*) FILTER (WHERE ordering_seq IS NULL) AS count_heads, count(*) AS total
+	        FROM outbox.messages WHERE endpoint = 'held' GROUP BY 1) c}),
+	'g:0/4 h:0/3', 'no head in the table for either key: the worker holds their next messages');
+
+# a. A producer's message of key h follows.
+my $h4 = sql($node, "SELECT outbox.enqueue('held', jsonb_build_object('key', 'h', 'seq', 4), ordering_key => 'h')");
+push @{ $held{h} }, $h4;
+is(sql($node, "SELECT ordering_seq IS NOT NULL FROM outbox.messages WHERE id = $h4"), 't',
+	'a new message of key h waits behind the held one');
+
+# b. An operator deletes g2 in the transaction that holds g1: the trigger makes g1 the head.
+$holder{g}->query_safe("DELETE FROM outbox.messages WHERE id = $held{g}[2]");
+$holder{g}->query_safe('COMMIT');
+$holder{g}->quit;
+ok( wait_sql(
+		$node, "SELECT count(*) = 3 FROM unnest('{$held{g}[1],$held{g}[3],$held{g}[4]}'::bigint[]) i,"
+		  . " outbox.message(i) s WHERE s.status = 'sent'",
+		30),
+	'after the DELETE, g1, g3 and g4 are sent');
+
+# c. The worker stops while it holds h1.
+my $holding = worker_pid($node);
+sql($node, "SELECT pg_terminate_backend($holding)");
+ok(defined wait_for_worker($node, $holding, 30), 'a new worker runs');
+$holder{h}->query_safe('ROLLBACK');
+$holder{h}->quit;
+ok( wait_sql(
+		$node, "SELECT count(*) = 4 FROM unnest('{" . join(',', @{ $held{h} }[ 1 .. 4 ]) . "}'::bigint[]) i,"
+		  . " outbox.message(i) s WHERE s.status = 'sent'",
+		60),
+	'the new worker sends h1 to h4');
+
+my %expected = (g => [ @{ $held{g} }[ 0, 1, 3, 4 ] ], h => $held{h});    # g2 was deleted
+for my $key (qw(g h))
+{
+	my @answered = map { $_->{wid} } grep { ($_->{answered} // '') =~ /^2/ }
+	  sort { $a->{time} <=> $b->{time} } @{ receipts_of_key('/hooks/h', $key) };
+	is(join(' ', @answered), join(' ', map { "$W$_" } @{ $expected{$key} }),
+		"key $key: each message answered 2xx once, in order");
+}
 
 $node->stop;
 $recv->stop;

@@ -4,19 +4,21 @@
 // key's head (ordering_seq NULL: in the claim index, sent when due) or a follower
 // (ordering_seq drawn from outbox.commit_order: outside the claim index, never claimed).
 // - At commit, a deferred constraint trigger (outbox._order_at_commit) decides, under the
-//   key's advisory lock and with a fresh snapshot: if the key has a head in the queue,
-//   the new message follows, numbered by nextval. The lock is held until the commit
+//   key's advisory lock and with a fresh snapshot: if the key has a message in the queue
+//   (its head, or those behind a head the worker took out: successors.cpp), the new
+//   message follows, numbered by nextval. The lock is held until the commit
 //   ends, so the next transaction to decide for the key waits, then sees this one
 //   committed and draws a larger number: the numbers of a key are its commit order.
 //   Ids are not: they are drawn at INSERT, and the later INSERT may commit first.
 // - When a head leaves the queue, under the same lock, the follower with the lowest
-//   number becomes the head, unless the key still has one (promote_next_in_order, the
-//   rule written once): in the worker's settle, right after the statements that move
-//   the heads (store/settlements.cpp); for anyone else's DELETE or change of key, by
-//   AFTER triggers (outbox._heads_gone per DELETE statement, outbox._next_in_order per
-//   row whose key changes).
-// The worker's claim thus never sees a follower: a blocked key costs it nothing, however
-// many messages wait behind the head. The worker takes the locks of the keyed messages
+//   number becomes the head, unless the key still has one: for the heads the worker
+//   settles, it claims that follower itself (successors.cpp: no write); for a pull
+//   reader's ack and for anyone else's DELETE or change of key, it is made a head in the
+//   table (promote_next_in_order, the rule written once), by the settle or by AFTER
+//   triggers (outbox._heads_gone per DELETE statement, outbox._next_in_order per row
+//   whose key changes).
+// The claim index thus never holds a follower: a blocked key costs the claim nothing,
+// however many messages wait behind the head. The worker takes the locks of the keyed messages
 // it settles before it moves them, in the same sorted order as a committing producer.
 // A transaction's own keyed messages are known before its commit: outbox.enqueue notes
 // them, and a statement trigger (outbox._note_inserts, producer/queue_triggers.cpp) notes the
@@ -28,6 +30,7 @@
 #include "pg/boundary/boundary.hpp"
 #include "pg/runtime/commit_wake.hpp"
 #include "pg/boundary/trigger_data.hpp"
+#include "pg/ordering/successors.hpp"
 #include "pg/runtime/process_role.hpp"
 #include "pg/runtime/transaction_events.hpp"
 
@@ -111,17 +114,16 @@ int64_t id_of(TriggerData* trigger) {
   });
 }
 
-// Whether the key has a head already, read with a fresh snapshot: any head but the
-// messages being placed now (`placing`), which are heads in it until they are placed.
-bool has_head(const std::string& endpoint, const std::string& key, const std::unordered_set<int64_t>& placing) {
-  static Statement heads(
-      "SELECT h.id FROM outbox.messages h"
-      " WHERE h.endpoint = $1 AND h.ordering_key = $2 AND h.ordering_seq IS NULL",
-      {TEXTOID, TEXTOID});
-  Rows rows = heads.run_latest({text_datum(endpoint), text_datum(key)});
-  for (size_t r = 0; r < rows.size(); ++r)
-    if (placing.count(rows.int64(r, 0)) == 0) return true;
-  return false;
+// Whether the key has a message already, read with a fresh snapshot, but the messages
+// being placed now (`placing`): its head, or the messages behind a head the worker took
+// out of the queue, the first of which it holds to claim itself (successors.cpp). Either
+// way the new message follows. The messages being placed are skipped by a hashed subplan.
+bool key_has_messages(const std::string& endpoint, const std::string& key, const std::vector<int64_t>& placing) {
+  static Statement others(
+      "SELECT 1 FROM outbox.messages h WHERE h.endpoint = $1 AND h.ordering_key = $2"
+      " AND h.id NOT IN (SELECT unnest($3::bigint[])) LIMIT 1",
+      {TEXTOID, TEXTOID, INT8ARRAYOID});
+  return others.run_latest({text_datum(endpoint), text_datum(key), int8_array(placing)}).size() > 0;
 }
 
 bool is_ordered(const std::string& endpoint) {
@@ -187,13 +189,9 @@ void place_sorted(const std::vector<Entry>& batch) {
       first = end;
       continue;
     }
-    std::unordered_set<int64_t> placing;
     std::vector<int64_t> ids;
-    for (size_t i = first; i < end; ++i) {
-      placing.insert(batch[i].id);
-      ids.push_back(batch[i].id);
-    }
-    bool follow = has_head(batch[first].endpoint, batch[first].key, placing);
+    for (size_t i = first; i < end; ++i) ids.push_back(batch[i].id);
+    bool follow = key_has_messages(batch[first].endpoint, batch[first].key, ids);
     Rows there = existing.run_latest({int8_array(ids)});
     std::unordered_set<int64_t> exist;
     for (size_t r = 0; r < there.size(); ++r) exist.insert(there.int64(r, 0));
@@ -315,6 +313,7 @@ bool promote_after_head_left(const std::string& endpoint, const std::string& key
 PG_OUTBOX_FUNCTION(pg_outbox_next_in_order) {
   using namespace pg_outbox::pg;
   Entry row = row_of(trigger_data(fcinfo, "outbox._next_in_order()"));
+  successors::reordered_at_commit();
   lock_orderings({pg_outbox::core::ordering_lock(row.endpoint, row.key)});
   bool promoted = false;
   with_spi([&] { promoted = promote_after_head_left(row.endpoint, row.key); });
@@ -335,6 +334,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_heads_gone) {
       [&] {
         Rows keys = run_once("SELECT DISTINCT endpoint, ordering_key FROM gone WHERE ordering_key IS NOT NULL");
         if (keys.size() == 0) return;
+        successors::reordered_at_commit();
         std::vector<int32_t> locks;
         for (size_t r = 0; r < keys.size(); ++r)
           locks.push_back(pg_outbox::core::ordering_lock(keys.text(r, 0), keys.text(r, 1)));
@@ -352,6 +352,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_heads_gone) {
 PG_OUTBOX_FUNCTION(pg_outbox_moved_message) {
   using namespace pg_outbox::pg;
   TriggerData* trigger = trigger_data(fcinfo, "outbox._moved_message()");
+  successors::reordered_at_commit();
   HeapTuple moved = pg_call([&] {
     TupleDesc desc = RelationGetDescr(trigger->tg_relation);
     int column = SPI_fnumber(desc, "ordering_seq");

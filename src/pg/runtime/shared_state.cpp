@@ -49,6 +49,7 @@ void on_shmem_startup() {
       DatabaseSlot& slot = state->slots[i];
       pg_atomic_init_u32(&slot.wake_requested, 0);
       pg_atomic_init_u64(&slot.endpoints_version, 0);
+      pg_atomic_init_u64(&slot.successions_version, 0);
       pg_atomic_init_u64(&slot.unmatched_publishes, 0);
       slot.lock = &locks[i].lock;
       slot.database_oid = InvalidOid;

@@ -58,6 +58,7 @@ struct WorkerIdentity {
 struct DatabaseSlot {
   pg_atomic_uint32 wake_requested;       // collapses many commits into one SetLatch
   pg_atomic_uint64 endpoints_version;    // bumped when a committed change touched outbox.endpoints
+  pg_atomic_uint64 successions_version;  // bumped when someone but the worker reordered keyed messages
   pg_atomic_uint64 unmatched_publishes;  // outbox.publish calls that found no subscriber (producer/subscribers.cpp)
   Latch* worker_latch;                   // nullptr while no worker runs
   Oid database_oid;                      // InvalidOid: the slot is free (written by the launcher)

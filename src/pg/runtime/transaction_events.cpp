@@ -1,6 +1,7 @@
 // The order matters at commit: a DROP DATABASE's hold is lifted first; max_pending's
 // reservations become committed counts before the worker is woken to deliver (and count
-// down) the same messages; the commit order's notes of the transaction are forgotten;
+// down) the same messages; the commit order's notes of the transaction are forgotten, and
+// the worker's claim learns the keys' next messages its settle found;
 // the wake comes last, once everything it may lead the worker to see is in place.
 #include "pg/runtime/transaction_events.hpp"
 
@@ -12,6 +13,7 @@ void on_transaction_event(XactEvent event, void*) {
   database_hold_at_transaction_end(event);
   queued_count_at_transaction_end(event);
   ordering_at_transaction_end(event);
+  successors_at_transaction_end(event);
   commit_wake_at_transaction_end(event);
 }
 

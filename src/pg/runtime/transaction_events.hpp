@@ -19,6 +19,7 @@ void database_hold_at_transaction_end(XactEvent event);  // launcher/database_ho
 void queued_count_at_transaction_end(XactEvent event);   // producer/queued_count.cpp
 void queued_count_at_subtransaction_end(SubXactEvent event, SubTransactionId sub, SubTransactionId parent);
 void ordering_at_transaction_end(XactEvent event);     // ordering/ordering.cpp
+void successors_at_transaction_end(XactEvent event);   // ordering/successors.cpp
 void commit_wake_at_transaction_end(XactEvent event);  // runtime/commit_wake.cpp
 
 }  // namespace pg_outbox::pg

@@ -14,7 +14,9 @@ namespace pg_outbox::pg::store {
 // feet. The worker is the only one to claim in its database, and it knows what it has
 // in flight (`excluded`, $3).
 //  - due: for each endpoint in turn (the worker rotates their order, so no endpoint
-//    starves another), the LATERAL subquery walks that endpoint's part of the claim
+//    starves another), first the keys' next messages the worker holds for it ($8, by
+//    primary key: ordering/successors.cpp; still waiting in the table, so still not
+//    heads there), then the LATERAL subquery walks that endpoint's part of the claim
 //    index, oldest due first. Messages waiting behind their key's head are not in it
 //    (ordering_seq, ordering/ordering.cpp): a blocked key is never visited. The outer
 //    LIMIT stops as soon as enough are found. The messages in flight are skipped by a
@@ -31,16 +33,24 @@ namespace pg_outbox::pg::store {
 //  - $7: the enqueue time as unix microseconds, for CloudEvents endpoints only.
 std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int limit,
                                   const std::vector<int64_t>& excluded, int64_t budget_bytes, int64_t max_payload_size,
-                                  ClaimFor purpose) {
+                                  ClaimFor purpose, const std::vector<int64_t>& next_in_line) {
   static Statement statement(R"sql(
     WITH due AS (
       SELECT d.id, d.next_attempt_at, d.size FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL (
-        SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
-         WHERE m.endpoint = e.name AND m.next_attempt_at <= now() AND m.ordering_seq IS NULL
-           AND m.id NOT IN (SELECT unnest($3::bigint[]))
-         ORDER BY m.next_attempt_at
-         LIMIT $2
-         FOR UPDATE SKIP LOCKED) d
+        SELECT n.* FROM (
+          SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
+           WHERE m.id = ANY ($8) AND m.endpoint = e.name AND m.next_attempt_at <= now()
+             AND m.ordering_seq IS NOT NULL AND m.id NOT IN (SELECT unnest($3::bigint[]))
+           FOR UPDATE SKIP LOCKED) n
+        UNION ALL
+        SELECT h.* FROM (
+          SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
+           WHERE m.endpoint = e.name AND m.next_attempt_at <= now() AND m.ordering_seq IS NULL
+             AND m.id NOT IN (SELECT unnest($3::bigint[]))
+           ORDER BY m.next_attempt_at
+           LIMIT $2
+           FOR UPDATE SKIP LOCKED) h
+        LIMIT $2) d
       LIMIT $2),
     budgeted AS (SELECT b.id FROM (
        SELECT due.id, h.held, sum(h.held) OVER (ORDER BY due.next_attempt_at, due.id) AS total
@@ -57,11 +67,11 @@ std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int
       FROM outbox.messages m CROSS JOIN LATERAL (SELECT outbox._payload_size(m.payload) AS size) s
      WHERE m.id = ANY (ARRAY(SELECT id FROM budgeted))
   )sql",
-                             {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID, INT8OID, BOOLOID, BOOLOID});
+                             {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID, INT8OID, BOOLOID, BOOLOID, INT8ARRAYOID});
   Rows rows =
       statement.run({text_array(endpoints), Int32GetDatum(limit), int8_array(excluded), Int64GetDatum(budget_bytes),
                      Int64GetDatum(max_payload_size), BoolGetDatum(purpose == ClaimFor::kNotify),
-                     BoolGetDatum(purpose == ClaimFor::kHttpWithTime)});
+                     BoolGetDatum(purpose == ClaimFor::kHttpWithTime), int8_array(next_in_line)});
   std::vector<ClaimedMessage> claimed(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     ClaimedMessage& m = claimed[r];

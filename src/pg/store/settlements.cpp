@@ -2,6 +2,7 @@
 
 #include "pg/boundary/spi.hpp"
 #include "pg/ordering/ordering.hpp"
+#include "pg/ordering/successors.hpp"
 #include "pg/runtime/settings.hpp"
 
 extern "C" {
@@ -21,8 +22,9 @@ void move_all(std::vector<T>& to, std::vector<T>& from) {
   from.clear();
 }
 
-// The keyed heads a moving statement took out of the queue: (endpoint, ordering_key)
-// pairs, each statement returning them as its rows.
+// The keys whose head a moving statement took out of the queue: (endpoint, ordering_key)
+// pairs, each statement returning them as its rows. The messages settled are heads, in
+// the table or claimed by the worker as their key's next (ordering/successors.cpp).
 struct Keys {
   std::vector<std::string> endpoints;
   std::vector<std::string> keys;
@@ -45,8 +47,8 @@ void settle_sent(const std::vector<Settlements::Sent>& sent, bool keep_history, 
   if (!keep_history) {
     static Statement statement(R"sql(
       WITH moved AS (DELETE FROM outbox.messages m WHERE m.id = ANY ($1)
-                     RETURNING m.endpoint, m.ordering_key, m.ordering_seq)
-      SELECT DISTINCT endpoint, ordering_key FROM moved WHERE ordering_key IS NOT NULL AND ordering_seq IS NULL
+                     RETURNING m.endpoint, m.ordering_key)
+      SELECT DISTINCT endpoint, ordering_key FROM moved WHERE ordering_key IS NOT NULL
     )sql",
                                {INT8ARRAYOID});
     left.add(statement.run({int8_array(ids)}));
@@ -70,12 +72,14 @@ void settle_sent(const std::vector<Settlements::Sent>& sent, bool keep_history, 
                 SELECT k.tableoid::regclass, k.endpoint, pg_backend_pid() % 8, count(*) FROM kept k
                  WHERE k.tableoid <> 'outbox.history_default'::regclass GROUP BY 1, 2
                 ON CONFLICT (partition, endpoint, slot) DO UPDATE SET sent = hc.sent + excluded.sent)
-    SELECT DISTINCT endpoint, ordering_key FROM moved WHERE ordering_key IS NOT NULL AND ordering_seq IS NULL
+    SELECT DISTINCT endpoint, ordering_key FROM moved WHERE ordering_key IS NOT NULL
   )sql",
                              {INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID});
   left.add(statement.run({int8_array(ids), int4_array(statuses), int4_array(attempts)}));
 }
 
+// A retried message that the worker claimed as its key's next one (ordering/successors.cpp)
+// becomes its key's head in the table here, with its new due time: ordering_seq is NULL.
 void settle_retry(const std::vector<Settlements::Retry>& retry) {
   std::vector<int64_t> ids, delays;
   std::vector<std::string> errors;
@@ -89,7 +93,7 @@ void settle_retry(const std::vector<Settlements::Retry>& retry) {
   }
   static Statement statement(R"sql(
     UPDATE outbox.messages m SET attempts = r.attempts,
-           next_attempt_at = now() + r.delay_ms * interval '1 millisecond',
+           next_attempt_at = now() + r.delay_ms * interval '1 millisecond', ordering_seq = NULL,
            last_error = r.error, last_http_status = NULLIF(r.http_status, 0),
            first_failed_at = coalesce(m.first_failed_at, now())
       FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::int[])
@@ -127,7 +131,7 @@ void settle_dead(const std::vector<Settlements::Dead>& dead, Keys& left) {
                     error, NULLIF(dead_status, 0), NULLIF(body, ''), dead_attempts,
                     coalesce(first_failed_at, now()), now(), created_at
                FROM moved)
-    SELECT DISTINCT endpoint, ordering_key FROM moved WHERE ordering_key IS NOT NULL AND ordering_seq IS NULL
+    SELECT DISTINCT endpoint, ordering_key FROM moved WHERE ordering_key IS NOT NULL
   )sql",
                              {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT4ARRAYOID});
   left.add(statement.run({int8_array(ids), text_array(reasons), text_array(errors), int4_array(statuses),
@@ -175,8 +179,13 @@ void log_attempts(const Settlements& s) {
 }
 
 // Out of their claims' rows: outbox.message() says pending, and a worker that starts
-// again does not count an attempt that was never made.
+// again does not count an attempt that was never made. One the worker claimed as its
+// key's next message (ordering/successors.cpp) becomes its key's head in the table.
 void settle_given_back(const std::vector<int64_t>& given_back) {
+  static Statement heads(
+      "UPDATE outbox.messages m SET ordering_seq = NULL WHERE m.id = ANY ($1) AND m.ordering_seq IS NOT NULL",
+      {INT8ARRAYOID});
+  heads.run({int8_array(given_back)});
   static Statement statement(R"sql(
     UPDATE outbox.claims c SET message_ids = k.ids, attempts = k.attempts
       FROM (SELECT c2.id, array_agg(u.m ORDER BY u.i) AS ids, array_agg(u.a ORDER BY u.i) AS attempts
@@ -205,7 +214,7 @@ void Settlements::take_results(Settlements& from) {
 
 Keep kept() { return {settings.sent_retention_s > 0, settings.attempt_retention_s > 0}; }
 
-void settle(const Settlements& s, Keep keep) {
+void settle(const Settlements& s, Keep keep, Succession succession) {
   // Before any head leaves: the keys' locks, under which its next message is promoted.
   std::vector<int32_t> locks;
   for (const auto& sent : s.sent)
@@ -217,7 +226,14 @@ void settle(const Settlements& s, Keep keep) {
   if (!s.sent.empty()) settle_sent(s.sent, keep.history, left);
   if (!s.retry.empty()) settle_retry(s.retry);
   if (!s.dead.empty()) settle_dead(s.dead, left);
-  if (!left.keys.empty()) promote_next_in_order(left.endpoints, left.keys);
+  if (!left.keys.empty()) {
+    if (succession == Succession::kClaimedByWorker) {
+      successors::find(left.endpoints, left.keys);
+    } else {
+      promote_next_in_order(left.endpoints, left.keys);
+      successors::reordered_at_commit();
+    }
+  }
   if (keep.attempts) log_attempts(s);
   if (!s.given_back.empty()) settle_given_back(s.given_back);
   if (!s.finished_claims.empty()) finish_claims(s.finished_claims);

@@ -75,9 +75,14 @@ struct Keep {
   bool attempts = true;
 };
 
-// The keyed heads that leave the queue hand their place to their key's next message
-// (ordering/ordering.hpp), under the keys' locks, taken first.
-void settle(const Settlements& settlements, Keep keep);
+// Who takes a key's next message when its head leaves: the worker's settle claims it
+// itself (ordering/successors.hpp); any other (a pull reader's ack) makes it the head in
+// the table (ordering/ordering.hpp).
+enum class Succession { kInTable, kClaimedByWorker };
+
+// The keyed heads that leave the queue hand their place to their key's next message,
+// under the keys' locks, taken first.
+void settle(const Settlements& settlements, Keep keep, Succession succession = Succession::kInTable);
 
 // What a settle keeps under the retention settings (pg_outbox.sent_retention and
 // pg_outbox.attempt_retention; 0 keeps nothing).

@@ -2,6 +2,7 @@
 // decides), the claim itself (store/claims.hpp), and handing what it took to libcurl
 // (requests.cpp) or to the NOTIFY round (notify.cpp).
 #include "pg/boundary/spi.hpp"
+#include "pg/ordering/successors.hpp"
 #include "pg/runtime/settings.hpp"
 #include "pg/store/claims.hpp"
 #include "pg/worker/constants.hpp"
@@ -35,6 +36,21 @@ int64_t record_claim(const std::vector<store::ClaimedMessage>& claimed) {
 
 }  // namespace
 
+std::vector<store::ClaimedMessage> claim_messages(const WorkerState& state, const std::vector<std::string>& endpoints,
+                                                  int limit, const std::vector<int64_t>& excluded, int64_t budget_bytes,
+                                                  store::ClaimFor purpose) {
+  successors::settle_stale([&](const std::string& name) { return state.endpoints.find(name) != nullptr; });
+  const std::vector<int64_t> next_in_line = successors::ready(endpoints);
+  auto claimed =
+      store::claim(endpoints, limit, excluded, budget_bytes, settings.max_payload_size, purpose, next_in_line);
+  if (!next_in_line.empty()) {
+    std::vector<int64_t> taken;
+    for (const store::ClaimedMessage& m : claimed) taken.push_back(m.id);
+    successors::after_claim(next_in_line, taken);
+  }
+  return claimed;
+}
+
 bool claim_has_room(const WorkerState& state) {
   const core::ClaimSettings sizes = claim_settings();
   auto views = state.endpoints.views(state.in_flight.held_by_endpoint(), [](const std::string&) { return false; });
@@ -62,15 +78,15 @@ size_t claim_and_deliver(WorkerState& state) {
     std::vector<int64_t> excluded = state.in_flight_ids();
     state.schedule.more_due = false;
     if (!plan.http.empty() && plan.limit > 0) {
-      auto claimed = store::claim(plan.http, plan.limit, excluded, plan.byte_budget, settings.max_payload_size,
-                                  http_claim_for(state, plan.http));
+      auto claimed =
+          claim_messages(state, plan.http, plan.limit, excluded, plan.byte_budget, http_claim_for(state, plan.http));
       state.schedule.more_due = claimed.size() == static_cast<size_t>(plan.limit);
       std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
     }
     for (const std::string& name : plan.probes) {
       // One message goes out as the probe; its result closes or reopens the circuit.
-      auto claimed = store::claim({name}, 1, excluded, settings.max_inflight_bytes, settings.max_payload_size,
-                                  http_claim_for(state, {name}));
+      auto claimed =
+          claim_messages(state, {name}, 1, excluded, settings.max_inflight_bytes, http_claim_for(state, {name}));
       if (claimed.empty()) continue;
       probed.push_back(name);
       std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));

@@ -51,11 +51,11 @@ size_t notify_round(WorkerState& state, const std::vector<std::string>& endpoint
     failed = rolled_back_on_error([&] {
       in_settling_transaction(state, "pg_outbox: NOTIFY", [&] {
         require_same_extension(state);
-        auto rows = store::claim(endpoints, settings.batch_size, {}, settings.max_inflight_bytes,
-                                 settings.max_payload_size, store::ClaimFor::kNotify);
+        auto rows = claim_messages(state, endpoints, settings.batch_size, {}, settings.max_inflight_bytes,
+                                   store::ClaimFor::kNotify);
         claimed = rows.size();
         notify_claimed(state, rows);
-        store::settle(state.results.pending(), store::kept());
+        store::settle(state.results.pending(), store::kept(), store::Succession::kClaimedByWorker);
       });
     });
   } catch (...) {

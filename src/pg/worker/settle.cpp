@@ -49,7 +49,7 @@ bool settle_alone(WorkerState& state, store::Settlements& results, std::string& 
         (void)set_config_option("lock_timeout", kAloneLockTimeout, PGC_SUSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0,
                                 false);
       });
-      store::settle(results, store::kept());
+      store::settle(results, store::kept(), store::Succession::kClaimedByWorker);
     });
   });
   if (failed) error = failed->message;
@@ -115,7 +115,7 @@ void settle(WorkerState& state) {
     require_same_extension(state);
     // Delivered messages go to the history partition of their sent_at, or to its default
     // partition when housekeeping could not create that one in time.
-    store::settle(state.results.pending(), store::kept());
+    store::settle(state.results.pending(), store::kept(), store::Succession::kClaimedByWorker);
     state.endpoints.save_breakers();
   };
   try {

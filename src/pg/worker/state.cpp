@@ -1,5 +1,6 @@
 #include "pg/worker/state.hpp"
 
+#include "pg/ordering/successors.hpp"
 #include "pg/runtime/shared_state.hpp"
 #include "pg/store/extension.hpp"
 #include "pg/worker/steps.hpp"
@@ -20,6 +21,7 @@ void WorkerState::forget_deliveries() {
   schedule.history.covered_ms = 0;
   results.clear();
   parking.clear();
+  successors::forget();  // made heads again by heal() when the worker serves the extension anew
 }
 
 void refresh_endpoints(WorkerState& state) {

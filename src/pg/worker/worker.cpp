@@ -6,6 +6,7 @@
 #include "core/wait_timeout.hpp"
 #include "pg/boundary/boundary.hpp"
 #include "pg/boundary/spi.hpp"
+#include "pg/ordering/successors.hpp"
 #include "pg/runtime/settings.hpp"
 #include "pg/runtime/shared_state.hpp"
 #include "pg/store/claims.hpp"
@@ -205,6 +206,9 @@ bool Worker::prepare_database() {
     if (state_.extension_oid != 0) version = store::extension_version();
     if (state_.extension_oid != 0 && version == kVersion) {
       recovered = store::recover_claims(store::kept().attempts);
+      // The keys' next messages a worker before this one held are heads from now on.
+      successors::forget();
+      successors::heal();
       state_.webhook_ids = store::webhook_id_source();
     }
   });

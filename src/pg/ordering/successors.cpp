@@ -1,0 +1,290 @@
+// The keys' next messages that the worker claims itself (docs/delivery.md, Ordering).
+//
+// When the worker's settle takes a key's head out of the queue, the key's next message
+// (the lowest ordering_seq) is its head from then on. Written into the table, that is an
+// UPDATE of the whole message (a new row version and three index entries, about 20 µs),
+// which made an ordered drain cost 40 % more than an unordered one. The worker delivers
+// it itself, so it keeps it instead: the settle finds each key's first message under the
+// key's lock and, once that transaction commits, the claim takes those messages by id
+// (store::claim's next_in_line) beside the claim index's heads. In the table such a
+// message still waits behind a head that is gone; what keeps the order is that:
+// - a producer's commit makes its message follow whenever its key has any message at all
+//   (ordering.cpp, key_has_messages), not only a head;
+// - what the worker holds in memory is written into the table whenever the worker may
+//   not claim it at once: a message not due yet becomes a head here, a retried or given
+//   back one in the settle (store/settlements.cpp), and a worker that starts makes the
+//   first message of every key without a head one (heal: a worker that stopped held
+//   some);
+// - anyone else who takes a head out of the queue (a pull reader's ack, an operator's
+//   DELETE) promotes by UPDATE, as before (ordering.cpp); such an UPDATE of a message the
+//   worker holds only makes it a head in the table too, and the claim takes it once
+//   (next_in_line asks for ordering_seq NOT NULL, the claim index for NULL);
+// - what was found before a change of the endpoints (alter_endpoint(ordered => ...)
+//   numbers the queue again) or for an endpoint the worker no longer serves is written
+//   into the table if it is still its key's first message, and forgotten.
+//
+// A lookup costs about 12 µs a key, as much as the rest of a message's settle: one
+// lookup reads a key's next kLookAhead messages, and the ones after the first wait in the
+// key's line, each taken without a lookup when the one before it is settled. A line holds
+// only while no one but the worker changed the order of keyed messages (a trigger or a
+// pull reader's settle bumps successions_version; an endpoint change bumps
+// endpoints_version): after that, the key is looked up again.
+#include "pg/ordering/successors.hpp"
+
+#include "pg/boundary/spi.hpp"
+#include "pg/runtime/shared_state.hpp"
+#include "pg/runtime/transaction_events.hpp"
+
+extern "C" {
+#include "catalog/pg_type.h"
+}
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace pg_outbox::pg {
+
+namespace {
+
+constexpr int kLookAhead = 8;
+
+struct Versions {
+  uint64_t endpoints = 0;
+  uint64_t successions = 0;
+  bool operator==(const Versions& o) const { return endpoints == o.endpoints && successions == o.successions; }
+};
+
+struct Held {
+  int64_t id;
+  Versions found;
+};
+
+// A key's messages after the one the worker claims next, in order, each with its due
+// time (PostgreSQL microseconds).
+struct Line {
+  std::deque<std::pair<int64_t, TimestampTz>> rest;
+  Versions found;
+};
+
+using KeyId = std::pair<std::string, std::string>;  // endpoint, ordering key
+
+// Committed: what the claim takes, and the keys' lines.
+std::unordered_map<std::string, std::vector<Held>> ready_by_endpoint;
+std::map<KeyId, Line> lines;
+// This transaction's: found ready, lines replaced (nullopt: dropped), ids forgotten.
+std::vector<std::pair<std::string, Held>> found_now;
+std::map<KeyId, std::optional<Line>> lines_now;
+std::unordered_set<int64_t> leaving_now;
+bool reordered_now = false;  // this transaction (not the worker's) reordered keyed messages
+
+Versions current_versions() {
+  DatabaseSlot* slot = slot_of_database(MyDatabaseId);
+  if (slot == nullptr) return {};
+  return {pg_atomic_read_u64(&slot->endpoints_version), pg_atomic_read_u64(&slot->successions_version)};
+}
+
+void commit() {
+  if (reordered_now) {
+    DatabaseSlot* slot = slot_of_database(MyDatabaseId);
+    if (slot != nullptr) pg_atomic_fetch_add_u64(&slot->successions_version, 1);
+  }
+  if (!leaving_now.empty()) {
+    for (auto it = ready_by_endpoint.begin(); it != ready_by_endpoint.end();) {
+      std::vector<Held>& held = it->second;
+      held.erase(std::remove_if(held.begin(), held.end(), [](const Held& h) { return leaving_now.count(h.id) != 0; }),
+                 held.end());
+      it = held.empty() ? ready_by_endpoint.erase(it) : std::next(it);
+    }
+  }
+  for (auto& [endpoint, held] : found_now) ready_by_endpoint[endpoint].push_back(held);
+  for (auto& [key, line] : lines_now) {
+    if (line && !line->rest.empty()) {
+      lines[key] = std::move(*line);
+    } else {
+      lines.erase(key);
+    }
+  }
+}
+
+// Makes these messages heads in the table where each is still its key's first message.
+void write_heads(const std::vector<int64_t>& ids, bool only_if_first) {
+  static Statement first(R"sql(
+    UPDATE outbox.messages m SET ordering_seq = NULL
+     WHERE m.id = ANY ($1) AND m.ordering_seq IS NOT NULL
+       AND m.id = (SELECT f.id FROM outbox.messages f
+                    WHERE f.endpoint = m.endpoint AND f.ordering_key = m.ordering_key
+                    ORDER BY f.ordering_seq NULLS FIRST LIMIT 1)
+  )sql",
+                         {INT8ARRAYOID});
+  static Statement any("UPDATE outbox.messages m SET ordering_seq = NULL WHERE m.id = ANY ($1)", {INT8ARRAYOID});
+  (only_if_first ? first : any).run({int8_array(ids)});
+}
+
+// The committed line of a key, with this transaction's change to it.
+const Line* line_of(const KeyId& key) {
+  auto now = lines_now.find(key);
+  if (now != lines_now.end()) return now->second ? &*now->second : nullptr;
+  auto it = lines.find(key);
+  return it == lines.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+void successors_at_transaction_end(XactEvent event) {
+  switch (event) {
+    case XACT_EVENT_COMMIT:
+    case XACT_EVENT_PARALLEL_COMMIT:
+      commit();
+      [[fallthrough]];
+    case XACT_EVENT_ABORT:
+    case XACT_EVENT_PREPARE:
+    case XACT_EVENT_PARALLEL_ABORT:
+      found_now.clear();
+      lines_now.clear();
+      leaving_now.clear();
+      reordered_now = false;
+      break;
+    default:
+      break;
+  }
+}
+
+namespace successors {
+
+void find(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys) {
+  // Each key's next kLookAhead messages, in order; the lookups only (the few writes come
+  // after): interleaved with writes, they would not mark the index entries of the
+  // messages that left as dead (ordering/README.md).
+  static Statement lookup(R"sql(
+    SELECT k.i, f.id, f.ordering_seq IS NULL, (extract(epoch FROM f.next_attempt_at - now()) * 1000000)::bigint
+      FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(endpoint, ordering_key, i) CROSS JOIN LATERAL (
+        SELECT f.id, f.ordering_seq, f.next_attempt_at FROM outbox.messages f
+         WHERE f.endpoint = k.endpoint AND f.ordering_key = k.ordering_key
+         ORDER BY f.ordering_seq NULLS FIRST LIMIT $3) f
+     ORDER BY k.i, f.ordering_seq NULLS FIRST
+  )sql",
+                          {TEXTARRAYOID, TEXTARRAYOID, INT4OID});
+  // Read after the keys' locks were taken (by the settle, before it moved the heads): a
+  // change that reordered these keys committed before, or counts as after.
+  const Versions versions = current_versions();
+  const TimestampTz now = pg_call([] { return GetCurrentTransactionStartTimestamp(); });
+  std::vector<int64_t> not_due;
+  auto take = [&](const std::string& endpoint, int64_t id, TimestampTz due) {
+    if (due <= now) {
+      found_now.push_back({endpoint, {id, versions}});
+    } else {
+      not_due.push_back(id);  // a head in the table: the claim index knows when it comes due
+    }
+  };
+  std::vector<std::string> look_endpoints, look_keys;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    KeyId key{endpoints[i], keys[i]};
+    const Line* line = line_of(key);
+    if (line == nullptr || !(line->found == versions)) {
+      look_endpoints.push_back(key.first);
+      look_keys.push_back(key.second);
+      continue;
+    }
+    Line next = *line;
+    auto [id, due] = next.rest.front();
+    next.rest.pop_front();
+    take(key.first, id, due);
+    lines_now[key] = due <= now ? std::optional<Line>(std::move(next)) : std::nullopt;
+  }
+  if (!look_keys.empty()) {
+    Rows rows = lookup.run({text_array(look_endpoints), text_array(look_keys), Int32GetDatum(kLookAhead)});
+    for (size_t r = 0; r < rows.size();) {
+      const size_t k = static_cast<size_t>(rows.int64(r, 0)) - 1;
+      KeyId key{look_endpoints[k], look_keys[k]};
+      Line line{{}, versions};
+      // A head in the table first: the claim index has it, and this key needs no line.
+      const bool head = rows.boolean(r, 2);
+      const bool due = rows.int64(r, 3) <= 0;
+      if (!head) take(key.first, rows.int64(r, 1), now + rows.int64(r, 3));
+      for (++r; r < rows.size() && static_cast<size_t>(rows.int64(r, 0)) - 1 == k; ++r)
+        line.rest.emplace_back(rows.int64(r, 1), now + rows.int64(r, 3));
+      lines_now[key] = !head && due ? std::optional<Line>(std::move(line)) : std::nullopt;
+    }
+  }
+  if (!not_due.empty()) write_heads(not_due, false);
+}
+
+std::vector<int64_t> ready(const std::vector<std::string>& endpoints) {
+  std::vector<int64_t> ids;
+  for (const std::string& endpoint : endpoints) {
+    auto it = ready_by_endpoint.find(endpoint);
+    if (it == ready_by_endpoint.end()) continue;
+    for (const Held& h : it->second) ids.push_back(h.id);
+  }
+  return ids;
+}
+
+void after_claim(const std::vector<int64_t>& passed, const std::vector<int64_t>& taken) {
+  leaving_now.insert(taken.begin(), taken.end());
+  std::vector<int64_t> left;
+  for (int64_t id : passed)
+    if (leaving_now.count(id) == 0) left.push_back(id);
+  if (left.empty()) return;
+  // Not taken: over the claim's limit or budget, or locked by someone (kept), or no
+  // longer waiting in the queue (forgotten: whoever took it out or made it a head in the
+  // table bumped successions_version, so its key's line is not used again).
+  static Statement gone(R"sql(
+    SELECT v.id FROM unnest($1::bigint[]) AS v(id)
+     WHERE NOT EXISTS (SELECT 1 FROM outbox.messages m WHERE m.id = v.id AND m.ordering_seq IS NOT NULL)
+  )sql",
+                        {INT8ARRAYOID});
+  Rows rows = gone.run({int8_array(left)});
+  for (size_t r = 0; r < rows.size(); ++r) leaving_now.insert(rows.int64(r, 0));
+}
+
+void settle_stale(const std::function<bool(const std::string&)>& served) {
+  const Versions versions = current_versions();
+  // Lines found under other versions would only be looked up again: they go now (a line
+  // is a cache of lookups, dropped at any time without harm).
+  for (auto it = lines.begin(); it != lines.end();) it = it->second.found == versions ? std::next(it) : lines.erase(it);
+  if (ready_by_endpoint.empty()) return;
+  const uint64_t endpoints_version = versions.endpoints;
+  std::vector<int64_t> stale;
+  for (const auto& [endpoint, held] : ready_by_endpoint) {
+    const bool is_served = served(endpoint);
+    for (const Held& h : held)
+      if (!is_served || h.found.endpoints != endpoints_version) stale.push_back(h.id);
+  }
+  if (stale.empty()) return;
+  write_heads(stale, true);
+  leaving_now.insert(stale.begin(), stale.end());
+}
+
+void heal() {
+  // Every key with a waiting message, once; its first message, if it waits too.
+  static Statement statement(R"sql(
+    UPDATE outbox.messages m SET ordering_seq = NULL
+      FROM (SELECT DISTINCT x.endpoint, x.ordering_key FROM outbox.messages x
+             WHERE x.ordering_key IS NOT NULL AND x.ordering_seq IS NOT NULL) k
+           CROSS JOIN LATERAL (
+             SELECT f.id, f.ordering_seq FROM outbox.messages f
+              WHERE f.endpoint = k.endpoint AND f.ordering_key = k.ordering_key
+              ORDER BY f.ordering_seq NULLS FIRST LIMIT 1) f
+     WHERE m.id = f.id AND f.ordering_seq IS NOT NULL
+  )sql",
+                             {});
+  statement.run({});
+}
+
+void reordered_at_commit() { reordered_now = true; }
+
+void forget() {
+  ready_by_endpoint.clear();
+  lines.clear();
+  found_now.clear();
+  lines_now.clear();
+  leaving_now.clear();
+}
+
+}  // namespace successors
+
+}  // namespace pg_outbox::pg
