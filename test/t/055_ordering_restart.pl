@@ -218,6 +218,7 @@ ok($r->[3]{time} >= ($r->[2]{answered_at} // 9e9),
 #       up ahead with it: it looks the key up again).
 #    c. A worker that stops while holding one: the next worker makes it a head, and the
 #       key goes on in order.
+#    d. A TRUNCATE while it holds one: the key's new messages go in order.
 ###############################################################################
 sql($node, sprintf(q{SELECT outbox.create_endpoint('held', url => '%s', ordered => true)}, $recv->url('/hooks/h')));
 sql($node, q{SELECT outbox.pause_endpoint('held')});
@@ -283,6 +284,35 @@ for my $key (qw(g h))
 	is(join(' ', @answered), join(' ', map { "$W$_" } @{ $expected{$key} }),
 		"key $key: each message answered 2xx once, in order");
 }
+
+# d. A TRUNCATE of the queue while the worker holds key t's next message, with the key's
+#    following messages looked up ahead: the key's new messages later go in order, none
+#    stuck behind a line of messages that are gone.
+sql($node, q{SELECT outbox.pause_endpoint('held')});
+my @t = map {
+	sql($node, "SELECT outbox.enqueue('held', jsonb_build_object('key', 't', 'seq', $_), ordering_key => 't')")
+} 0 .. 3;
+my $truncator = $node->background_psql('postgres');
+$truncator->query_safe('BEGIN');
+$truncator->query_safe("SELECT id FROM outbox.messages WHERE id = $t[1] FOR UPDATE");
+sql($node, q{SELECT outbox.resume_endpoint('held')});
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($t[0])", 30), 't0 is sent, t1 is held');
+$truncator->query_safe('TRUNCATE outbox.messages');
+$truncator->query_safe('COMMIT');
+$truncator->quit;
+# In one transaction, so that the second and third wait behind the first (a pause would
+# change the endpoints, which makes the worker look every key up again anyway).
+my @t_new = split /\n/, sql($node,
+	"SELECT outbox.enqueue('held', jsonb_build_object('key', 't', 'seq', 10 + g), ordering_key => 't')"
+	  . ' FROM generate_series(0, 2) g');
+ok( wait_sql(
+		$node, "SELECT count(*) = 3 FROM unnest('{" . join(',', @t_new) . "}'::bigint[]) i, outbox.message(i) s"
+		  . " WHERE s.status = 'sent'",
+		30),
+	'after a TRUNCATE, the three new messages of key t are sent');
+is( join(' ', map { $_->{wid} } grep { ($_->{answered} // '') =~ /^2/ && $_->{seq} >= 10 }
+		  sort { $a->{time} <=> $b->{time} } @{ receipts_of_key('/hooks/h', 't') }),
+	join(' ', map { "$W$_" } @t_new), '... in order');
 
 $node->stop;
 $recv->stop;

@@ -43,6 +43,7 @@ extern "C" {
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -87,11 +88,18 @@ Versions current_versions() {
   return {pg_atomic_read_u64(&slot->endpoints_version), pg_atomic_read_u64(&slot->successions_version)};
 }
 
+// Before the transaction's changes are visible (and before its keys' locks go): a
+// settle that reads the version under those locks, or after a statement whose snapshot
+// may have seen the changes, sees it bumped. A transaction that fails after this only
+// makes the worker look its keys up again.
+void bump_if_reordered() {
+  if (!reordered_now) return;
+  reordered_now = false;
+  DatabaseSlot* slot = slot_of_database(MyDatabaseId);
+  if (slot != nullptr) pg_atomic_fetch_add_u64(&slot->successions_version, 1);
+}
+
 void commit() {
-  if (reordered_now) {
-    DatabaseSlot* slot = slot_of_database(MyDatabaseId);
-    if (slot != nullptr) pg_atomic_fetch_add_u64(&slot->successions_version, 1);
-  }
   if (!leaving_now.empty()) {
     for (auto it = ready_by_endpoint.begin(); it != ready_by_endpoint.end();) {
       std::vector<Held>& held = it->second;
@@ -136,6 +144,11 @@ const Line* line_of(const KeyId& key) {
 
 void successors_at_transaction_end(XactEvent event) {
   switch (event) {
+    case XACT_EVENT_PRE_COMMIT:
+    case XACT_EVENT_PARALLEL_PRE_COMMIT:
+    case XACT_EVENT_PRE_PREPARE:  // COMMIT PREPARED runs no callback of ours
+      bump_if_reordered();
+      break;
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PARALLEL_COMMIT:
       commit();
@@ -181,8 +194,10 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
     }
   };
   std::vector<std::string> look_endpoints, look_keys;
+  std::set<KeyId> seen;  // a key whose head left twice in one settle (sent and dead) moves on once
   for (size_t i = 0; i < keys.size(); ++i) {
     KeyId key{endpoints[i], keys[i]};
+    if (!seen.insert(key).second) continue;
     const Line* line = line_of(key);
     if (line == nullptr || !(line->found == versions)) {
       look_endpoints.push_back(key.first);
@@ -218,7 +233,8 @@ std::vector<int64_t> ready(const std::vector<std::string>& endpoints) {
   for (const std::string& endpoint : endpoints) {
     auto it = ready_by_endpoint.find(endpoint);
     if (it == ready_by_endpoint.end()) continue;
-    for (const Held& h : it->second) ids.push_back(h.id);
+    for (const Held& h : it->second)
+      if (leaving_now.count(h.id) == 0) ids.push_back(h.id);  // not those settle_stale just wrote
   }
   return ids;
 }
@@ -241,23 +257,27 @@ void after_claim(const std::vector<int64_t>& passed, const std::vector<int64_t>&
   for (size_t r = 0; r < rows.size(); ++r) leaving_now.insert(rows.int64(r, 0));
 }
 
-void settle_stale(const std::function<bool(const std::string&)>& served) {
+uint64_t settle_stale(const std::function<bool(const std::string&)>& served) {
   const Versions versions = current_versions();
   // Lines found under other versions would only be looked up again: they go now (a line
   // is a cache of lookups, dropped at any time without harm).
   for (auto it = lines.begin(); it != lines.end();) it = it->second.found == versions ? std::next(it) : lines.erase(it);
-  if (ready_by_endpoint.empty()) return;
   const uint64_t endpoints_version = versions.endpoints;
+  if (ready_by_endpoint.empty()) return endpoints_version;
   std::vector<int64_t> stale;
   for (const auto& [endpoint, held] : ready_by_endpoint) {
     const bool is_served = served(endpoint);
     for (const Held& h : held)
       if (!is_served || h.found.endpoints != endpoints_version) stale.push_back(h.id);
   }
-  if (stale.empty()) return;
-  write_heads(stale, true);
-  leaving_now.insert(stale.begin(), stale.end());
+  if (!stale.empty()) {
+    write_heads(stale, true);
+    leaving_now.insert(stale.begin(), stale.end());
+  }
+  return endpoints_version;
 }
+
+bool endpoints_unchanged_since(uint64_t endpoints_version) { return current_versions().endpoints == endpoints_version; }
 
 void heal() {
   // Every key with a waiting message, once; its first message, if it waits too.

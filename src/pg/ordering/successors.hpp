@@ -24,11 +24,17 @@ std::vector<int64_t> ready(const std::vector<std::string>& endpoints);
 // (gone, made a head, moved). SPI connected.
 void after_claim(const std::vector<int64_t>& passed, const std::vector<int64_t>& taken);
 
-// Before a claim: what was found before a change to the endpoints (an alter_endpoint(
-// ordered => ...) numbers the queue again), or belongs to an endpoint the worker no
-// longer serves, becomes a head in the table if it is still its key's first message,
-// and is forgotten at commit. SPI connected.
-void settle_stale(const std::function<bool(const std::string&)>& served);
+// Before a claim, and at housekeeping: what was found before a change to the endpoints
+// (an alter_endpoint(ordered => ...) numbers the queue again), or belongs to an endpoint
+// the worker no longer serves, becomes a head in the table if it is still its key's
+// first message, and is forgotten at commit. Returns the endpoints' version it judged
+// by. SPI connected.
+uint64_t settle_stale(const std::function<bool(const std::string&)>& served);
+
+// Whether no change to the endpoints committed since settle_stale returned this version.
+// Such a change is counted before it is visible: when this is true after the claim, the
+// claim's snapshot saw none, and the held messages it took were still next.
+bool endpoints_unchanged_since(uint64_t endpoints_version);
 
 // This transaction, not the worker's, made a key's next message its head in the table,
 // or took keyed messages out of the queue, or moved one: at its commit, the lines of

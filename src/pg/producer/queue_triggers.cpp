@@ -4,10 +4,12 @@
 //    the keyed rows take their place in their keys' order at commit (ordering/), and
 //    the rows count towards their endpoints' max_pending (queued_count.cpp);
 //  - outbox._queue_changed, AFTER DELETE, UPDATE OF endpoint and TRUNCATE: rows left
-//    the queue otherwise than by the worker, which then counts it again.
+//    the queue otherwise than by the worker, which then counts it again (and, for a
+//    TRUNCATE, looks its keys up again: ordering/successors.cpp).
 #include "pg/boundary/spi.hpp"
 #include "pg/boundary/trigger_data.hpp"
 #include "pg/ordering/ordering.hpp"
+#include "pg/ordering/successors.hpp"
 #include "pg/producer/queued_count.hpp"
 
 PG_OUTBOX_FUNCTION(pg_outbox_note_inserts) {
@@ -27,7 +29,10 @@ PG_OUTBOX_FUNCTION(pg_outbox_note_inserts) {
 }
 
 PG_OUTBOX_FUNCTION(pg_outbox_queue_changed) {
-  (void)pg_outbox::pg::trigger_data(fcinfo, "outbox._queue_changed()");
+  TriggerData* trigger = pg_outbox::pg::trigger_data(fcinfo, "outbox._queue_changed()");
   pg_outbox::pg::queue_changed();
+  // A TRUNCATE takes keyed messages out without the DELETE trigger that says so to the
+  // worker's lines of messages looked up ahead.
+  if (TRIGGER_FIRED_BY_TRUNCATE(trigger->tg_event)) pg_outbox::pg::successors::reordered_at_commit();
   return PointerGetDatum(nullptr);
 }

@@ -26,6 +26,13 @@ bool launcher_at_commit = false;   // ... and changed the extension itself
 
 void commit_wake_at_transaction_end(XactEvent event) {
   switch (event) {
+    case XACT_EVENT_PRE_COMMIT:
+      // Also before the change is visible: the worker's claim, which reads the version
+      // before and after its statement, then knows whether its snapshot may have seen it
+      // (ordering/successors.cpp). The bump at commit is the one that makes the worker
+      // re-read the endpoints once it can see them.
+      if (endpoints_at_commit) endpoints_changed();
+      break;
     case XACT_EVENT_COMMIT:
       if (endpoints_at_commit) endpoints_changed();
       if (wake_at_commit) {

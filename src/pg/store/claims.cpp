@@ -6,6 +6,8 @@ extern "C" {
 #include "catalog/pg_type.h"
 }
 
+#include <string>
+
 namespace pg_outbox::pg::store {
 
 // The claim writes nothing to the rows it takes but a row lock for its own short
@@ -14,10 +16,10 @@ namespace pg_outbox::pg::store {
 // feet. The worker is the only one to claim in its database, and it knows what it has
 // in flight (`excluded`, $3).
 //  - due: for each endpoint in turn (the worker rotates their order, so no endpoint
-//    starves another), first the keys' next messages the worker holds for it ($8, by
-//    primary key: ordering/successors.cpp; still waiting in the table, so still not
-//    heads there), then the LATERAL subquery walks that endpoint's part of the claim
-//    index, oldest due first. Messages waiting behind their key's head are not in it
+//    starves another), the LATERAL subquery walks that endpoint's part of the claim
+//    index, oldest due first; the keys' next messages the worker holds for it ($8, by
+//    primary key: ordering/successors.cpp; still waiting in the table, so not heads
+//    there) compete with those, oldest due first. Messages waiting behind their key's head are not in it
 //    (ordering_seq, ordering/ordering.cpp): a blocked key is never visited. The outer
 //    LIMIT stops as soon as enough are found. The messages in flight are skipped by a
 //    hashed subplan (NOT IN (SELECT unnest ...)), built once per claim: "<> ALL ($3)"
@@ -31,26 +33,34 @@ namespace pg_outbox::pg::store {
 //  - $6: for NOTIFY, the envelope the channel carries, built by PostgreSQL so that it is
 //    valid JSON; for HTTP, the payload as it is.
 //  - $7: the enqueue time as unix microseconds, for CloudEvents endpoints only.
-std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int limit,
-                                  const std::vector<int64_t>& excluded, int64_t budget_bytes, int64_t max_payload_size,
-                                  ClaimFor purpose, const std::vector<int64_t>& next_in_line) {
-  static Statement statement(R"sql(
-    WITH due AS (
-      SELECT d.id, d.next_attempt_at, d.size FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL (
-        SELECT n.* FROM (
-          SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
-           WHERE m.id = ANY ($8) AND m.endpoint = e.name AND m.next_attempt_at <= now()
-             AND m.ordering_seq IS NOT NULL AND m.id NOT IN (SELECT unnest($3::bigint[]))
-           FOR UPDATE SKIP LOCKED) n
-        UNION ALL
-        SELECT h.* FROM (
+namespace {
+
+// The claim's statement (see above), with the keys' next messages the worker holds ($8)
+// or without them: an unordered drain pays nothing for them.
+std::string claim_sql(bool next_in_line) {
+  const std::string heads = R"sql(
           SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
            WHERE m.endpoint = e.name AND m.next_attempt_at <= now() AND m.ordering_seq IS NULL
              AND m.id NOT IN (SELECT unnest($3::bigint[]))
            ORDER BY m.next_attempt_at
            LIMIT $2
-           FOR UPDATE SKIP LOCKED) h
-        LIMIT $2) d
+           FOR UPDATE SKIP LOCKED)sql";
+  // Held messages compete with the heads oldest due first, as heads in the table did.
+  const std::string due = next_in_line ? R"sql(
+        SELECT u.* FROM (
+          SELECT n.* FROM (
+            SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
+             WHERE m.id = ANY ($8) AND m.endpoint = e.name AND m.next_attempt_at <= now()
+               AND m.ordering_seq IS NOT NULL AND m.id NOT IN (SELECT unnest($3::bigint[]))
+             FOR UPDATE SKIP LOCKED) n
+          UNION ALL
+          SELECT h.* FROM ()sql" + heads + R"sql() h) u
+        ORDER BY u.next_attempt_at LIMIT $2)sql"
+                                       : heads;
+  return R"sql(
+    WITH due AS (
+      SELECT d.id, d.next_attempt_at, d.size FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ()sql" +
+         due + R"sql() d
       LIMIT $2),
     budgeted AS (SELECT b.id FROM (
        SELECT due.id, h.held, sum(h.held) OVER (ORDER BY due.next_attempt_at, due.id) AS total
@@ -66,8 +76,19 @@ std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int
            CASE WHEN $7 THEN (extract(epoch FROM m.created_at) * 1000000)::bigint END
       FROM outbox.messages m CROSS JOIN LATERAL (SELECT outbox._payload_size(m.payload) AS size) s
      WHERE m.id = ANY (ARRAY(SELECT id FROM budgeted))
-  )sql",
-                             {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID, INT8OID, BOOLOID, BOOLOID, INT8ARRAYOID});
+  )sql";
+}
+
+}  // namespace
+
+std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int limit,
+                                  const std::vector<int64_t>& excluded, int64_t budget_bytes, int64_t max_payload_size,
+                                  ClaimFor purpose, const std::vector<int64_t>& next_in_line) {
+  static const std::vector<Oid> types = {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID,
+                                         INT8OID,      BOOLOID, BOOLOID,      INT8ARRAYOID};
+  static const std::string with_next_sql = claim_sql(true), heads_only_sql = claim_sql(false);
+  static Statement with_next(with_next_sql.c_str(), types), heads_only(heads_only_sql.c_str(), types);
+  Statement& statement = next_in_line.empty() ? heads_only : with_next;
   Rows rows =
       statement.run({text_array(endpoints), Int32GetDatum(limit), int8_array(excluded), Int64GetDatum(budget_bytes),
                      Int64GetDatum(max_payload_size), BoolGetDatum(purpose == ClaimFor::kNotify),

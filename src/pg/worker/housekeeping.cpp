@@ -73,6 +73,9 @@ void housekeeping(WorkerState& state) {
       if (settings.attempt_retention_s > 0)
         keep_partitions(state, store::TimePartitioned::kAttempts, schedule.attempts, settings.attempt_retention_s);
       if (settings.dlq_retention_s >= 0) store::purge_dead_letters(settings.dlq_retention_s, kPurgeBatch);
+      // Also when nothing is claimed: an endpoint gone from the table leaves its held
+      // messages as heads, which the orphan check below then finds.
+      (void)settle_stale(state);
       if (orphans_due) dead_letter_orphans(state);
       // Only once a secret the worker knows has expired: no statement in steady state.
       if (state.endpoints.any_secret_expired(now)) store::delete_expired_secrets();
