@@ -159,6 +159,33 @@ is(worker_pid($node), $wpid, 'same worker throughout');
 my $counters = sql($node, 'SELECT sent, dead_lettered FROM outbox.worker_status()');
 is($counters, '6|1', 'worker_status(): 6 sent (5 on orders, 1 on other), 1 dead-lettered');
 
+# ---------------------------------------------------------------------------
+# An ordered NOTIFY endpoint: each key's messages are notified in the key's commit order,
+# once each. Once a key's head is notified, the worker claims the key's next message
+# itself (src/pg/ordering/successors.cpp), in the same kind of transaction.
+sql($node, q{SELECT outbox.create_endpoint('ordered_feed', channel => 'ordered_ch', ordered => true)});
+sql($node, q{SELECT outbox.pause_endpoint('ordered_feed')});
+my $ordered_listener = listen_for_notifications($node, 'ordered_ch');
+my %key_of;       # id -> key
+my %committed;    # key -> its ids, in commit order
+for my $n (0 .. 29)    # three keys, ten messages each, interleaved, one transaction each
+{
+	my $key = 'k' . ($n % 3);
+	my $id = sql($node, "SELECT outbox.enqueue('ordered_feed', jsonb_build_object('n', $n), ordering_key => '$key')");
+	$key_of{$id} = $key;
+	push @{ $committed{$key} }, $id;
+}
+sql($node, q{SELECT outbox.resume_endpoint('ordered_feed')});
+ok($ordered_listener->wait(30, 30), 'thirty notifications of the ordered endpoint');
+sleep(1);    # an observation window for a duplicate
+my @ordered_notes;
+poll_notifications($ordered_listener, \@ordered_notes);
+my %notified;    # key -> its ids, in notification order
+push @{ $notified{ $key_of{ ($_->{envelope} // {})->{id} // -1 } // 'unknown' } }, $_->{envelope}{id} for @ordered_notes;
+is(scalar(@ordered_notes), 30, 'exactly thirty: none twice');
+is_deeply(\%notified, \%committed, "each key's messages notified in its commit order");
+$ordered_listener->quit;
+
 $listener->quit;
 
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);
