@@ -228,15 +228,18 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
   if (!not_due.empty()) write_heads(not_due, false);
 }
 
-std::vector<int64_t> ready(const std::vector<std::string>& endpoints) {
-  std::vector<int64_t> ids;
+Ready ready(const std::vector<std::string>& endpoints) {
+  Ready out;
   for (const std::string& endpoint : endpoints) {
     auto it = ready_by_endpoint.find(endpoint);
     if (it == ready_by_endpoint.end()) continue;
-    for (const Held& h : it->second)
-      if (leaving_now.count(h.id) == 0) ids.push_back(h.id);  // not those settle_stale just wrote
+    for (const Held& h : it->second) {
+      if (leaving_now.count(h.id) != 0) continue;  // written into the table by settle_stale just now
+      out.ids.push_back(h.id);
+      out.endpoints.push_back(endpoint);
+    }
   }
-  return ids;
+  return out;
 }
 
 void after_claim(const std::vector<int64_t>& passed, const std::vector<int64_t>& taken) {

@@ -16,8 +16,14 @@ namespace pg_outbox::pg::successors {
 // the table instead (the claim index knows when it comes due). SPI connected.
 void find(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys);
 
-// Those of the endpoints given, for the claim (store::claim's next_in_line).
-std::vector<int64_t> ready(const std::vector<std::string>& endpoints);
+// Messages the worker holds to claim, each with its endpoint (store::claim's next_in_line).
+struct Ready {
+  std::vector<int64_t> ids;
+  std::vector<std::string> endpoints;
+};
+
+// Those of the endpoints given, for the claim.
+Ready ready(const std::vector<std::string>& endpoints);
 
 // The claim took these, or passed them and did not take them: the ones it took are
 // forgotten when it commits, and so are those that are no longer the worker's to claim

@@ -17,11 +17,12 @@ namespace pg_outbox::pg::store {
 // in flight (`excluded`, $3).
 //  - due: for each endpoint in turn (the worker rotates their order, so no endpoint
 //    starves another), the LATERAL subquery walks that endpoint's part of the claim
-//    index, oldest due first; the keys' next messages the worker holds for it ($8, by
-//    primary key: ordering/successors.cpp; still waiting in the table, so not heads
-//    there) compete with those, oldest due first. Messages waiting behind their key's head are not in it
-//    (ordering_seq, ordering/ordering.cpp): a blocked key is never visited. The outer
-//    LIMIT stops as soon as enough are found. The messages in flight are skipped by a
+//    index, oldest due first. Messages waiting behind their key's head are not in it
+//    (ordering_seq, ordering/ordering.cpp): a blocked key is never visited. The keys'
+//    next messages the worker holds ($8, each of endpoint $9: ordering/successors.cpp;
+//    still waiting in the table, so not heads there) are read by primary key, each
+//    endpoint its own, and compete with those, oldest due first. The outer LIMIT stops
+//    as soon as enough are found. The messages in flight are skipped by a
 //    hashed subplan (NOT IN (SELECT unnest ...)), built once per claim: "<> ALL ($3)"
 //    compared every row it walked past with every id in flight, a cost that grew with
 //    the square of what is in flight (138 ms a claim with 5,000 in flight, against
@@ -50,7 +51,9 @@ std::string claim_sql(bool next_in_line) {
         SELECT u.* FROM (
           SELECT n.* FROM (
             SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
-             WHERE m.id = ANY ($8) AND m.endpoint = e.name AND m.next_attempt_at <= now()
+             WHERE m.id = ANY (ARRAY(SELECT v.id FROM unnest($8::bigint[], $9::text[]) AS v(id, endpoint)
+                                      WHERE v.endpoint = e.name))
+               AND m.endpoint = e.name AND m.next_attempt_at <= now()
                AND m.ordering_seq IS NOT NULL AND m.id NOT IN (SELECT unnest($3::bigint[]))
              FOR UPDATE SKIP LOCKED) n
           UNION ALL
@@ -83,16 +86,17 @@ std::string claim_sql(bool next_in_line) {
 
 std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int limit,
                                   const std::vector<int64_t>& excluded, int64_t budget_bytes, int64_t max_payload_size,
-                                  ClaimFor purpose, const std::vector<int64_t>& next_in_line) {
-  static const std::vector<Oid> types = {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID,
-                                         INT8OID,      BOOLOID, BOOLOID,      INT8ARRAYOID};
+                                  ClaimFor purpose, const successors::Ready& next_in_line) {
+  static const std::vector<Oid> types = {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID,     INT8OID,
+                                         BOOLOID,      BOOLOID, INT8ARRAYOID, TEXTARRAYOID};
   static const std::string with_next_sql = claim_sql(true), heads_only_sql = claim_sql(false);
   static Statement with_next(with_next_sql.c_str(), types), heads_only(heads_only_sql.c_str(), types);
-  Statement& statement = next_in_line.empty() ? heads_only : with_next;
+  Statement& statement = next_in_line.ids.empty() ? heads_only : with_next;
   Rows rows =
       statement.run({text_array(endpoints), Int32GetDatum(limit), int8_array(excluded), Int64GetDatum(budget_bytes),
                      Int64GetDatum(max_payload_size), BoolGetDatum(purpose == ClaimFor::kNotify),
-                     BoolGetDatum(purpose == ClaimFor::kHttpWithTime), int8_array(next_in_line)});
+                     BoolGetDatum(purpose == ClaimFor::kHttpWithTime), int8_array(next_in_line.ids),
+                     text_array(next_in_line.endpoints)});
   std::vector<ClaimedMessage> claimed(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     ClaimedMessage& m = claimed[r];

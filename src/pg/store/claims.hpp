@@ -3,6 +3,8 @@
 // message comes due, and what a dead worker's claims leave behind.
 #pragma once
 
+#include "pg/ordering/successors.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -39,7 +41,7 @@ enum class ClaimFor { kHttp, kHttpWithTime, kNotify };
 // payload is the envelope the channel carries.
 std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int limit,
                                   const std::vector<int64_t>& excluded, int64_t budget_bytes, int64_t max_payload_size,
-                                  ClaimFor purpose, const std::vector<int64_t>& next_in_line);
+                                  ClaimFor purpose, const successors::Ready& next_in_line);
 
 // Records a batch handed to HTTP (outbox.claims); returns its id.
 int64_t record_claim(const std::vector<int64_t>& ids, const std::vector<int32_t>& attempts);

@@ -46,15 +46,15 @@ std::vector<store::ClaimedMessage> claim_messages(const WorkerState& state, cons
                                                   int limit, const std::vector<int64_t>& excluded, int64_t budget_bytes,
                                                   store::ClaimFor purpose) {
   const uint64_t endpoints_version = settle_stale(state);
-  const std::vector<int64_t> next_in_line = successors::ready(endpoints);
+  const successors::Ready next_in_line = successors::ready(endpoints);
   auto claimed =
       store::claim(endpoints, limit, excluded, budget_bytes, settings.max_payload_size, purpose, next_in_line);
-  if (next_in_line.empty()) return claimed;
+  if (next_in_line.ids.empty()) return claimed;
   if (!successors::endpoints_unchanged_since(endpoints_version)) {
     // An endpoint changed meanwhile (alter_endpoint(ordered => ...) numbers its queue
     // again): the held messages this claim took may no longer be next. They stay in the
     // queue, unsent, and the next claim writes the ones still next into the table first.
-    std::unordered_set<int64_t> held(next_in_line.begin(), next_in_line.end());
+    std::unordered_set<int64_t> held(next_in_line.ids.begin(), next_in_line.ids.end());
     claimed.erase(std::remove_if(claimed.begin(), claimed.end(),
                                  [&](const store::ClaimedMessage& m) { return held.count(m.id) != 0; }),
                   claimed.end());
@@ -62,7 +62,7 @@ std::vector<store::ClaimedMessage> claim_messages(const WorkerState& state, cons
   }
   std::vector<int64_t> taken;
   for (const store::ClaimedMessage& m : claimed) taken.push_back(m.id);
-  successors::after_claim(next_in_line, taken);
+  successors::after_claim(next_in_line.ids, taken);
   return claimed;
 }
 
