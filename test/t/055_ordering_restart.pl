@@ -219,6 +219,7 @@ ok($r->[3]{time} >= ($r->[2]{answered_at} // 9e9),
 #    c. A worker that stops while holding one: the next worker makes it a head, and the
 #       key goes on in order.
 #    d. A TRUNCATE while it holds one: the key's new messages go in order.
+#    e. A change of the endpoint while it holds one: it becomes the head in the table.
 ###############################################################################
 sql($node, sprintf(q{SELECT outbox.create_endpoint('held', url => '%s', ordered => true)}, $recv->url('/hooks/h')));
 sql($node, q{SELECT outbox.pause_endpoint('held')});
@@ -313,6 +314,40 @@ ok( wait_sql(
 is( join(' ', map { $_->{wid} } grep { ($_->{answered} // '') =~ /^2/ && $_->{seq} >= 10 }
 		  sort { $a->{time} <=> $b->{time} } @{ receipts_of_key('/hooks/h', 't') }),
 	join(' ', map { "$W$_" } @t_new), '... in order');
+
+# e. A change of the endpoint while the worker holds key p's next message: the worker
+#    writes it into the table as the key's head before its next claim (an
+#    alter_endpoint(ordered => ...) numbers the keys again). The held message is locked
+#    FOR KEY SHARE, which the claim's FOR UPDATE SKIP LOCKED skips, but which lets that
+#    UPDATE of ordering_seq through.
+sql($node, sprintf(q{SELECT outbox.create_endpoint('paced', url => '%s', ordered => true)}, $recv->url('/hooks/p')));
+sql($node, q{SELECT outbox.pause_endpoint('paced')});
+my @p = split /\n/, sql($node,
+	"SELECT outbox.enqueue('paced', jsonb_build_object('key', 'p', 'seq', g), ordering_key => 'p')"
+	  . ' FROM generate_series(0, 2) g');
+my $sharer = $node->background_psql('postgres');
+$sharer->query_safe('BEGIN');
+$sharer->query_safe("SELECT id FROM outbox.messages WHERE id = $p[1] FOR KEY SHARE");
+sql($node, q{SELECT outbox.resume_endpoint('paced')});
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($p[0])", 30), 'p0 is sent');
+sleep 1;    # rounds of the worker, which holds p1 and cannot claim it
+is(sql($node, "SELECT count(*) FROM outbox.messages WHERE ordering_key = 'p' AND ordering_seq IS NULL"), '0',
+	'p1 is held: no head of key p in the table');
+sql($node, q{SELECT outbox.alter_endpoint('paced', timeout_ms => 4000)});
+ok(wait_sql($node, "SELECT ordering_seq IS NULL FROM outbox.messages WHERE id = $p[1]", 30),
+	'after alter_endpoint, p1 is the head in the table');
+is(sql($node, "SELECT count(*) FROM outbox.messages WHERE ordering_key = 'p' AND ordering_seq IS NULL"), '1',
+	'... the only one of its key');
+$sharer->query_safe('COMMIT');
+$sharer->quit;
+ok( wait_sql(
+		$node, "SELECT count(*) = 2 FROM unnest('{$p[1],$p[2]}'::bigint[]) i, outbox.message(i) s"
+		  . " WHERE s.status = 'sent'",
+		30),
+	'p1 and p2 are sent');
+is( join(' ', map { $_->{wid} } grep { ($_->{answered} // '') =~ /^2/ }
+		  sort { $a->{time} <=> $b->{time} } @{ receipts_of_key('/hooks/p', 'p') }),
+	join(' ', map { "$W$_" } @p), '... in order, once each');
 
 $node->stop;
 $recv->stop;
