@@ -81,6 +81,11 @@ std::vector<std::pair<std::string, Held>> found_now;
 std::map<KeyId, std::optional<Line>> lines_now;
 std::unordered_set<int64_t> leaving_now;
 bool reordered_now = false;  // this transaction (not the worker's) reordered keyed messages
+// The versions the lines were last pruned under, and the endpoints' version the held
+// messages were last judged by (committed, and this transaction's): settle_stale looks
+// through them only when these change, not at every claim.
+Versions lines_pruned_at;
+uint64_t held_judged_at = 0, held_judged_now = 0;
 
 Versions current_versions() {
   DatabaseSlot* slot = slot_of_database(MyDatabaseId);
@@ -109,6 +114,7 @@ void commit() {
     }
   }
   for (auto& [endpoint, held] : found_now) ready_by_endpoint[endpoint].push_back(held);
+  held_judged_at = std::max(held_judged_at, held_judged_now);
   for (auto& [key, line] : lines_now) {
     if (line && !line->rest.empty()) {
       lines[key] = std::move(*line);
@@ -160,6 +166,7 @@ void successors_at_transaction_end(XactEvent event) {
       lines_now.clear();
       leaving_now.clear();
       reordered_now = false;
+      held_judged_now = 0;
       break;
     default:
       break;
@@ -264,15 +271,24 @@ uint64_t settle_stale(const std::function<bool(const std::string&)>& served) {
   const Versions versions = current_versions();
   // Lines found under other versions would only be looked up again: they go now (a line
   // is a cache of lookups, dropped at any time without harm).
-  for (auto it = lines.begin(); it != lines.end();) it = it->second.found == versions ? std::next(it) : lines.erase(it);
+  if (!(versions == lines_pruned_at)) {
+    for (auto it = lines.begin(); it != lines.end();)
+      it = it->second.found == versions ? std::next(it) : lines.erase(it);
+    lines_pruned_at = versions;
+  }
   const uint64_t endpoints_version = versions.endpoints;
   if (ready_by_endpoint.empty()) return endpoints_version;
+  // Each held message when the endpoints changed since the last look (the versions only
+  // grow); else only whether each endpoint is still served.
+  const bool changed = endpoints_version != held_judged_at;
   std::vector<int64_t> stale;
   for (const auto& [endpoint, held] : ready_by_endpoint) {
     const bool is_served = served(endpoint);
+    if (is_served && !changed) continue;
     for (const Held& h : held)
       if (!is_served || h.found.endpoints != endpoints_version) stale.push_back(h.id);
   }
+  held_judged_now = endpoints_version;  // counts once this transaction commits what it wrote
   if (!stale.empty()) {
     write_heads(stale, true);
     leaving_now.insert(stale.begin(), stale.end());
@@ -303,6 +319,8 @@ void reordered_at_commit() { reordered_now = true; }
 void forget() {
   ready_by_endpoint.clear();
   lines.clear();
+  lines_pruned_at = {};
+  held_judged_at = held_judged_now = 0;
   found_now.clear();
   lines_now.clear();
   leaving_now.clear();
