@@ -216,6 +216,28 @@ my ($rc, $out, $err) = $node->psql('restored_late', qq{CREATE TABLE outbox.histo
 like($err, qr/would overlap partition/, "attaching over a partition with rows fails ($full)");
 is(sql($node, "SELECT count(*) FROM $full", 'restored_late'), $rows, "... and it keeps its $rows rows");
 
+# A restore's CREATE TABLE of a partition waits for the partitions' advisory lock, which
+# the worker holds while it makes partitions (and only tries to take): the two never
+# create a table of the same name at the same moment, which fails the second on the
+# catalog's unique index once the first commits (seen in CI: "duplicate key value
+# violates unique constraint pg_type_typname_nsp_index").
+my $maker = $node->background_psql('restored_late');
+$maker->query_safe('BEGIN');
+$maker->query_safe('SELECT pg_advisory_xact_lock(1868724336, 0)');
+my $restorer = $node->background_psql('restored_late');
+$restorer->query_until(qr/creating/,
+	"\\echo creating\nCREATE TABLE outbox.history_29990101_000000 (LIKE outbox.history);\n");
+ok( wait_sql(
+		$node, q{SELECT count(*) = 1 FROM pg_locks WHERE locktype = 'advisory' AND classid = 1868724336 AND NOT granted},
+		30, 'restored_late'),
+	"a restore's CREATE TABLE of a partition name waits while partitions are being made");
+$maker->query_safe('COMMIT');
+$maker->quit;
+$restorer->query_safe('SELECT 1');
+$restorer->quit;
+is(sql($node, q{SELECT count(*) FROM pg_class WHERE relname = 'history_29990101_000000'}, 'restored_late'), '1',
+	'... and goes on once they are made');
+
 $node->stop;
 $recv->stop;
 done_testing();

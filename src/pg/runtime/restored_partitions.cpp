@@ -6,7 +6,9 @@
 // the current partition and those ahead): the restore then fails on the name or on the
 // range. Before such a statement runs, the worker's partition of that name, or
 // overlapping that range, is dropped if it is still empty
-// (outbox._restore_creates/_restore_attaches, extension/src/60_time_partitions.sql).
+// (outbox._restore_creates/_restore_attaches, extension/src/60_time_partitions.sql),
+// under the partitions' advisory lock, which the worker's partition making only tries:
+// the worker's table is then either committed or not begun.
 //
 // Only statements that name the extension's schema, with the forms pg_dump writes, and
 // only for the table's owner (anyone else's statement fails in PostgreSQL's own checks).
@@ -21,6 +23,7 @@ extern "C" {
 #include "commands/extension.h"
 #include "nodes/parsenodes.h"
 #include "utils/acl.h"
+#include "utils/builtins.h"
 #include "utils/lsyscache.h"
 }
 
@@ -72,12 +75,28 @@ Oid owned_relation(RangeVar* relation) {
   });
 }
 
+// The partitions' advisory lock (extension/src/60_time_partitions.sql): held until this
+// statement's transaction ends, it makes a worker that is creating partitions right now
+// finish first (its table is then seen here), or leave them to its next round.
+constexpr int32 kPartitionsLockSpace = 1868724336;
+
+bool is_partition_name(const char* relname) {
+  return strncmp(relname, "history_", 8) == 0 || strncmp(relname, "attempts_", 9) == 0;
+}
+
 void before_create(CreateStmt* create) {
   // pg_dump's form: a plain table, attached later; a name that is taken (else there is
   // nothing to give way), without IF NOT EXISTS (which would not fail).
   if (!in_outbox_schema(create->relation) || create->partbound != nullptr || create->inhRelations != NIL ||
-      create->if_not_exists)
+      create->if_not_exists || !is_partition_name(create->relation->relname))
     return;
+  // Before looking whether the name is taken: the worker's CREATE TABLE of the same name
+  // may be under way, not yet visible, and this one would then fail on the catalog's
+  // unique index once it commits.
+  const bool extension = pg_call([] { return OidIsValid(get_extension_oid("pg_outbox", true)); });
+  if (!extension) return;
+  pg_call(
+      [] { DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(kPartitionsLockSpace), Int32GetDatum(0)); });
   if (!OidIsValid(owned_relation(create->relation))) return;
   static Statement restore_creates("SELECT outbox._restore_creates($1)", {TEXTOID});
   const std::string name = create->relation->relname;
