@@ -128,7 +128,7 @@ BEGIN
         RAISE EXCEPTION 'width_s must be a positive number of seconds'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- A restore creating its own partitions holds this lock (_restore_creates below):
+    -- A restore creating its own partitions holds this lock (restored_partitions.cpp):
     -- the two must not make a table of the same name at the same moment, or the second
     -- fails on the catalog's unique index once the first commits.  Busy: the next call.
     -- (1868724336: the partitions' lock, beside the ordering keys' 1868724335.)
@@ -260,18 +260,15 @@ $fn$;
 -- would fail on a name or a range already taken.  The worker's partitions are still
 -- empty then (the messages come later, with the data), and give way: a statement hook in
 -- every backend (src/pg/runtime/restored_partitions.cpp) calls these two before such a
--- CREATE TABLE or ATTACH PARTITION.  They take the partitions' advisory lock first, which
--- the worker's _partitions_prepare only tries: the worker's CREATE TABLE of the same name
--- is then either committed (and seen) or not begun.  A partition that holds rows, or that the caller does
--- not own, stays, and the statement fails as PostgreSQL makes it.
+-- CREATE TABLE or ATTACH PARTITION, under the partitions' advisory lock, which the
+-- worker's _partitions_prepare only tries: the worker's partition of that name or range
+-- is then either committed (and seen here) or not begun.  A partition that holds rows,
+-- or that the caller does not own, stays, and the statement fails as PostgreSQL makes it.
 CREATE OR REPLACE FUNCTION outbox._restore_creates(partition_name text)
     RETURNS integer
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    -- Until the restore's statement commits: a worker making partitions at this moment
-    -- finishes first (and its table is seen here), or waits for the next round.
-    SELECT pg_advisory_xact_lock(1868724336, 0);
     SELECT count(*) FILTER (WHERE outbox._partition_drop_if_empty(p.partition))::integer
       FROM unnest(ARRAY['outbox.history', 'outbox.attempts']::regclass[]) parent
      CROSS JOIN LATERAL outbox._partitions(parent) p
@@ -285,7 +282,6 @@ CREATE OR REPLACE FUNCTION outbox._restore_attaches(parent regclass, from_at tim
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT pg_advisory_xact_lock(1868724336, 0);
     SELECT count(*) FILTER (WHERE outbox._partition_drop_if_empty(p.partition))::integer
       FROM outbox._partitions(parent) p
       JOIN pg_class c ON c.oid = p.partition

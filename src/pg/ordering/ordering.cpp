@@ -2,7 +2,8 @@
 //
 // A message of an ordered endpoint with an ordering key is, once committed, either its
 // key's head (ordering_seq NULL: in the claim index, sent when due) or a follower
-// (ordering_seq drawn from outbox.commit_order: outside the claim index, never claimed).
+// (ordering_seq drawn from outbox.commit_order: outside the claim index; the worker
+// claims one by id only once its head left: successors.cpp).
 // - At commit, a deferred constraint trigger (outbox._order_at_commit) decides, under the
 //   key's advisory lock and with a fresh snapshot: if the key has a message in the queue
 //   (its head, or those behind a head the worker took out: successors.cpp), the new
@@ -18,8 +19,9 @@
 //   triggers (outbox._heads_gone per DELETE statement, outbox._next_in_order per row
 //   whose key changes).
 // The claim index thus never holds a follower: a blocked key costs the claim nothing,
-// however many messages wait behind the head. The worker takes the locks of the keyed messages
-// it settles before it moves them, in the same sorted order as a committing producer.
+// however many messages wait behind the head. The worker takes the locks of the keyed
+// messages it settles before it moves them, in the same sorted order as a committing
+// producer.
 // A transaction's own keyed messages are known before its commit: outbox.enqueue notes
 // them, and a statement trigger (outbox._note_inserts, producer/queue_triggers.cpp) notes the
 // rows of plain INSERT statements. The first commit-time call places them all, after

@@ -86,6 +86,10 @@ bool reordered_now = false;  // this transaction (not the worker's) reordered ke
 // through them only when these change, not at every claim.
 Versions lines_pruned_at;
 uint64_t held_judged_at = 0, held_judged_now = 0;
+// What a commit found could not be kept (out of memory in the commit callback, which
+// must not raise): everything is forgotten, and the next settle_stale makes the first
+// message of every key without a head one (heal), as a worker that starts does.
+bool lost_track = false, healed_now = false;
 
 Versions current_versions() {
   DatabaseSlot* slot = slot_of_database(MyDatabaseId);
@@ -157,7 +161,16 @@ void successors_at_transaction_end(XactEvent event) {
       break;
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PARALLEL_COMMIT:
-      commit();
+      // A PostgreSQL callback after the commit: nothing may escape it, and it cannot
+      // fail the transaction any more.
+      try {
+        commit();
+        if (healed_now) lost_track = false;
+      } catch (...) {
+        ready_by_endpoint.clear();
+        lines.clear();
+        lost_track = true;
+      }
       [[fallthrough]];
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PREPARE:
@@ -167,6 +180,7 @@ void successors_at_transaction_end(XactEvent event) {
       leaving_now.clear();
       reordered_now = false;
       held_judged_now = 0;
+      healed_now = false;
       break;
     default:
       break;
@@ -269,6 +283,10 @@ void after_claim(const std::vector<int64_t>& passed, const std::vector<int64_t>&
 
 uint64_t settle_stale(const std::function<bool(const std::string&)>& served) {
   const Versions versions = current_versions();
+  if (lost_track) {
+    heal();
+    healed_now = true;
+  }
   // Lines found under other versions would only be looked up again: they go now (a line
   // is a cache of lookups, dropped at any time without harm).
   if (!(versions == lines_pruned_at)) {
@@ -321,6 +339,7 @@ void forget() {
   lines.clear();
   lines_pruned_at = {};
   held_judged_at = held_judged_now = 0;
+  lost_track = healed_now = false;  // the caller heals (the worker, when it starts serving)
   found_now.clear();
   lines_now.clear();
   leaving_now.clear();

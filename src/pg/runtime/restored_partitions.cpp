@@ -80,6 +80,15 @@ Oid owned_relation(RangeVar* relation) {
 // finish first (its table is then seen here), or leave them to its next round.
 constexpr int32 kPartitionsLockSpace = 1868724336;
 
+// Takes that lock if the extension is there; returns whether it is.
+bool lock_partitions() {
+  return pg_call([] {
+    if (!OidIsValid(get_extension_oid("pg_outbox", true))) return false;
+    DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(kPartitionsLockSpace), Int32GetDatum(0));
+    return true;
+  });
+}
+
 bool is_partition_name(const char* relname) {
   return strncmp(relname, "history_", 8) == 0 || strncmp(relname, "attempts_", 9) == 0;
 }
@@ -93,10 +102,7 @@ void before_create(CreateStmt* create) {
   // Before looking whether the name is taken: the worker's CREATE TABLE of the same name
   // may be under way, not yet visible, and this one would then fail on the catalog's
   // unique index once it commits.
-  const bool extension = pg_call([] { return OidIsValid(get_extension_oid("pg_outbox", true)); });
-  if (!extension) return;
-  pg_call(
-      [] { DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(kPartitionsLockSpace), Int32GetDatum(0)); });
+  if (!lock_partitions()) return;
   if (!OidIsValid(owned_relation(create->relation))) return;
   static Statement restore_creates("SELECT outbox._restore_creates($1)", {TEXTOID});
   const std::string name = create->relation->relname;
@@ -107,6 +113,8 @@ void before_alter(AlterTableStmt* alter) {
   if (!in_outbox_schema(alter->relation) || !is_time_partitioned(alter->relation->relname)) return;
   const PartitionBoundSpec* bound = attached_range(alter);
   if (bound == nullptr) return;
+  // As for a CREATE TABLE: the worker may be making a partition of that range right now.
+  if (!lock_partitions()) return;
   Oid parent = owned_relation(alter->relation);
   if (!OidIsValid(parent)) return;
   static Statement restore_attaches("SELECT outbox._restore_attaches($1, $2::timestamptz, $3::timestamptz)",
