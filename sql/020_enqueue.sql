@@ -330,6 +330,25 @@ SELECT outbox.enqueue('billing', '{"tenant": false}');
 ALTER TABLE outbox.messages DROP COLUMN local_tenant;
 SELECT count(*) - :messages_before_local_check AS inserted FROM outbox.messages;
 
+-- outbox._claimable(tableoid, ctid): the claim's stand-in for FOR UPDATE SKIP LOCKED,
+-- asked about rows that a transaction touched since their INSERT. A row nobody touched
+-- is free; so is the version a committed UPDATE wrote (its xmax is the UPDATE's own row
+-- lock, over); the version it left behind is not (nor is a row that another
+-- transaction is changing: t/035 §4b). It reads no table but outbox.messages.
+SELECT outbox.enqueue('billing', '{"claimable": 1}') AS claimable_id \gset
+SELECT ctid AS old_ctid, outbox._claimable(tableoid, ctid) AS untouched FROM outbox.messages
+ WHERE id = :claimable_id \gset
+SELECT :'untouched' AS untouched;
+UPDATE outbox.messages SET payload = '{"claimable": 2}' WHERE id = :claimable_id;
+SELECT outbox._claimable('outbox.messages'::regclass, :'old_ctid') AS updated_version,
+       xmax <> '0' AS new_version_has_xmax, outbox._claimable(tableoid, ctid) AS new_version
+  FROM outbox.messages WHERE id = :claimable_id;
+DELETE FROM outbox.messages WHERE id = :claimable_id;
+\set VERBOSITY terse
+SELECT outbox._claimable('pg_class'::regclass, '(0,1)');
+\echo :SQLSTATE
+\set VERBOSITY default
+
 -- Clean up for the next file.
 TRUNCATE outbox.messages;
 SELECT outbox.drop_endpoint(name) FROM outbox.endpoints ORDER BY name;

@@ -150,6 +150,8 @@ SELECT * FROM outbox._message_counts;
 \echo :SQLSTATE
 SELECT outbox._payload_size('{}');
 \echo :SQLSTATE
+SELECT outbox._claimable('outbox.messages'::regclass, '(0,1)');
+\echo :SQLSTATE
 SELECT outbox._history_prepare(3600);
 \echo :SQLSTATE
 SELECT outbox._history_retire('infinity', true);

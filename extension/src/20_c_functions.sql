@@ -150,3 +150,11 @@ CREATE OR REPLACE FUNCTION outbox._payload_size(payload jsonb) RETURNS bigint
     AS 'MODULE_PATHNAME', 'pg_outbox_payload_size'
     LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
+
+-- Whether the claim may take a row of outbox.messages (its tableoid and ctid) that some
+-- transaction has touched since its INSERT: not while another transaction changes,
+-- deletes or locks it (src/pg/store/row_locks.cpp). The claim's FOR UPDATE SKIP LOCKED
+-- without the row lock it wrote.
+CREATE OR REPLACE FUNCTION outbox._claimable(queue oid, row_id tid) RETURNS boolean
+    AS 'MODULE_PATHNAME', 'pg_outbox_claimable'
+    LANGUAGE C VOLATILE STRICT;

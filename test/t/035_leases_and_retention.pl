@@ -274,7 +274,7 @@ cmp_ok(sql($node, q{SELECT count(*) FROM outbox._history_partitions()}), '>', 0,
 	'the worker\'s own partitions (for now and ahead) are still there');
 
 # ---------------------------------------------------------------------------
-# 4. The claim skips rows locked by another transaction (FOR UPDATE SKIP LOCKED).
+# 4. The claim skips rows locked by another transaction (as FOR UPDATE SKIP LOCKED would).
 #    X is enqueued before Y, so a claim that waited for locks would wait on X and
 #    deliver nothing.
 
@@ -306,6 +306,37 @@ ok(wait_until(sub { exists $recv->answered_2xx('/hooks/locked')->{"$W$x"} }, 30,
 	'once the lock is released, X is delivered');
 ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 1 FROM outbox.message($x)", 30),
 	'... sent after one attempt');
+
+# 4b. The claim writes no row lock (outbox._claimable stands for FOR UPDATE SKIP LOCKED),
+#     so it must still leave alone a row another transaction is changing or deleting:
+#     an operator's open UPDATE of a payload (the old version is never sent, the new
+#     one is, once), and an open DELETE (the row is never sent). Z is enqueued after
+#     both: once Z is sent, the claim has walked past them.
+
+sql($node, q{SELECT outbox.pause_endpoint('locked')});
+my $fix = sql($node, q{SELECT outbox.enqueue('locked', '{"which": "before fix"}')});
+my $gone = sql($node, q{SELECT outbox.enqueue('locked', '{"which": "deleted"}')});
+my $z = sql($node, q{SELECT outbox.enqueue('locked', '{"which": "z"}')});
+is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'locked'}), '3', 'three messages wait');
+my $operator = $node->background_psql('postgres');
+$operator->query_safe('BEGIN');
+$operator->query_safe(qq{UPDATE outbox.messages SET payload = '{"which": "after fix"}' WHERE id = $fix});
+$operator->query_safe(qq{DELETE FROM outbox.messages WHERE id = $gone});
+sql($node, q{SELECT outbox.resume_endpoint('locked')});
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($z)", 30), 'Z, enqueued after both, is sent');
+my @sent_ids = map { $_->{headers}{'webhook-id'} } @{ $recv->requests(path => '/hooks/locked') };
+is_deeply([ grep { $_ eq "$W$fix" || $_ eq "$W$gone" } @sent_ids ], [],
+	'neither the row being updated nor the row being deleted was sent meanwhile');
+$operator->query_safe('COMMIT');
+$operator->quit;
+ok(wait_until(sub { exists $recv->answered_2xx('/hooks/locked')->{"$W$fix"} }, 30, 'fixed message answered'),
+	'once the UPDATE commits, the message is delivered');
+my @fixed = grep { $_->{headers}{'webhook-id'} eq "$W$fix" } @{ $recv->requests(path => '/hooks/locked') };
+is(scalar(@fixed), 1, '... once');
+like($fixed[0]{body}, qr/after fix/, '... with the payload as updated, never the old one');
+sleep 1;
+is_deeply([ grep { $_->{headers}{'webhook-id'} eq "$W$gone" } @{ $recv->requests(path => '/hooks/locked') } ], [],
+	'the deleted message was never sent');
 
 # ---------------------------------------------------------------------------
 # End of section 1: the first request of the lease message ends (the receiver closes

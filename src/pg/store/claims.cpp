@@ -10,11 +10,12 @@ extern "C" {
 
 namespace pg_outbox::pg::store {
 
-// The claim writes nothing to the rows it takes but a row lock for its own short
-// transaction (FOR UPDATE SKIP LOCKED): a row another transaction holds (an operator's
-// UPDATE, a drop_endpoint) is left for a later claim instead of being sent under its
-// feet. The worker is the only one to claim in its database, and it knows what it has
-// in flight (`excluded`, $3).
+// The claim writes nothing to the rows it takes, not even a row lock: a row another
+// transaction holds (an operator's UPDATE or SELECT ... FOR UPDATE, a drop_endpoint) is
+// left for a later claim instead of being sent under its feet, as FOR UPDATE SKIP LOCKED
+// would, by outbox._claimable (row_locks.cpp), asked only about rows someone touched
+// since their INSERT (xmax set). The worker is the only one to claim in its database,
+// and it knows what it has in flight (`excluded`, $3).
 //  - due: for each endpoint in turn (the worker rotates their order, so no endpoint
 //    starves another), the LATERAL subquery walks that endpoint's part of the claim
 //    index, oldest due first. Messages waiting behind their key's head are not in it
@@ -43,9 +44,9 @@ std::string claim_sql(bool next_in_line) {
           SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
            WHERE m.endpoint = e.name AND m.next_attempt_at <= now() AND m.ordering_seq IS NULL
              AND m.id NOT IN (SELECT unnest($3::bigint[]))
+             AND (m.xmax = '0'::xid OR outbox._claimable(m.tableoid, m.ctid))
            ORDER BY m.next_attempt_at
-           LIMIT $2
-           FOR UPDATE SKIP LOCKED)sql";
+           LIMIT $2)sql";
   // Held messages compete with the heads oldest due first, as heads in the table did.
   const std::string due = next_in_line ? R"sql(
         SELECT u.* FROM (
@@ -55,7 +56,7 @@ std::string claim_sql(bool next_in_line) {
                                       WHERE v.endpoint = e.name))
                AND m.endpoint = e.name AND m.next_attempt_at <= now()
                AND m.ordering_seq IS NOT NULL AND m.id NOT IN (SELECT unnest($3::bigint[]))
-             FOR UPDATE SKIP LOCKED) n
+               AND (m.xmax = '0'::xid OR outbox._claimable(m.tableoid, m.ctid))) n
           UNION ALL
           SELECT h.* FROM ()sql" + heads + R"sql() h) u
         ORDER BY u.next_attempt_at LIMIT $2)sql"
