@@ -146,13 +146,22 @@ BEGIN
             EXIT;
         END;
     END LOOP;
+    -- Every range from this one's start to 3 widths ahead that no partition covers, holes
+    -- included: a range whose CREATE gave up (lock_timeout on the default partition, busy
+    -- with a long read) while a later one was made is made at the next call, not left to
+    -- the default partition for good.  A range starts where a partition ends and stops
+    -- where the next one begins, so partitions of an earlier width are never overlapped.
     v_from := to_timestamp(floor(extract(epoch FROM now()) / width_s) * width_s);
-    SELECT max(p.to_at) INTO v_covered FROM outbox._partitions(parent) p;
-    IF v_covered > v_from THEN
-        v_from := v_covered;
-    END IF;
     WHILE v_from < now() + make_interval(secs => 3 * width_s) LOOP
+        SELECT max(p.to_at) INTO v_covered FROM outbox._partitions(parent) p
+         WHERE p.from_at <= v_from AND p.to_at > v_from;
+        IF v_covered IS NOT NULL THEN
+            v_from := v_covered;
+            CONTINUE;
+        END IF;
         v_to := to_timestamp((floor(extract(epoch FROM v_from) / width_s) + 1) * width_s);
+        SELECT least(v_to, min(p.from_at)) INTO v_to FROM outbox._partitions(parent) p
+         WHERE p.from_at > v_from;
         v_name := v_layout.name_prefix || to_char(v_from AT TIME ZONE 'UTC', 'YYYYMMDD_HH24MISS');
         BEGIN
             EXECUTE format('CREATE TABLE outbox.%I PARTITION OF %s FOR VALUES FROM (%L) TO (%L)',
