@@ -6,6 +6,7 @@ extern "C" {
 #include "catalog/pg_type.h"
 }
 
+#include <algorithm>
 #include <string>
 
 namespace pg_outbox::pg::store {
@@ -31,7 +32,13 @@ namespace pg_outbox::pg::store {
 //  - budgeted: the byte budget ($4). Rows are taken, oldest due first, while the
 //    payloads before them stay under it; a payload over max_payload_size ($5) counts
 //    nothing and is never read (its size comes from the datum's header).
-//  - the rows are fetched by "m.id = ANY (...)", which only the primary key answers.
+//  - budgeted sums int4 sizes (none is over max_payload_size, an int), so the running
+//    total is a bigint: sum(int8) is numeric, 0.3 ms of a claim of 500.
+//  - the rows are fetched again by their ctid (a TID scan, the version the statement's
+//    snapshot saw), not by id through the primary key (two more page reads a row). They
+//    come in the heap's order and are put in id order here: an ORDER BY let the planner
+//    walk the whole primary key instead, whenever the statistics said the queue was
+//    empty (just after a VACUUM), 80 ms a claim.
 //  - $6: for NOTIFY, the envelope the channel carries, built by PostgreSQL so that it is
 //    valid JSON; for HTTP, the payload as it is.
 //  - $7: the enqueue time as unix microseconds, for CloudEvents endpoints only.
@@ -41,7 +48,7 @@ namespace {
 // or without them: an unordered drain pays nothing for them.
 std::string claim_sql(bool next_in_line) {
   const std::string heads = R"sql(
-          SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
+          SELECT m.id, m.ctid, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
            WHERE m.endpoint = e.name AND m.next_attempt_at <= now() AND m.ordering_seq IS NULL
              AND m.id NOT IN (SELECT unnest($3::bigint[]))
              AND (m.xmax = '0'::xid OR outbox._claimable(m.tableoid, m.ctid))
@@ -51,7 +58,7 @@ std::string claim_sql(bool next_in_line) {
   const std::string due = next_in_line ? R"sql(
         SELECT u.* FROM (
           SELECT n.* FROM (
-            SELECT m.id, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
+            SELECT m.id, m.ctid, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
              WHERE m.id = ANY (ARRAY(SELECT v.id FROM unnest($8::bigint[], $9::text[]) AS v(id, endpoint)
                                       WHERE v.endpoint = e.name))
                AND m.endpoint = e.name AND m.next_attempt_at <= now()
@@ -63,12 +70,12 @@ std::string claim_sql(bool next_in_line) {
                                        : heads;
   return R"sql(
     WITH due AS (
-      SELECT d.id, d.next_attempt_at, d.size FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ()sql" +
+      SELECT d.id, d.ctid, d.next_attempt_at, d.size FROM unnest($1::text[]) AS e(name) CROSS JOIN LATERAL ()sql" +
          due + R"sql() d
       LIMIT $2),
-    budgeted AS (SELECT b.id FROM (
-       SELECT due.id, h.held, sum(h.held) OVER (ORDER BY due.next_attempt_at, due.id) AS total
-         FROM due CROSS JOIN LATERAL (SELECT CASE WHEN due.size <= $5 THEN due.size ELSE 0 END AS held) h) b
+    budgeted AS (SELECT b.ctid FROM (
+       SELECT due.ctid, h.held, sum(h.held) OVER (ORDER BY due.next_attempt_at, due.id) AS total
+         FROM due CROSS JOIN LATERAL (SELECT CASE WHEN due.size <= $5 THEN due.size::int4 ELSE 0 END AS held) h) b
        WHERE b.total - b.held < $4)
     SELECT m.id, m.endpoint, m.event_type,
            CASE WHEN s.size <= $5 THEN
@@ -79,7 +86,7 @@ std::string claim_sql(bool next_in_line) {
            CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END,
            CASE WHEN $7 THEN (extract(epoch FROM m.created_at) * 1000000)::bigint END
       FROM outbox.messages m CROSS JOIN LATERAL (SELECT outbox._payload_size(m.payload) AS size) s
-     WHERE m.id = ANY (ARRAY(SELECT id FROM budgeted))
+     WHERE m.ctid = ANY (ARRAY(SELECT ctid FROM budgeted))
   )sql";
 }
 
@@ -113,6 +120,8 @@ std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int
     if (auto lock = rows.optional_int64(r, 8)) m.ordering_lock = static_cast<int32_t>(*lock);
     m.created_unix_us = rows.int64(r, 9);
   }
+  std::sort(claimed.begin(), claimed.end(),
+            [](const ClaimedMessage& a, const ClaimedMessage& b) { return a.id < b.id; });
   return claimed;
 }
 
