@@ -147,9 +147,17 @@ void Worker::round(bool woken) {
   }
   Schedule& schedule = state_.schedule;
   const int64_t now = state_.now_ms();
-  if (schedule.wakes.should_claim(woken, schedule.more_due, now, schedule.next_claim_ms) && claim_has_room(state_)) {
-    schedule.wakes.claim_started(now);
-    schedule.wakes.claim_finished(claim_and_deliver(state_));
+  if (schedule.wakes.should_claim(woken, schedule.more_due, now, schedule.next_claim_ms)) {
+    if (claim_has_room(state_)) {
+      schedule.wakes.claim_started(now);
+      schedule.wakes.claim_finished(claim_and_deliver(state_));
+    }
+  } else if (woken) {
+    // The commit's claim waits for the end of the gap (next_claim_ms). Until then the
+    // wake stays requested, so the commits meanwhile find the flag set and leave the
+    // latch alone: under thousands of commits a second, each would otherwise wake the
+    // process for nothing (6.5 % of a core at 5,400 commits/s to a paused endpoint).
+    pg_atomic_write_u32(&state_.slot.wake_requested, 1);
   }
   if (now >= schedule.next_housekeeping_ms) housekeeping(state_);
   if (schedule.recount_queued) recount_queued(state_);
