@@ -186,6 +186,47 @@ is(scalar(@ordered_notes), 30, 'exactly thirty: none twice');
 is_deeply(\%notified, \%committed, "each key's messages notified in its commit order");
 $ordered_listener->quit;
 
+# ---------------------------------------------------------------------------
+# While HTTP deliveries keep the worker claiming, a NOTIFY round that found nothing is
+# not run again at every claim (src/pg/worker/claim.cpp, notify_round_due), yet a NOTIFY
+# message never waits for it: one committed meanwhile is notified at once (the commit's
+# wake), one with a deliver_at 2 s ahead at its time, not at the poll interval (30 s
+# here).
+ok(reload_conf($node, 'pg_outbox.poll_interval' => '30s'), 'poll_interval reloaded to 30 s');
+my $recv = start_receiver();
+sql($node, sprintf(q{SELECT outbox.create_endpoint('busy', url => '%s')}, $recv->url('/busy')));
+sql($node, q{SELECT outbox.pause_endpoint('busy')});
+$recv->add_rule(path => '/busy', status => 200, delay_ms => 50);    # a drain of several seconds
+sql($node, q{INSERT INTO outbox.messages (endpoint, payload) SELECT 'busy', jsonb_build_object('n', g)
+               FROM generate_series(1, 5000) g});
+sql($node, q{SELECT outbox.resume_endpoint('busy')});
+ok($recv->wait_requests('/busy', 100), 'the HTTP drain is under way');
+poll_notifications($listener, \@notes);
+my $t_now = time();
+my $now_id = sql($node, q{SELECT outbox.enqueue('orders_feed', '{"during": "now"}')});
+my $later_id = sql($node, q{SELECT outbox.enqueue('orders_feed', '{"during": "later"}', deliver_at => now() + interval '2 s')});
+my $t_later = time();
+my %arrived;    # id -> when first seen (the listener's notes are all it has received)
+my $deadline = time() + 15;
+while (!(defined $arrived{$now_id} && defined $arrived{$later_id}) && time() < $deadline)
+{
+	$listener->wait(1, 1);
+	my @new;
+	poll_notifications($listener, \@new);
+	$arrived{ ($_->{envelope} // {})->{id} // -1 } //= time() for @new;
+}
+ok(defined $arrived{$now_id}, 'a NOTIFY message committed during the HTTP drain is notified');
+cmp_ok(($arrived{$now_id} // 99) - $t_now, '<', 5, '... within seconds (its commit woke the worker)');
+ok(defined $arrived{$later_id}, 'one due 2 s later is notified')
+  or diag(sql($node, "SELECT concat_ws(' ', m.status, m.sent_at, clock_timestamp(), q.next_attempt_at, q.ordering_seq) FROM outbox.message($later_id) m LEFT JOIN outbox.messages q ON q.id = m.id"));
+cmp_ok(($arrived{$later_id} // 0) - $t_later, '>=', 1.5, '... not before its deliver_at');
+cmp_ok(($arrived{$later_id} // 99) - $t_later, '<', 10, '... and at its time, not at the 30 s poll');
+note sprintf('during the drain: now after %.2f s, later after %.2f s; %d of 5000 HTTP requests by then',
+	($arrived{$now_id} // 99) - $t_now, ($arrived{$later_id} // 99) - $t_later,
+	scalar @{ $recv->requests(path => '/busy') });
+ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'busy'}, 60), 'the HTTP drain ends');
+$recv->stop;
+
 $listener->quit;
 
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);

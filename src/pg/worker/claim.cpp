@@ -36,6 +36,32 @@ int64_t record_claim(const std::vector<store::ClaimedMessage>& claimed) {
   return store::record_claim(ids, attempts);
 }
 
+// The NOTIFY endpoints of a claim as a set: the claim rotates their order.
+std::vector<std::string> as_set(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Whether the NOTIFY endpoints are worth a round now (Schedule::NotifyRounds).
+bool notify_round_due(const WorkerState& state, const std::vector<std::string>& notify, int64_t now) {
+  const Schedule::NotifyRounds& rounds = state.schedule.notify;
+  return rounds.woken || !rounds.quiet || now >= rounds.due_ms || rounds.endpoints != as_set(notify);
+}
+
+// After a NOTIFY round: one that claimed nothing makes the next wait for a reason.
+void after_notify_round(WorkerState& state, const std::vector<std::string>& notify, size_t claimed, int64_t now) {
+  Schedule::NotifyRounds& rounds = state.schedule.notify;
+  rounds.woken = false;
+  rounds.quiet = claimed == 0;
+  if (!rounds.quiet) return;
+  rounds.endpoints = as_set(notify);
+  rounds.due_ms = now + settings.poll_interval_ms;  // a COMMIT PREPARED wakes nobody
+  in_transaction("pg_outbox: when NOTIFY messages come due", [&] {
+    if (std::optional<int64_t> due_in = store::next_due_in_ms(notify, {}))
+      rounds.due_ms = std::min(rounds.due_ms, now + std::max<int64_t>(*due_in, 0));
+  });
+}
+
 }  // namespace
 
 uint64_t settle_stale(const WorkerState& state) {
@@ -126,7 +152,12 @@ size_t claim_and_deliver(WorkerState& state) {
     endpoint.breaker_dirty = true;
   }
   start_http(state, to_send, claim_id);
-  const size_t claimed_notify = notify.empty() ? 0 : notify_round(state, notify);
+  size_t claimed_notify = 0;
+  const int64_t now = state.now_ms();
+  if (!notify.empty() && notify_round_due(state, notify, now)) {
+    claimed_notify = notify_round(state, notify);
+    after_notify_round(state, notify, claimed_notify, now);
+  }
   return claimed_notify + to_send.size();
 }
 

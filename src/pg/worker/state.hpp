@@ -30,6 +30,18 @@ struct Schedule {
   int64_t next_claim_ms = 0;  // otherwise: when something becomes due (or the poll interval)
   size_t claim_round = 0;     // rotates the endpoints' order (core::plan_claim)
   core::WakeCoalescer wakes;
+  // NOTIFY endpoints are claimed in a transaction of their own at each claim. Once one
+  // found nothing, the next waits for a reason (claim.cpp, notify_round_due): a commit's
+  // wake since, one of their messages coming due (due_ms, at most a poll interval away),
+  // or another set of NOTIFY endpoints (one parked, resumed, added). An HTTP drain beside
+  // an idle NOTIFY endpoint no longer pays an empty transaction per claim.
+  struct NotifyRounds {
+    bool woken = false;                  // a commit's wake came since the last NOTIFY round
+    bool quiet = false;                  // the last NOTIFY round found nothing to claim
+    int64_t due_ms = 0;                  // when quiet: when one of their messages comes due
+    std::vector<std::string> endpoints;  // when quiet: the NOTIFY endpoints it looked at
+  };
+  NotifyRounds notify;
   int64_t next_housekeeping_ms = 0;
   int64_t next_orphan_check_ms = 0;
   int64_t housekeeping_quiet_until_ms = 0;  // its failures are logged once a minute

@@ -147,6 +147,7 @@ void Worker::round(bool woken) {
   }
   Schedule& schedule = state_.schedule;
   const int64_t now = state_.now_ms();
+  if (woken) schedule.notify.woken = true;  // kept until a NOTIFY round looks
   if (schedule.wakes.should_claim(woken, schedule.more_due, now, schedule.next_claim_ms)) {
     if (claim_has_room(state_)) {
       schedule.wakes.claim_started(now);
