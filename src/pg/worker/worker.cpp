@@ -71,8 +71,9 @@ void configure_session() {
   // holding the worker, and with it every delivery, for as long as the lock lives;
   // the endpoint it belongs to is then parked (parking.hpp), its results kept.
   SetConfigOption("lock_timeout", "500ms", PGC_SUSET, PGC_S_OVERRIDE);
-  // Every statement sees what committed before it (the claim's SKIP LOCKED, the commit
-  // order's and max_pending's counts rely on it), whatever the database's default.
+  // Every statement sees what committed before it (the claim's test of rows others hold,
+  // outbox._claimable, and the commit order's and max_pending's counts rely on it),
+  // whatever the database's default.
   SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
 }
 
