@@ -59,8 +59,11 @@ SELECT outbox._partition_drop_if_empty(p.partition) AS dropped_this_hour
   FROM outbox._history_partitions() p WHERE p.from_at <= now() AND now() < p.to_at;
 SELECT count(*) FILTER (WHERE from_at <= now()) AS covering_now, count(*) > 0 AS later_ones_stay
   FROM outbox._history_partitions() WHERE to_at > now();
+-- The run of partitions from this hour on ends where the hole is: the worker calls again
+-- soon, instead of waiting until the last partition nears.
+SELECT outbox._partitions_covered('outbox.history', 3600) <= now() AS covered_until_the_hole;
 SELECT array_agg(partition ORDER BY from_at) AS before_call FROM outbox._history_partitions() \gset
-SELECT outbox._history_prepare(3600) IS NOT NULL AS prepared;
+SELECT outbox._history_prepare(3600) >= now() + interval '3 hours' AS covered_again;
 SELECT count(*) AS covering_now FROM outbox._history_partitions() WHERE from_at <= now() AND now() < to_at;
 SELECT count(*) AS made FROM outbox._history_partitions() WHERE NOT partition = ANY (:'before_call'::regclass[]);
 SELECT outbox._history_start() <= now() AS history_starts_before_now;

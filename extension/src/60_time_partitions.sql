@@ -103,11 +103,33 @@ BEGIN
 END
 $fn$;
 
+-- Until when partitions cover parent without a gap from the start of the current range
+-- of width_s on: a range left to the default partition (its CREATE gave up) ends the
+-- run, and the worker calls _partitions_prepare again soon (src/pg/worker/housekeeping.cpp).
+CREATE OR REPLACE FUNCTION outbox._partitions_covered(parent regclass, width_s int)
+    RETURNS timestamptz
+    LANGUAGE plpgsql STABLE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_at   timestamptz := to_timestamp(floor(extract(epoch FROM now()) / width_s) * width_s);
+    v_next timestamptz;
+BEGIN
+    LOOP
+        SELECT max(p.to_at) INTO v_next FROM outbox._partitions(parent) p
+         WHERE p.from_at <= v_at AND p.to_at > v_at;
+        EXIT WHEN v_next IS NULL;
+        v_at := v_next;
+    END LOOP;
+    RETURN v_at;
+END
+$fn$;
+
 -- Makes sure that partitions of width_s seconds, aligned on multiples of it since the
 -- epoch, cover parent from now to at least three widths ahead (from the end of the
 -- current partition, if it was made for a longer retention); returns until when it is
--- covered.  A range whose rows the default partition already holds gets its partition
--- with them (_partition_adopt).  A range that cannot get its partition (a reader holds
+-- covered without a gap (_partitions_covered).  A range whose rows the default
+-- partition already holds gets its partition with them (_partition_adopt).  A range that cannot get its partition (a reader holds
 -- the table longer than the lock timeout) is left to the default partition until the
 -- next call, and the next range is tried.
 CREATE OR REPLACE FUNCTION outbox._partitions_prepare(parent regclass, width_s int)
@@ -133,7 +155,7 @@ BEGIN
     -- fails on the catalog's unique index once the first commits.  Busy: the next call.
     -- (1868724336: the partitions' lock, beside the ordering keys' 1868724335.)
     IF NOT pg_catalog.pg_try_advisory_xact_lock(1868724336, 0) THEN
-        RETURN (SELECT max(p.to_at) FROM outbox._partitions(parent) p);
+        RETURN outbox._partitions_covered(parent, width_s);
     END IF;
     -- Partitions made for a longer retention (wider), the current one included, go while
     -- they are still empty: the coming rows belong in partitions of today's width.  (The
@@ -179,7 +201,7 @@ BEGIN
         END;
         v_from := v_to;
     END LOOP;
-    RETURN (SELECT max(p.to_at) FROM outbox._partitions(parent) p);
+    RETURN outbox._partitions_covered(parent, width_s);
 END
 $fn$;
 

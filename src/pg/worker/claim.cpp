@@ -6,6 +6,7 @@
 #include "pg/runtime/settings.hpp"
 #include "pg/store/claims.hpp"
 #include "pg/worker/constants.hpp"
+#include "pg/worker/failures.hpp"
 #include "pg/worker/steps.hpp"
 
 #include <algorithm>
@@ -48,18 +49,23 @@ bool notify_round_due(const WorkerState& state, const std::vector<std::string>& 
   return rounds.woken || !rounds.quiet || now >= rounds.due_ms || rounds.endpoints != as_set(notify);
 }
 
-// After a NOTIFY round: one that claimed nothing makes the next wait for a reason.
+// After a NOTIFY round: one that claimed nothing makes the next wait for a reason. Not
+// while the worker holds a key's next message of theirs (one another transaction held
+// at the claim: its release wakes nobody), nor when their next due time is unknown.
 void after_notify_round(WorkerState& state, const std::vector<std::string>& notify, size_t claimed, int64_t now) {
   Schedule::NotifyRounds& rounds = state.schedule.notify;
   rounds.woken = false;
-  rounds.quiet = claimed == 0;
+  rounds.quiet = claimed == 0 && successors::ready(notify).ids.empty();
   if (!rounds.quiet) return;
   rounds.endpoints = as_set(notify);
   rounds.due_ms = now + settings.poll_interval_ms;  // a COMMIT PREPARED wakes nobody
-  in_transaction("pg_outbox: when NOTIFY messages come due", [&] {
-    if (std::optional<int64_t> due_in = store::next_due_in_ms(notify, {}))
-      rounds.due_ms = std::min(rounds.due_ms, now + std::max<int64_t>(*due_in, 0));
+  const std::optional<Failure> failed = rolled_back_on_error([&] {
+    in_transaction("pg_outbox: when NOTIFY messages come due", [&] {
+      if (std::optional<int64_t> due_in = store::next_due_in_ms(notify, {}))
+        rounds.due_ms = std::min(rounds.due_ms, now + std::max<int64_t>(*due_in, 0));
+    });
   });
+  if (failed) rounds.quiet = false;
 }
 
 }  // namespace

@@ -116,6 +116,7 @@ void Worker::run() {
     // the worker) or while reloading is logged and paused on like any other.
     try {
       const bool woken = wait_for_work();
+      if (woken) state_.schedule.notify.woken = true;  // kept until a NOTIFY round looks
       if (state_.now_ms() < error_pause_until_ms_) {
         take_responses(state_);  // settled once the database is back
         continue;
@@ -148,7 +149,6 @@ void Worker::round(bool woken) {
   }
   Schedule& schedule = state_.schedule;
   const int64_t now = state_.now_ms();
-  if (woken) schedule.notify.woken = true;  // kept until a NOTIFY round looks
   if (schedule.wakes.should_claim(woken, schedule.more_due, now, schedule.next_claim_ms)) {
     if (claim_has_room(state_)) {
       schedule.wakes.claim_started(now);
