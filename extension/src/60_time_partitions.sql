@@ -129,9 +129,9 @@ $fn$;
 -- epoch, cover parent from now to at least three widths ahead (from the end of the
 -- current partition, if it was made for a longer retention); returns until when it is
 -- covered without a gap (_partitions_covered).  A range whose rows the default
--- partition already holds gets its partition with them (_partition_adopt).  A range that cannot get its partition (a reader holds
--- the table longer than the lock timeout) is left to the default partition until the
--- next call, and the next range is tried.
+-- partition already holds gets its partition with them (_partition_adopt).  A range
+-- that cannot get its partition (a reader holds the table longer than the lock timeout)
+-- is left to the default partition until the next call, and the next range is tried.
 CREATE OR REPLACE FUNCTION outbox._partitions_prepare(parent regclass, width_s int)
     RETURNS timestamptz
     LANGUAGE plpgsql VOLATILE
