@@ -40,8 +40,21 @@ bool in_outbox_schema(const RangeVar* relation) {
   return relation != nullptr && relation->schemaname != nullptr && strcmp(relation->schemaname, kSchema) == 0;
 }
 
+// The extension's tables partitioned by time; each partition is named <table>_<time>.
+constexpr const char* kTimePartitioned[] = {"history", "attempts"};
+
 bool is_time_partitioned(const char* relname) {
-  return strcmp(relname, "history") == 0 || strcmp(relname, "attempts") == 0;
+  for (const char* table : kTimePartitioned)
+    if (strcmp(relname, table) == 0) return true;
+  return false;
+}
+
+bool is_partition_name(const char* relname) {
+  for (const char* table : kTimePartitioned) {
+    const size_t length = strlen(table);
+    if (strncmp(relname, table, length) == 0 && relname[length] == '_') return true;
+  }
+  return false;
 }
 
 // A range bound as pg_dump writes it: one quoted literal.
@@ -87,10 +100,6 @@ bool lock_partitions() {
     DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(kPartitionsLockSpace), Int32GetDatum(0));
     return true;
   });
-}
-
-bool is_partition_name(const char* relname) {
-  return strncmp(relname, "history_", 8) == 0 || strncmp(relname, "attempts_", 9) == 0;
 }
 
 void before_create(CreateStmt* create) {

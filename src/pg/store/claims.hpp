@@ -33,11 +33,12 @@ struct ClaimedMessage {
 // those claimed: their time attribute; the others need not pay for it).
 enum class ClaimFor { kHttp, kHttpWithTime, kNotify };
 
-// Due messages of the given endpoints, oldest first, none of `excluded` (in flight), none
-// waiting behind its key's head: the heads, and those of next_in_line (the keys' next
-// messages the worker holds, ordering/successors.hpp) that still wait in the table. Payloads are read while their total
-// stays under budget_bytes (the first always is); a payload over max_payload_size is not read at all. For NOTIFY, the
-// payload is the envelope the channel carries.
+// Due messages of the given endpoints, the oldest due taken first, returned in id order;
+// none of `excluded` (in flight), none waiting behind its key's head: the heads, and those
+// of next_in_line (the keys' next messages the worker holds, ordering/successors.hpp)
+// that still wait in the table. Payloads are read while their total stays under
+// budget_bytes (the first always is); a payload over max_payload_size is not read at all.
+// For NOTIFY, the payload is the envelope the channel carries.
 std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int limit,
                                   const std::vector<int64_t>& excluded, int64_t budget_bytes, int64_t max_payload_size,
                                   ClaimFor purpose, const successors::Ready& next_in_line);

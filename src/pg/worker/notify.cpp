@@ -11,8 +11,6 @@
 #include "pg/worker/failures.hpp"
 #include "pg/worker/steps.hpp"
 
-#include <algorithm>
-
 namespace pg_outbox::pg::worker {
 
 namespace {
@@ -20,23 +18,21 @@ namespace {
 // PostgreSQL refuses NOTIFY payloads of 8000 bytes or more.
 constexpr size_t kNotifyPayloadLimit = 8000;
 
-// claimed -> answered, in id order: notified (sent at commit), or dead when too large.
+// claimed (in id order, as store::claim returns it) -> answered: notified (sent at
+// commit), or dead when too large.
 void notify_claimed(WorkerState& state, const std::vector<store::ClaimedMessage>& claimed) {
-  std::vector<const store::ClaimedMessage*> in_order;
-  for (const store::ClaimedMessage& m : claimed) in_order.push_back(&m);
-  std::sort(in_order.begin(), in_order.end(), [](auto* a, auto* b) { return a->id < b->id; });
-  for (const store::ClaimedMessage* m : in_order) {
-    if (m->too_large || m->payload.size() >= kNotifyPayloadLimit) {
-      dead_letter_unsent(state, *m, core::DeadReason::PayloadTooLarge,
-                         m->too_large ? core::payload_too_large(m->payload_size, settings.max_payload_size)
-                                      : "NOTIFY envelope of " + std::to_string(m->payload.size()) +
-                                            " bytes exceeds PostgreSQL's limit of 7999");
+  for (const store::ClaimedMessage& m : claimed) {
+    if (m.too_large || m.payload.size() >= kNotifyPayloadLimit) {
+      dead_letter_unsent(state, m, core::DeadReason::PayloadTooLarge,
+                         m.too_large ? core::payload_too_large(m.payload_size, settings.max_payload_size)
+                                     : "NOTIFY envelope of " + std::to_string(m.payload.size()) +
+                                           " bytes exceeds PostgreSQL's limit of 7999");
       continue;
     }
-    store::notify(state.endpoints.at(m->endpoint).row.channel, m->payload);
+    store::notify(state.endpoints.at(m.endpoint).row.channel, m.payload);
     store::Settlements::Attempt attempt;
     attempt.started_ms = state.now_ms();  // the notification itself leaves at commit: not timed
-    state.results.sent(m->id, 0, m->attempts, m->endpoint, m->ordering_lock, std::move(attempt));
+    state.results.sent(m.id, 0, m.attempts, m.endpoint, m.ordering_lock, std::move(attempt));
   }
 }
 

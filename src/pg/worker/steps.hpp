@@ -41,12 +41,12 @@ void log_retired(WorkerState& state);
 
 // claim.cpp: claim due messages, hand HTTP requests to the thread.
 size_t claim_and_deliver(WorkerState& state);  // how many messages it claimed
-// store::claim, with the keys' next messages the worker holds for these endpoints
-// (ordering/successors.hpp), which it forgets once claimed; held ones the worker may no
-// longer claim are written into the table as heads first. SPI connected.
 // The keys' next messages the worker holds that it may no longer claim are written into
 // the table as heads (successors::settle_stale, for the endpoints it serves). SPI connected.
 uint64_t settle_stale(const WorkerState& state);
+// store::claim, with the keys' next messages the worker holds for these endpoints
+// (ordering/successors.hpp), which it forgets once claimed; held ones the worker may no
+// longer claim are written into the table as heads first (settle_stale). SPI connected.
 std::vector<store::ClaimedMessage> claim_messages(const WorkerState& state, const std::vector<std::string>& endpoints,
                                                   int limit, const std::vector<int64_t>& excluded, int64_t budget_bytes,
                                                   store::ClaimFor purpose);
