@@ -6,7 +6,6 @@
 #include "pg/runtime/settings.hpp"
 #include "pg/store/claims.hpp"
 #include "pg/worker/constants.hpp"
-#include "pg/worker/failures.hpp"
 #include "pg/worker/steps.hpp"
 
 #include <algorithm>
@@ -35,37 +34,6 @@ int64_t record_claim(const std::vector<store::ClaimedMessage>& claimed) {
     attempts.push_back(m.attempts);
   }
   return store::record_claim(ids, attempts);
-}
-
-// The NOTIFY endpoints of a claim as a set: the claim rotates their order.
-std::vector<std::string> as_set(std::vector<std::string> names) {
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-// Whether the NOTIFY endpoints are worth a round now (Schedule::NotifyRounds).
-bool notify_round_due(const WorkerState& state, const std::vector<std::string>& notify, int64_t now) {
-  const Schedule::NotifyRounds& rounds = state.schedule.notify;
-  return rounds.woken || !rounds.quiet || now >= rounds.due_ms || rounds.endpoints != as_set(notify);
-}
-
-// After a NOTIFY round: one that claimed nothing makes the next wait for a reason. Not
-// while the worker holds a key's next message of theirs (one another transaction held
-// at the claim: its release wakes nobody), nor when their next due time is unknown.
-void after_notify_round(WorkerState& state, const std::vector<std::string>& notify, size_t claimed, int64_t now) {
-  Schedule::NotifyRounds& rounds = state.schedule.notify;
-  rounds.woken = false;
-  rounds.quiet = claimed == 0 && successors::ready(notify).ids.empty();
-  if (!rounds.quiet) return;
-  rounds.endpoints = as_set(notify);
-  rounds.due_ms = now + settings.poll_interval_ms;  // a COMMIT PREPARED wakes nobody
-  const std::optional<Failure> failed = rolled_back_on_error([&] {
-    in_transaction("pg_outbox: when NOTIFY messages come due", [&] {
-      if (std::optional<int64_t> due_in = store::next_due_in_ms(notify, {}))
-        rounds.due_ms = std::min(rounds.due_ms, now + std::max<int64_t>(*due_in, 0));
-    });
-  });
-  if (failed) rounds.quiet = false;
 }
 
 }  // namespace
@@ -158,12 +126,7 @@ size_t claim_and_deliver(WorkerState& state) {
     endpoint.breaker_dirty = true;
   }
   start_http(state, to_send, claim_id);
-  size_t claimed_notify = 0;
-  const int64_t now = state.now_ms();
-  if (!notify.empty() && notify_round_due(state, notify, now)) {
-    claimed_notify = notify_round(state, notify);
-    after_notify_round(state, notify, claimed_notify, now);
-  }
+  const size_t claimed_notify = notify.empty() ? 0 : notify_if_due(state, notify);
   return claimed_notify + to_send.size();
 }
 

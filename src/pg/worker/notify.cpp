@@ -2,14 +2,18 @@
 // notifications leave at its commit, with the rows' new state). The other endpoints'
 // results wait outside it. A NOTIFY that fails (a full notification queue fails the
 // commit, a channel PostgreSQL refuses) rolls back only this transaction; when it fails
-// for several endpoints, each is tried alone, to park only the one that fails.
+// for several endpoints, each is tried alone, to park only the one that fails. Once a
+// round found nothing, the next waits for a reason (Schedule::NotifyRounds).
 #include "core/validation.hpp"
 #include "pg/boundary/spi.hpp"
+#include "pg/ordering/successors.hpp"
 #include "pg/runtime/settings.hpp"
 #include "pg/store/claims.hpp"
 #include "pg/worker/constants.hpp"
 #include "pg/worker/failures.hpp"
 #include "pg/worker/steps.hpp"
+
+#include <algorithm>
 
 namespace pg_outbox::pg::worker {
 
@@ -36,8 +40,7 @@ void notify_claimed(WorkerState& state, const std::vector<store::ClaimedMessage>
   }
 }
 
-}  // namespace
-
+// One round of the NOTIFY endpoints given (each alone after a failure of several).
 size_t notify_round(WorkerState& state, const std::vector<std::string>& endpoints) {
   store::Settlements others = std::move(state.results.pending());
   state.results.pending() = store::Settlements{};
@@ -73,6 +76,47 @@ size_t notify_round(WorkerState& state, const std::vector<std::string>& endpoint
   for (const std::string& endpoint : endpoints)
     if (state.parking.unpark(endpoint)) state.schedule.more_due = true;
   if (claimed == static_cast<size_t>(settings.batch_size)) state.schedule.more_due = true;
+  return claimed;
+}
+
+// The NOTIFY endpoints of a claim as a set: the claim rotates their order.
+std::vector<std::string> as_set(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Whether the NOTIFY endpoints are worth a round now (Schedule::NotifyRounds).
+bool notify_round_due(const WorkerState& state, const std::vector<std::string>& notify, int64_t now) {
+  const Schedule::NotifyRounds& rounds = state.schedule.notify;
+  return rounds.woken || !rounds.quiet || now >= rounds.due_ms || rounds.endpoints != as_set(notify);
+}
+
+// After a NOTIFY round: one that claimed nothing makes the next wait for a reason. Not
+// while the worker holds a key's next message of theirs (one another transaction held
+// at the claim: its release wakes nobody), nor when their next due time is unknown.
+void after_notify_round(WorkerState& state, const std::vector<std::string>& notify, size_t claimed, int64_t now) {
+  Schedule::NotifyRounds& rounds = state.schedule.notify;
+  rounds.woken = false;
+  rounds.quiet = claimed == 0 && successors::ready(notify).ids.empty();
+  if (!rounds.quiet) return;
+  rounds.endpoints = as_set(notify);
+  rounds.due_ms = now + settings.poll_interval_ms;  // a COMMIT PREPARED wakes nobody
+  const std::optional<Failure> failed = rolled_back_on_error([&] {
+    in_transaction("pg_outbox: when NOTIFY messages come due", [&] {
+      if (std::optional<int64_t> due_in = store::next_due_in_ms(notify, {}))
+        rounds.due_ms = std::min(rounds.due_ms, now + std::max<int64_t>(*due_in, 0));
+    });
+  });
+  if (failed) rounds.quiet = false;
+}
+
+}  // namespace
+
+size_t notify_if_due(WorkerState& state, const std::vector<std::string>& endpoints) {
+  const int64_t now = state.now_ms();
+  if (!notify_round_due(state, endpoints, now)) return 0;
+  const size_t claimed = notify_round(state, endpoints);
+  after_notify_round(state, endpoints, claimed, now);
   return claimed;
 }
 

@@ -31,7 +31,7 @@ struct Schedule {
   size_t claim_round = 0;     // rotates the endpoints' order (core::plan_claim)
   core::WakeCoalescer wakes;
   // NOTIFY endpoints are claimed in a transaction of their own at each claim. Once one
-  // found nothing, the next waits for a reason (claim.cpp, notify_round_due): a commit's
+  // found nothing, the next waits for a reason (notify.cpp, notify_round_due): a commit's
   // wake since, one of their messages coming due (due_ms, at most a poll interval away),
   // or another set of NOTIFY endpoints (one parked, resumed, added). An HTTP drain beside
   // an idle NOTIFY endpoint no longer pays an empty transaction per claim.

@@ -60,8 +60,9 @@ void start_http(WorkerState& state, const std::vector<store::ClaimedMessage>& cl
 // so the attempts recorded stay those before it.
 void dead_letter_unsent(WorkerState& state, const store::ClaimedMessage& m, core::DeadReason reason, std::string error);
 
-// notify.cpp: NOTIFY endpoints, claimed, notified and settled in one transaction.
-size_t notify_round(WorkerState& state, const std::vector<std::string>& endpoints);
+// notify.cpp: NOTIFY endpoints, claimed, notified and settled in one transaction, when
+// a round is due (Schedule::NotifyRounds); how many messages it claimed.
+size_t notify_if_due(WorkerState& state, const std::vector<std::string>& endpoints);
 
 // settle.cpp: writing results back.
 void settle(WorkerState& state);
