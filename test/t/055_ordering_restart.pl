@@ -318,8 +318,8 @@ is( join(' ', map { $_->{wid} } grep { ($_->{answered} // '') =~ /^2/ && $_->{se
 # e. A change of the endpoint while the worker holds key p's next message: the worker
 #    writes it into the table as the key's head before its next claim (an
 #    alter_endpoint(ordered => ...) numbers the keys again). The held message is locked
-#    FOR KEY SHARE, which the claim's FOR UPDATE SKIP LOCKED skips, but which lets that
-#    UPDATE of ordering_seq through.
+#    FOR KEY SHARE, which the claim skips (outbox._claimable: another transaction holds
+#    it), but which lets that UPDATE of ordering_seq through.
 sql($node, sprintf(q{SELECT outbox.create_endpoint('paced', url => '%s', ordered => true)}, $recv->url('/hooks/p')));
 sql($node, q{SELECT outbox.pause_endpoint('paced')});
 my @p = split /\n/, sql($node,
