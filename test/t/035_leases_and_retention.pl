@@ -12,8 +12,9 @@
 #  - the worker removes the delivered messages kept longer than sent_retention from
 #    the history (outbox.history) itself: a partition wholly past the retention is
 #    dropped whole, and rows of the default partition past it are deleted;
-#  - the claim skips rows another transaction has locked (FOR UPDATE SKIP LOCKED):
-#    the rest of the endpoint flows, and the locked row goes once it is released.
+#  - the claim skips rows another transaction has locked (as FOR UPDATE SKIP LOCKED
+#    would, without a lock of its own): the rest of the endpoint flows, and the locked
+#    row goes once it is released.
 use strict;
 use warnings;
 
