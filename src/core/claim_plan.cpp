@@ -62,6 +62,7 @@ ClaimPlan plan_claim(const std::vector<EndpointView>& endpoints, const ClaimSett
     }
     switch (admission(endpoint.breaker, now_ms)) {
       case Admission::Normal:
+        if (endpoint.quiet) break;  // nothing to claim until something changes
         plan.http.push_back(endpoint.name);
         widest = std::max(widest, endpoint.batch_size);
         plan.all_active.push_back(endpoint.name);

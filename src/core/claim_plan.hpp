@@ -39,6 +39,7 @@ struct EndpointView {
   bool notify = false;  // delivered by NOTIFY (it has a channel), not HTTP
   bool paused = false;
   bool parked = false;  // held up now (its results wait to be written alone, or its parking time runs)
+  bool quiet = false;   // an HTTP endpoint found with nothing to claim since (quiet_endpoints.hpp)
   Breaker breaker;
   int concurrency = 32;           // its own cap on requests in flight, else pg_outbox.endpoint_concurrency
   std::optional<int> rate_limit;  // most requests started per second; none: no limit
@@ -80,8 +81,8 @@ bool wants_claim(size_t claimable_outstanding, const ClaimSettings& settings, in
 int widest_batch(const std::vector<EndpointView>& endpoints);
 
 struct ClaimPlan {
-  // HTTP endpoints claimed together (circuit closed, not holding their share), in the
-  // caller's order rotated left by round % size.
+  // HTTP endpoints claimed together (circuit closed, not holding their share, not
+  // quiet), in the caller's order rotated left by round % size.
   std::vector<std::string> http;
   // HTTP endpoints whose open circuit's cool-down is over: one message each, claimed
   // alone, goes as the probe. In the caller's order.
@@ -116,7 +117,8 @@ struct ClaimPlan {
 //
 // Left out: paused and parked endpoints; HTTP endpoints that hold their share (even
 // when their circuit is open: they do not count towards next_breaker_ms); HTTP endpoints
-// whose circuit is open and cooling down, or half-open (their probe is in flight).
+// whose circuit is open and cooling down, or half-open (their probe is in flight); quiet
+// HTTP endpoints whose circuit is closed (an open one's probe still goes).
 ClaimPlan plan_claim(const std::vector<EndpointView>& endpoints, const ClaimSettings& settings, size_t in_flight,
                      int64_t held_bytes, size_t round, int64_t now_ms);
 

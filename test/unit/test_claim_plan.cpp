@@ -465,3 +465,16 @@ TEST(ClaimPlanBatches, TheTargetGrowsWithTheWidestBatch) {
   plan = plan_claim({single}, s, 300, 0, 0, 0);
   EXPECT_EQ(plan.limit, 200);
 }
+
+TEST(PlanClaim, QuietEndpointsAreLeftOutButTheirProbesGo) {
+  EndpointView quiet = http_endpoint("quiet");
+  quiet.quiet = true;
+  EndpointView probing = http_endpoint("probing");
+  probing.quiet = true;
+  probing.breaker = open_until(kNow - 1);  // cooled down: its probe is due
+  EndpointView busy = http_endpoint("busy");
+  ClaimPlan plan = plan_claim({quiet, probing, busy}, ClaimSettings{}, 0, 0, 0, kNow);
+  EXPECT_EQ(plan.http, Names({"busy"}));
+  EXPECT_EQ(plan.all_active, Names({"busy"}));  // their due times are the quiet's end
+  EXPECT_EQ(plan.probes, Names({"probing"}));
+}

@@ -4,6 +4,7 @@
 #include "pg/boundary/spi.hpp"
 #include "pg/ordering/successors.hpp"
 #include "pg/runtime/settings.hpp"
+#include "pg/runtime/shared_state.hpp"
 #include "pg/store/claims.hpp"
 #include "pg/worker/constants.hpp"
 #include "pg/worker/steps.hpp"
@@ -36,7 +37,32 @@ int64_t record_claim(const std::vector<store::ClaimedMessage>& claimed) {
   return store::record_claim(ids, attempts);
 }
 
+// The HTTP endpoints of the plan that the claim saw every claimable message of and took
+// none from.
+std::vector<std::string> found_nothing_in(const core::ClaimPlan& plan,
+                                          const std::vector<store::ClaimedMessage>& claimed) {
+  int64_t counted = 0;  // against the byte budget: a payload over max_payload_size counts nothing
+  std::unordered_set<std::string> took;
+  for (const store::ClaimedMessage& m : claimed) {
+    if (!m.too_large) counted += m.payload_size;
+    took.insert(m.endpoint);
+  }
+  std::vector<std::string> names;
+  if (!core::claim_saw_everything(claimed.size(), plan.limit, counted, plan.byte_budget)) return names;
+  for (const std::string& name : plan.http)
+    if (took.count(name) == 0) names.push_back(name);
+  return names;
+}
+
 }  // namespace
+
+std::vector<core::EndpointView> claim_views(const WorkerState& state, int64_t now) {
+  const uint64_t version = pg_atomic_read_u64(&state.slot.endpoints_version);
+  auto views = state.endpoints.views(state.in_flight.held_by_endpoint(),
+                                     [&](const std::string& name) { return state.parking.is_parked(name, now); });
+  for (core::EndpointView& view : views) view.quiet = state.schedule.quiet_http.is_quiet(view.name, now, version);
+  return views;
+}
 
 uint64_t settle_stale(const WorkerState& state) {
   return successors::settle_stale([&](const std::string& name) { return state.endpoints.find(name) != nullptr; });
@@ -66,11 +92,29 @@ std::vector<store::ClaimedMessage> claim_messages(const WorkerState& state, cons
   return claimed;
 }
 
-bool claim_has_room(const WorkerState& state) {
+bool claim_worth_running(WorkerState& state) {
+  Schedule& schedule = state.schedule;
+  const int64_t now = state.now_ms();
   const core::ClaimSettings sizes = claim_settings();
-  auto views = state.endpoints.views(state.in_flight.held_by_endpoint(), [](const std::string&) { return false; });
-  return core::wants_claim(core::claimable_outstanding(state.in_flight.size(), views, sizes), sizes,
-                           core::widest_batch(views));
+  auto views = claim_views(state, now);
+  if (!core::wants_claim(core::claimable_outstanding(state.in_flight.size(), views, sizes), sizes,
+                         core::widest_batch(views))) {
+    schedule.more_due = false;  // the results of what it holds make room, and say so
+    return false;
+  }
+  // Endpoints changed since they were loaded: only the claim's transaction knows them.
+  if (!state.endpoints.loaded_at(pg_atomic_read_u64(&state.slot.endpoints_version))) return true;
+  const core::ClaimPlan plan =
+      core::plan_claim(views, sizes, state.in_flight.size(), state.in_flight.held_bytes(), schedule.claim_round, now);
+  if (!plan.http.empty() || !plan.probes.empty()) return true;
+  if (!plan.notify.empty() && notify_round_due(state, plan.notify, now)) return true;
+  // Nothing could be taken: sleep until something of theirs comes due, as a claim that
+  // found nothing would have.
+  schedule.more_due = false;
+  int64_t next = std::min({now + settings.poll_interval_ms, schedule.quiet_http.until_ms(now), plan.next_breaker_ms});
+  if (!plan.notify.empty()) next = std::min(next, schedule.notify.due_ms);
+  schedule.next_claim_ms = next;
+  return false;
 }
 
 size_t claim_and_deliver(WorkerState& state) {
@@ -78,14 +122,16 @@ size_t claim_and_deliver(WorkerState& state) {
   // fails rolls back, and nothing it took may have been sent.
   std::vector<store::ClaimedMessage> to_send;
   std::vector<std::string> probed, notify;
+  std::vector<std::string> found_nothing;  // HTTP endpoints of the claim, quiet from now on
   int64_t claim_id = 0;
   in_settling_transaction(state, "pg_outbox: claiming messages", [&] {
     require_same_extension(state);
+    // Read before the endpoints are: a change after it ends what this claim finds quiet.
+    const uint64_t endpoints_version = pg_atomic_read_u64(&state.slot.endpoints_version);
     refresh_endpoints(state);
     const int64_t now = state.now_ms();
     const core::ClaimSettings sizes = claim_settings();
-    auto views = state.endpoints.views(state.in_flight.held_by_endpoint(),
-                                       [&](const std::string& name) { return state.parking.is_parked(name, now); });
+    auto views = claim_views(state, now);
     core::ClaimPlan plan = core::plan_claim(views, sizes, state.in_flight.size(), state.in_flight.held_bytes(),
                                             state.schedule.claim_round, now);
     state.schedule.claim_round = plan.next_round;
@@ -96,6 +142,7 @@ size_t claim_and_deliver(WorkerState& state) {
       auto claimed =
           claim_messages(state, plan.http, plan.limit, excluded, plan.byte_budget, http_claim_for(state, plan.http));
       state.schedule.more_due = claimed.size() == static_cast<size_t>(plan.limit);
+      found_nothing = found_nothing_in(plan, claimed);
       std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
     }
     for (const std::string& name : plan.probes) {
@@ -114,7 +161,11 @@ size_t claim_and_deliver(WorkerState& state) {
       for (const store::ClaimedMessage& m : to_send) excluded.push_back(m.id);
       std::optional<int64_t> due_in =
           plan.all_active.empty() ? std::nullopt : store::next_due_in_ms(plan.all_active, excluded);
-      state.schedule.next_claim_ms = core::next_claim_at(now, settings.poll_interval_ms, plan.next_breaker_ms, due_in);
+      int64_t next = core::next_claim_at(now, settings.poll_interval_ms, plan.next_breaker_ms, due_in);
+      // The quiet endpoints were left out of due_in: their due times are in the quiet's end.
+      core::QuietEndpoints& quiet = state.schedule.quiet_http;
+      quiet.note(found_nothing, now, next, endpoints_version);
+      state.schedule.next_claim_ms = std::min(next, quiet.until_ms(now));
     }
     if (!to_send.empty()) claim_id = record_claim(to_send);
   });

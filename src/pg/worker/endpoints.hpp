@@ -48,6 +48,8 @@ class Endpoints {
   // every commit's wake. Breakers stay the worker's own. Sets `max_pending_changed` when
   // the set of endpoints with a max_pending changed.
   void refresh(uint64_t version, int64_t now_ms, bool& max_pending_changed);
+  // Whether the endpoints loaded are those of this version.
+  bool loaded_at(uint64_t version) const { return version == version_; }
   // The endpoints altered or paused since their requests were queued (those requests not
   // yet started are taken back), once.
   std::vector<std::string> take_changed();

@@ -85,12 +85,6 @@ std::vector<std::string> as_set(std::vector<std::string> names) {
   return names;
 }
 
-// Whether the NOTIFY endpoints are worth a round now (Schedule::NotifyRounds).
-bool notify_round_due(const WorkerState& state, const std::vector<std::string>& notify, int64_t now) {
-  const Schedule::NotifyRounds& rounds = state.schedule.notify;
-  return rounds.woken || !rounds.quiet || now >= rounds.due_ms || rounds.endpoints != as_set(notify);
-}
-
 // After a NOTIFY round: one that claimed nothing makes the next wait for a reason. Not
 // while the worker holds a key's next message of theirs (one another transaction held
 // at the claim: its release wakes nobody), nor when their next due time is unknown.
@@ -111,6 +105,11 @@ void after_notify_round(WorkerState& state, const std::vector<std::string>& noti
 }
 
 }  // namespace
+
+bool notify_round_due(const WorkerState& state, const std::vector<std::string>& notify, int64_t now) {
+  const Schedule::NotifyRounds& rounds = state.schedule.notify;
+  return rounds.woken || !rounds.quiet || now >= rounds.due_ms || rounds.endpoints != as_set(notify);
+}
 
 size_t notify_if_due(WorkerState& state, const std::vector<std::string>& endpoints) {
   const int64_t now = state.now_ms();

@@ -145,6 +145,12 @@ void written(WorkerState& state, const store::Settlements& results) {
   std::unordered_map<std::string, int64_t> removed;
   for (const auto& s : results.sent) removed[s.endpoint]++;
   for (const auto& d : results.dead) removed[d.endpoint]++;
+  // A result may give its endpoint something to claim: a key's next message, a retry.
+  core::QuietEndpoints& quiet = state.schedule.quiet_http;
+  if (!quiet.empty()) {
+    for (const auto& [endpoint, n] : removed) quiet.forget(endpoint);
+    for (const auto& r : results.retry) quiet.forget(r.endpoint);
+  }
   for (const auto& [endpoint, n] : removed) queued_removed(state.slot, endpoint, n);
   const int64_t now = state.now_ms();
   for (const auto& r : results.retry)

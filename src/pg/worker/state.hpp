@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/clock.hpp"
+#include "core/quiet_endpoints.hpp"
 #include "core/request_headers.hpp"
 #include "core/wake_coalescer.hpp"
 #include "http/delivery_thread.hpp"
@@ -42,6 +43,10 @@ struct Schedule {
     std::vector<std::string> endpoints;  // when quiet: the NOTIFY endpoints it looked at
   };
   NotifyRounds notify;
+  // HTTP endpoints a claim found with nothing to take: left out of the claims until a
+  // commit's wake, a result of theirs, a due time or an endpoint change (core/
+  // quiet_endpoints.hpp). A claim with nothing else to take is not run at all.
+  core::QuietEndpoints quiet_http;
   int64_t next_housekeeping_ms = 0;
   int64_t next_orphan_check_ms = 0;
   int64_t housekeeping_quiet_until_ms = 0;  // its failures are logged once a minute

@@ -50,9 +50,13 @@ uint64_t settle_stale(const WorkerState& state);
 std::vector<store::ClaimedMessage> claim_messages(const WorkerState& state, const std::vector<std::string>& endpoints,
                                                   int limit, const std::vector<int64_t>& excluded, int64_t budget_bytes,
                                                   store::ClaimFor purpose);
-// Whether the worker holds little enough for endpoints that may still be claimed that a
-// claim is worth running (core::wants_claim).
-bool claim_has_room(const WorkerState& state);
+// The endpoints as the claim sees them now: parked and quiet ones marked.
+std::vector<core::EndpointView> claim_views(const WorkerState& state, int64_t now);
+// Whether a claim is worth its transaction: the worker holds little enough for endpoints
+// that may still be claimed (core::wants_claim), and one of them is not quiet, a probe
+// is due or a NOTIFY round is. When not, the schedule says when to look again (at a
+// result, a commit, or when something of theirs comes due).
+bool claim_worth_running(WorkerState& state);
 // requests.cpp: the claimed HTTP messages to the delivery thread (claimed -> queued), or
 // to the DLQ when they cannot be sent as they stand.
 void start_http(WorkerState& state, const std::vector<store::ClaimedMessage>& claimed, int64_t claim_id);
@@ -63,6 +67,8 @@ void dead_letter_unsent(WorkerState& state, const store::ClaimedMessage& m, core
 // notify.cpp: NOTIFY endpoints, claimed, notified and settled in one transaction, when
 // a round is due (Schedule::NotifyRounds); how many messages it claimed.
 size_t notify_if_due(WorkerState& state, const std::vector<std::string>& endpoints);
+// Whether the NOTIFY endpoints are worth a round now (Schedule::NotifyRounds).
+bool notify_round_due(const WorkerState& state, const std::vector<std::string>& notify, int64_t now);
 
 // settle.cpp: writing results back.
 void settle(WorkerState& state);

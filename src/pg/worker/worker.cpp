@@ -116,7 +116,10 @@ void Worker::run() {
     // the worker) or while reloading is logged and paused on like any other.
     try {
       const bool woken = wait_for_work();
-      if (woken) state_.schedule.notify.woken = true;  // kept until a NOTIFY round looks
+      if (woken) {
+        state_.schedule.notify.woken = true;  // kept until a NOTIFY round looks
+        state_.schedule.quiet_http.forget_all();
+      }
       if (state_.now_ms() < error_pause_until_ms_) {
         take_responses(state_);  // settled once the database is back
         continue;
@@ -150,7 +153,7 @@ void Worker::round(bool woken) {
   Schedule& schedule = state_.schedule;
   const int64_t now = state_.now_ms();
   if (schedule.wakes.should_claim(woken, schedule.more_due, now, schedule.next_claim_ms)) {
-    if (claim_has_room(state_)) {
+    if (claim_worth_running(state_)) {
       schedule.wakes.claim_started(now);
       schedule.wakes.claim_finished(claim_and_deliver(state_));
     }
@@ -183,6 +186,9 @@ bool Worker::wait_for_work() {
     delivery_.set_max_concurrency(settings.max_concurrency);
     delivery_.set_egress_policy(egress_policy());
     state_.schedule.more_due = true;  // batch size or enablement may have changed
+    // A quiet lasts at most the poll interval it began under: a shorter one ends it now.
+    state_.schedule.quiet_http.forget_all();
+    state_.schedule.notify.quiet = false;
     publish_config_loaded(state_);
   }
   return pg_atomic_exchange_u32(&state_.slot.wake_requested, 0) != 0;

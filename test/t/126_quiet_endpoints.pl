@@ -1,0 +1,177 @@
+#!/usr/bin/perl
+# Quiet endpoints (docs/delivery.md, "Claim"; src/core/quiet_endpoints.hpp). While one
+# endpoint drains, holding its share of the claimed work, the worker claims again after
+# each of its results; an idle HTTP endpoint that such a claim found with nothing to take
+# is left out of the claims that follow, and a claim with nothing else to take is not run.
+# None of its messages may wait for that. With the poll interval at 30 s, during a slow
+# drain of another endpoint:
+#
+#  1. the idle endpoints' part of the queue is not walked after every result: the claim
+#     index is scanned less than once per result of the busy endpoint (before: once per
+#     idle endpoint at every result);
+#  2. an ordered key's next message goes once its head is answered, not at the poll:
+#     the head's result ends its endpoint's quiet;
+#  3. a message with a deliver_at 2 s ahead goes at that time (the quiet ends when
+#     something of the endpoint's comes due);
+#  4. a retry the receiver asked for in 2 s (503, Retry-After) goes at that time;
+#  5. a message committed for a quiet endpoint goes at once (a commit's wake ends
+#     every quiet);
+#  6. with nothing else going on, a quiet endpoint's due time still wakes the worker,
+#     after claims that left the endpoint out (6), and when no claim ran at all (7).
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/../perl";
+use OutboxTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time sleep);
+
+my $node = new_outbox_node(
+	'quiet_endpoints',
+	'pg_outbox.poll_interval'     => '30s',
+	'pg_outbox.backoff_max'       => '1min',
+	'pg_outbox.breaker_threshold' => '1000');
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_outbox');
+my $recv = start_receiver();
+
+endpoint($node, $recv, 'busy', '/busy', concurrency => 8);
+endpoint($node, $recv, $_, "/$_") for qw(later flaky fresh idle1 idle2);
+endpoint($node, $recv, 'ordered', '/ordered', ordered => 'true');
+$recv->add_rule(path => '/busy',    status => 200, delay_ms => 50);    # 160 a second: a drain of ~20 s
+$recv->add_rule(path => '/ordered', status => 200, delay_ms => 500);
+
+# When the first request of a path (at or after receiver record $since) arrived.
+sub arrivals
+{
+	my ($path, $since) = @_;
+	return map { $_->{time} } @{ $recv->requests(path => $path, since => $since // 0) };
+}
+
+sub claim_index_scans
+{
+	return sql($node, q{SELECT pg_stat_force_next_flush(); SELECT idx_scan FROM pg_stat_user_indexes
+	                     WHERE indexrelname = 'messages_claim_idx'});
+}
+
+sql($node, q{SELECT outbox.pause_endpoint('busy')});
+sql($node, q{INSERT INTO outbox.messages (endpoint, payload) SELECT 'busy', jsonb_build_object('n', g)
+               FROM generate_series(1, 3000) g});
+sql($node, q{SELECT outbox.resume_endpoint('busy')});
+ok($recv->wait_requests('/busy', 50, 30), 'the drain is under way');
+
+# ---------------------------------------------------------------------------
+# 1. The idle endpoints are not claimed at every result of the busy one.
+
+my $scans0  = claim_index_scans();
+my $busy0   = scalar @{ $recv->requests(path => '/busy') };
+sleep 3;
+my $scans  = claim_index_scans() - $scans0;
+my $busy   = scalar @{ $recv->requests(path => '/busy') } - $busy0;
+note "in 3 s of the drain: $busy requests, $scans scans of the claim index";
+cmp_ok($busy, '>=', 100, 'the busy endpoint kept being answered');
+# Before: every result of the busy one was followed by a claim of the six idle endpoints
+# (2,713 scans for 488 results); since, 73 for 480.
+cmp_ok($scans, '<', $busy / 2, 'the claim index was scanned less than once per result of the busy endpoint, '
+	  . 'not once per idle endpoint at every result');
+
+# ---------------------------------------------------------------------------
+# 2. An ordered key: each message goes once the one before it is answered.
+
+my $since = $recv->requests()->[-1]{seq};
+my $t0 = time();
+sql($node, q{BEGIN;
+	SELECT outbox.enqueue('ordered', '{"n": 1}', ordering_key => 'k');
+	SELECT outbox.enqueue('ordered', '{"n": 2}', ordering_key => 'k');
+	SELECT outbox.enqueue('ordered', '{"n": 3}', ordering_key => 'k');
+	COMMIT});
+ok(wait_until(sub { arrivals('/ordered', $since) >= 3 }, 15), "the key's three messages arrived");
+my @ordered = @{ $recv->requests(path => '/ordered', since => $since) };
+is(join(',', map { $_->{body} =~ /"n": ?(\d+)/ ? $1 : '?' } @ordered), '1,2,3', '... in order');
+cmp_ok(($ordered[-1]{time} // 99 + $t0) - $t0, '<', 6,
+	'... each as soon as the one before was answered (0.5 s each), not at the 30 s poll');
+
+# ---------------------------------------------------------------------------
+# 3. deliver_at 2 s ahead.
+
+$since = $recv->requests()->[-1]{seq};
+$t0 = time();
+sql($node, q{SELECT outbox.enqueue('later', '{}', deliver_at => now() + interval '2 s')});
+ok(wait_until(sub { arrivals('/later', $since) >= 1 }, 15), 'the scheduled message arrived');
+my ($later_at) = arrivals('/later', $since);
+cmp_ok(($later_at // 0) - $t0, '>=', 1.5, '... not before its deliver_at');
+cmp_ok(($later_at // 99 + $t0) - $t0, '<', 6, '... at its time, not at the 30 s poll');
+
+# ---------------------------------------------------------------------------
+# 4. A retry the receiver asked for in 2 s.
+
+$recv->add_rule(path => '/flaky', status => 503, retry_after => '2', times => 1);
+$since = $recv->requests()->[-1]{seq};
+sql($node, q{SELECT outbox.enqueue('flaky', '{}')});
+ok(wait_until(sub { arrivals('/flaky', $since) >= 2 }, 15), 'the retried message arrived again');
+my @flaky = arrivals('/flaky', $since);
+cmp_ok(($flaky[1] // 0) - ($flaky[0] // 0), '>=', 1.5, '... not before its Retry-After');
+cmp_ok(($flaky[1] // 99) - ($flaky[0] // 0), '<', 6, '... at its time, not at the 30 s poll');
+
+# ---------------------------------------------------------------------------
+# 5. A commit for a quiet endpoint.
+
+$since = $recv->requests()->[-1]{seq};
+$t0 = time();
+sql($node, q{SELECT outbox.enqueue('fresh', '{}')});
+ok(wait_until(sub { arrivals('/fresh', $since) >= 1 }, 15), 'a message committed for a quiet endpoint arrived');
+my ($fresh_at) = arrivals('/fresh', $since);
+cmp_ok(($fresh_at // 99 + $t0) - $t0, '<', 3, '... at once');
+
+ok(scalar(arrivals('/busy')) < 3000 || sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'busy'}) > 0,
+	'the busy endpoint was still draining through all of it')
+  or diag('the drain ended early: the sections above did not run beside it');
+ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages}, 90), 'everything was delivered');
+
+# ---------------------------------------------------------------------------
+# 6. A quiet endpoint's due time outlives the claims that leave it out: 'later' is found
+# with nothing due yet beside a request to 'slow'; the claim after slow's answer (1 s)
+# leaves quiet 'later' out, and must still wake the worker at later's due time (3 s),
+# with nothing else to wake it.
+
+endpoint($node, $recv, 'slow', '/slow');
+$recv->add_rule(path => '/slow', status => 200, delay_ms => 1000, times => 1);
+$since = $recv->requests()->[-1]{seq};
+$t0 = time();
+sql($node, q{BEGIN;
+	SELECT outbox.enqueue('slow', '{}');
+	SELECT outbox.enqueue('later', '{"at": 3}', deliver_at => now() + interval '3 s');
+	COMMIT});
+ok(wait_until(sub { arrivals('/later', $since) >= 1 }, 15), 'the message due in 3 s arrived');
+($later_at) = arrivals('/later', $since);
+cmp_ok(($later_at // 0) - $t0, '>=', 2.5, '... not before its deliver_at');
+cmp_ok(($later_at // 99 + $t0) - $t0, '<', 6, '... at its time, although the claims after it left its endpoint out');
+is(sql($node, q{SELECT count(*) FROM dlq.dead_letters}), '0', 'nothing dead-lettered');
+
+# ---------------------------------------------------------------------------
+# 7. The same when no claim runs at all: 'hold' (one connection) holds its share of ten
+# messages, answered after 2 s, then 8 s; 'later' is due in 3 s. At the first answer
+# nothing can be claimed (hold holds its share, later is quiet), so no claim runs, and
+# the worker must still look again at later's due time, not at the next answer.
+
+endpoint($node, $recv, 'hold', '/hold', concurrency => 1);
+$recv->add_rule(path => '/hold', status => 200, delay_ms => 2000, times => 1);
+$recv->add_rule(path => '/hold', status => 200, delay_ms => 8000, times => 1);
+$since = $recv->requests()->[-1]{seq};
+$t0 = time();
+sql($node, q{BEGIN;
+	SELECT outbox.enqueue('hold', jsonb_build_object('n', g)) FROM generate_series(1, 10) g;
+	SELECT outbox.enqueue('later', '{"at": 3}', deliver_at => now() + interval '3 s');
+	COMMIT});
+ok(wait_until(sub { arrivals('/later', $since) >= 1 }, 15), 'the message due in 3 s arrived');
+($later_at) = arrivals('/later', $since);
+cmp_ok(($later_at // 0) - $t0, '>=', 2.5, '... not before its deliver_at');
+cmp_ok(($later_at // 99 + $t0) - $t0, '<', 6, '... at its time, not at the next answer (10 s)');
+ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages}, 60), "hold's messages were delivered");
+
+$recv->stop;
+my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);
+ok(!@bad, 'no PANIC, no crash in the server log') or diag(join "\n", @bad);
+$node->stop;
+done_testing();
