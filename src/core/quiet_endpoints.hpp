@@ -13,7 +13,9 @@
 //  - a result of its own written (a retry scheduled, a key's next message taken by the
 //    settle, a breaker closed): forget(name);
 //  - another endpoints version (created, altered, dropped): is_quiet() is false for
-//    every name once the version differs from the one the quiet was noted under.
+//    every name once the version differs from the one the quiet was noted under;
+//  - a message given back to it (an endpoint altered, a lease run out): forget(name);
+//  - the wall clock set back before the quiet began (its end would be that much later).
 // What wakes nobody (an operator's UPDATE of next_attempt_at, a lock on a row released)
 // is seen within the poll interval, as it was by an idle worker before.
 #pragma once
@@ -41,6 +43,7 @@ class QuietEndpoints {
 
  private:
   std::unordered_set<std::string> names_;
+  int64_t noted_ms_ = 0;  // the earliest note of names_: a clock set back before it ends the quiet
   int64_t until_ms_ = 0;
   uint64_t version_ = 0;
 };

@@ -15,8 +15,9 @@ struct LoopState {
   bool ready = false;                // the extension is there, at this library's version
   bool enabled = true;               // pg_outbox.enabled
   int poll_interval_ms = 1000;
-  bool more_due = false;         // the last claim was full: claim again at once
-  bool results_pending = false;  // results not yet written back
+  bool more_due = false;  // the last claim was full: claim again at once
+  // Results not yet written back are due then (settle_timing.hpp; INT64_MAX: none wait).
+  int64_t settle_at_ms = INT64_MAX;
   int64_t next_claim_ms = 0;
   int64_t next_housekeeping_ms = 0;
   std::vector<int64_t> parked_until_ms;  // of each parked endpoint
@@ -25,9 +26,9 @@ struct LoopState {
 // The wait, in ms (0: do not sleep):
 //  - during an error pause, until it ends (however long the poll interval);
 //  - not ready or disabled: the poll interval (nothing else is due);
-//  - more due, or results to write: 0;
-//  - else until the earliest of the next claim, housekeeping and the parked endpoints'
-//    next tries still ahead (one whose time has passed is tried in this round, not
+//  - more due: 0;
+//  - else until the earliest of the next claim, housekeeping, the write of the results
+//    waiting and the parked endpoints' next tries still ahead (one whose time has passed is tried in this round, not
 //    waited for), at least 0 and at most the poll interval.
 int wait_timeout_ms(const LoopState& state, int64_t now_ms);
 

@@ -79,3 +79,14 @@ TEST(ClaimSawEverything, FewerThanItsLimitAndUnderItsBudget) {
   EXPECT_FALSE(claim_saw_everything(3, 500, 1000, 1000));
   EXPECT_FALSE(claim_saw_everything(0, 0, 0, 1000));
 }
+
+TEST(QuietEndpoints, AClockSetBackEndsIt) {
+  QuietEndpoints quiet;
+  quiet.note({"a"}, kNow, kNow + 1000, 1);
+  EXPECT_FALSE(quiet.is_quiet("a", kNow - 60000, 1));
+  EXPECT_EQ(quiet.until_ms(kNow - 60000), kNever);
+  quiet.note({"b"}, kNow - 60000, kNow - 59000, 1);  // a fresh quiet from the new time on
+  EXPECT_FALSE(quiet.is_quiet("a", kNow - 60000, 1));
+  EXPECT_TRUE(quiet.is_quiet("b", kNow - 60000, 1));
+  EXPECT_EQ(quiet.until_ms(kNow - 60000), kNow - 59000);
+}

@@ -25,11 +25,11 @@ TEST(WaitTimeout, AnErrorPauseIsWaitedOutWhateverElse) {
   LoopState s = idle();
   s.error_pause_until_ms = kNow + 6400;
   s.more_due = true;
-  s.results_pending = true;
+  s.settle_at_ms = kNow;
   EXPECT_EQ(wait_timeout_ms(s, kNow), 6400);  // beyond the poll interval
   EXPECT_EQ(wait_timeout_ms(s, kNow + 6399), 1);
   s.more_due = false;
-  s.results_pending = false;
+  s.settle_at_ms = INT64_MAX;
   EXPECT_EQ(wait_timeout_ms(s, kNow + 6400), 0);  // over, and the claim due at +5000 waits no more
 }
 
@@ -43,12 +43,19 @@ TEST(WaitTimeout, NotReadyOrDisabledPolls) {
   EXPECT_EQ(wait_timeout_ms(s, kNow), 1000);
 }
 
-TEST(WaitTimeout, MoreDueOrResultsToWriteDoNotWait) {
+TEST(WaitTimeout, MoreDueDoesNotWait) {
   LoopState s = idle();
   s.more_due = true;
   EXPECT_EQ(wait_timeout_ms(s, kNow), 0);
-  s.more_due = false;
-  s.results_pending = true;
+}
+
+TEST(WaitTimeout, WaitingResultsAreWrittenAtTheirTime) {
+  LoopState s = idle();
+  s.settle_at_ms = kNow + 2;
+  EXPECT_EQ(wait_timeout_ms(s, kNow), 2);
+  s.settle_at_ms = kNow - 5;  // due already (or urgent): at once
+  EXPECT_EQ(wait_timeout_ms(s, kNow), 0);
+  s.settle_at_ms = 0;
   EXPECT_EQ(wait_timeout_ms(s, kNow), 0);
 }
 

@@ -99,7 +99,10 @@ bool claim_worth_running(WorkerState& state) {
   auto views = claim_views(state, now);
   if (!core::wants_claim(core::claimable_outstanding(state.in_flight.size(), views, sizes), sizes,
                          core::widest_batch(views))) {
-    schedule.more_due = false;  // the results of what it holds make room, and say so
+    // The results of what it holds make room, and say so (they wake the worker). Until
+    // then a claim time gone by must not make every round ask again.
+    schedule.more_due = false;
+    if (schedule.next_claim_ms <= now) schedule.next_claim_ms = now + settings.poll_interval_ms;
     return false;
   }
   // Endpoints changed since they were loaded: only the claim's transaction knows them.

@@ -52,6 +52,7 @@ void give_back(WorkerState& state, const std::vector<uint64_t>& tags) {
       std::optional<Delivery> delivery = leave(state, id);
       if (!delivery) continue;
       state.results.given_back(id);
+      state.schedule.quiet_http.forget(delivery->endpoint);  // it has this one to claim again
       if (delivery->probe) lose_probe(state, delivery->endpoint);
     }
   }

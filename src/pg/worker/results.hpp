@@ -30,6 +30,7 @@ class Results {
   void given_back(int64_t id) { pending_.given_back.push_back(id); }
 
   store::Settlements& pending() { return pending_; }
+  const store::Settlements& pending() const { return pending_; }
   bool empty() const { return pending_.empty(); }
   // What a transaction that may fail saves first and puts back if it does: results it
   // wrote are unwritten again, and counts are published only once it has committed.

@@ -106,11 +106,22 @@ void retry_parked(WorkerState& state) {
 
 }  // namespace
 
-void settle(WorkerState& state) {
+int64_t results_due_at(const WorkerState& state) {
+  const store::Settlements& pending = state.results.pending();
+  // What changes the worker's next steps: failures and their breakers, give-backs, and
+  // an ordered key's message (the key's next one is claimed once it is written).
+  bool urgent = !pending.retry.empty() || !pending.dead.empty() || !pending.given_back.empty() ||
+                state.endpoints.any_breaker_dirty();
+  for (size_t i = 0; !urgent && i < pending.sent.size(); ++i) urgent = pending.sent[i].ordering_lock.has_value();
+  return core::settle_at_ms(pending.sent.size(), urgent, state.schedule.last_settle);
+}
+
+void settle(WorkerState& state, Settling when) {
   state.parking.set_aside(state.results.pending());
   retry_parked(state);
   hold_back_claims(state);
   if (state.results.empty() && !state.endpoints.any_breaker_dirty()) return;
+  if (when == Settling::kWhenDue && state.now_ms() < results_due_at(state)) return;
   auto write_all = [&] {
     require_same_extension(state);
     // Delivered messages go to the history partition of their sent_at, or to its default
@@ -135,6 +146,7 @@ void settle(WorkerState& state) {
   // written once the endpoint is free, or their messages are delivered again.
   committed(state);
   written(state, state.results.pending());  // (settle_apart took care of what it wrote)
+  state.schedule.last_settle = {state.now_ms(), state.results.pending().sent.size()};
   state.results.pending() = store::Settlements{};
 }
 

@@ -11,6 +11,12 @@ namespace pg_outbox::pg::worker {
 std::vector<int64_t> WorkerState::in_flight_ids() const {
   std::vector<int64_t> ids = in_flight.ids();
   parking.append_ids(ids);
+  // Answered, their results not written yet (core/settle_timing.hpp): their rows are
+  // still in the queue, due.
+  const store::Settlements& waiting = results.pending();
+  for (const auto& s : waiting.sent) ids.push_back(s.id);
+  for (const auto& r : waiting.retry) ids.push_back(r.id);
+  for (const auto& d : waiting.dead) ids.push_back(d.id);
   return ids;
 }
 

@@ -7,6 +7,7 @@
 #include "core/clock.hpp"
 #include "core/quiet_endpoints.hpp"
 #include "core/request_headers.hpp"
+#include "core/settle_timing.hpp"
 #include "core/wake_coalescer.hpp"
 #include "http/delivery_thread.hpp"
 #include "pg/worker/endpoints.hpp"
@@ -47,6 +48,7 @@ struct Schedule {
   // commit's wake, a result of theirs, a due time or an endpoint change (core/
   // quiet_endpoints.hpp). A claim with nothing else to take is not run at all.
   core::QuietEndpoints quiet_http;
+  core::LastSettle last_settle;  // results that can wait are written kSettleEveryMs after it
   int64_t next_housekeeping_ms = 0;
   int64_t next_orphan_check_ms = 0;
   int64_t housekeeping_quiet_until_ms = 0;  // its failures are logged once a minute
@@ -79,8 +81,9 @@ struct WorkerState {
   std::mt19937_64 random;
 
   int64_t now_ms() const { return clock.now_ms(); }
-  // The messages the next claim must not take again: queued in the thread, and those
-  // whose results wait with a parked endpoint.
+  // The messages the next claim must not take again: queued in the thread, answered
+  // with their results not yet written, and those whose results wait with a parked
+  // endpoint.
   std::vector<int64_t> in_flight_ids() const;
   // Drops every delivery in flight and every result not yet written: they belong to
   // tables that no longer exist.

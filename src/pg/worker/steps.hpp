@@ -70,8 +70,12 @@ size_t notify_if_due(WorkerState& state, const std::vector<std::string>& endpoin
 // Whether the NOTIFY endpoints are worth a round now (Schedule::NotifyRounds).
 bool notify_round_due(const WorkerState& state, const std::vector<std::string>& notify, int64_t now);
 
-// settle.cpp: writing results back.
-void settle(WorkerState& state);
+// settle.cpp: writing results back, when they are due (core/settle_timing.hpp) or now
+// (when delivery is disabled: nothing else would wake the worker for them).
+enum class Settling { kWhenDue, kNow };
+void settle(WorkerState& state, Settling when);
+// When the results waiting are due to be written (INT64_MAX when none wait).
+int64_t results_due_at(const WorkerState& state);
 // A transaction that may settle results (the claim, with NOTIFY's, and housekeeping). If
 // it fails, the results and counts go back to what they were before it; counts are
 // published only once it has committed.

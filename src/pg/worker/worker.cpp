@@ -145,7 +145,7 @@ void Worker::round(bool woken) {
   take_responses(state_);  // also when not ready: what the results fd announces is taken
   if (!prepare_database()) return;
   retire_failing_endpoints(state_);
-  settle(state_);
+  settle(state_, settings.enabled ? Settling::kWhenDue : Settling::kNow);
   if (!settings.enabled) {
     publish_status(state_, "disabled");
     return;
@@ -203,7 +203,7 @@ int Worker::wait_timeout_ms() const {
   loop.enabled = settings.enabled;
   loop.poll_interval_ms = settings.poll_interval_ms;
   loop.more_due = state_.schedule.more_due;
-  loop.results_pending = !state_.results.empty();
+  loop.settle_at_ms = results_due_at(state_);
   loop.next_claim_ms = state_.schedule.next_claim_ms;
   loop.next_housekeeping_ms = state_.schedule.next_housekeeping_ms;
   loop.parked_until_ms = state_.parking.until_ms();
