@@ -49,6 +49,18 @@ sub arrivals
 	return map { $_->{time} } @{ $recv->requests(path => $path, since => $since // 0) };
 }
 
+# The first request of 'later' after receiver record $since, $t0 the time of the commit
+# that made it due in $due_s seconds: it arrived, not before then, and well before the
+# 30 s poll ($why: what else could have sent it late).
+sub later_arrives_at_its_time
+{
+	my ($since, $t0, $due_s, $why) = @_;
+	ok(wait_until(sub { arrivals('/later', $since) >= 1 }, 15), "the message due in $due_s s arrived");
+	my ($at) = arrivals('/later', $since);
+	cmp_ok(($at // 0) - $t0, '>=', $due_s - 0.5, '... not before its deliver_at');
+	cmp_ok(($at // 99 + $t0) - $t0, '<', $due_s + 3, "... at its time, $why");
+}
+
 sub claim_index_scans
 {
 	return sql($node, q{SELECT pg_stat_force_next_flush(); SELECT idx_scan FROM pg_stat_user_indexes
@@ -98,10 +110,7 @@ cmp_ok(($ordered[-1]{time} // 99 + $t0) - $t0, '<', 6,
 $since = $recv->requests()->[-1]{seq};
 $t0 = time();
 sql($node, q{SELECT outbox.enqueue('later', '{}', deliver_at => now() + interval '2 s')});
-ok(wait_until(sub { arrivals('/later', $since) >= 1 }, 15), 'the scheduled message arrived');
-my ($later_at) = arrivals('/later', $since);
-cmp_ok(($later_at // 0) - $t0, '>=', 1.5, '... not before its deliver_at');
-cmp_ok(($later_at // 99 + $t0) - $t0, '<', 6, '... at its time, not at the 30 s poll');
+later_arrives_at_its_time($since, $t0, 2, 'not at the 30 s poll');
 
 # ---------------------------------------------------------------------------
 # 4. A retry the receiver asked for in 2 s.
@@ -143,11 +152,7 @@ sql($node, q{BEGIN;
 	SELECT outbox.enqueue('slow', '{}');
 	SELECT outbox.enqueue('later', '{"at": 3}', deliver_at => now() + interval '3 s');
 	COMMIT});
-ok(wait_until(sub { arrivals('/later', $since) >= 1 }, 15), 'the message due in 3 s arrived');
-($later_at) = arrivals('/later', $since);
-cmp_ok(($later_at // 0) - $t0, '>=', 2.5, '... not before its deliver_at');
-cmp_ok(($later_at // 99 + $t0) - $t0, '<', 6, '... at its time, although the claims after it left its endpoint out');
-is(sql($node, q{SELECT count(*) FROM dlq.dead_letters}), '0', 'nothing dead-lettered');
+later_arrives_at_its_time($since, $t0, 3, 'although the claims after it left its endpoint out');
 
 # ---------------------------------------------------------------------------
 # 7. The same when no claim runs at all: 'hold' (one connection) holds its share of ten
@@ -164,11 +169,9 @@ sql($node, q{BEGIN;
 	SELECT outbox.enqueue('hold', jsonb_build_object('n', g)) FROM generate_series(1, 10) g;
 	SELECT outbox.enqueue('later', '{"at": 3}', deliver_at => now() + interval '3 s');
 	COMMIT});
-ok(wait_until(sub { arrivals('/later', $since) >= 1 }, 15), 'the message due in 3 s arrived');
-($later_at) = arrivals('/later', $since);
-cmp_ok(($later_at // 0) - $t0, '>=', 2.5, '... not before its deliver_at');
-cmp_ok(($later_at // 99 + $t0) - $t0, '<', 6, '... at its time, not at the next answer (10 s)');
+later_arrives_at_its_time($since, $t0, 3, 'not at the next answer (10 s)');
 ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages}, 60), "hold's messages were delivered");
+is(sql($node, q{SELECT count(*) FROM dlq.dead_letters}), '0', 'nothing dead-lettered');
 
 $recv->stop;
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);
