@@ -151,8 +151,8 @@ void settle(WorkerState& state, Settling when) {
 }
 
 // max_pending's counts (producer/queued_count.hpp) lose what left the queue; the next
-// claim comes when a retry is due, or at once when something left (an ordered key's next
-// message, or room).
+// claim comes at once when something left the worker's hands (room, an ordered key's
+// next message), and no later than its retries' due times.
 void written(WorkerState& state, const store::Settlements& results) {
   std::unordered_map<std::string, int64_t> removed;
   for (const auto& s : results.sent) removed[s.endpoint]++;
@@ -167,7 +167,8 @@ void written(WorkerState& state, const store::Settlements& results) {
   const int64_t now = state.now_ms();
   for (const auto& r : results.retry)
     state.schedule.next_claim_ms = std::min(state.schedule.next_claim_ms, now + r.delay_ms);
-  if (!removed.empty() || !results.finished_claims.empty()) state.schedule.more_due = true;
+  // Whatever left the worker's hands made room: the next claim may take others' messages.
+  if (!removed.empty() || !results.retry.empty() || !results.finished_claims.empty()) state.schedule.more_due = true;
 }
 
 void in_settling_transaction(WorkerState& state, const char* activity, const std::function<void()>& body) {
