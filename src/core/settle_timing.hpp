@@ -11,9 +11,11 @@
 // retry, a dead letter, a breaker), a message given back, or an ordered key's message,
 // whose next one waits for it.
 //
-// Waiting results are not lost to a crash: their messages stay claimed (outbox.claims)
-// and a worker that starts again sends them once more, as for a crash just before any
-// write. Claims skip their messages, as they skip those in flight.
+// Waiting results are not lost to a crash or a stop (SIGTERM ends the worker where it
+// is): their messages stay claimed (outbox.claims) and a worker that starts again sends
+// them once more, as it does for those in flight. Claims skip their messages, as they
+// skip those in flight. Left alone: writing them on SIGTERM before exiting, which would
+// spare those second sends at a server stop.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +34,8 @@ struct LastSettle {
 };
 
 // When the waiting results are due to be written (INT64_MAX when none wait; 0: at once).
-// waiting: how many deliveries; urgent: one of the results must not wait.
-int64_t settle_at_ms(size_t waiting, bool urgent, const LastSettle& last);
+// waiting: how many deliveries; urgent: one of the results must not wait. A wall clock
+// set back before the last write makes them due at once, not after the step back.
+int64_t settle_at_ms(size_t waiting, bool urgent, const LastSettle& last, int64_t now_ms);
 
 }  // namespace pg_outbox::core

@@ -13,6 +13,7 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <limits>
 
 namespace pg_outbox::pg::worker {
 
@@ -108,12 +109,16 @@ void retry_parked(WorkerState& state) {
 
 int64_t results_due_at(const WorkerState& state) {
   const store::Settlements& pending = state.results.pending();
-  // What changes the worker's next steps: failures and their breakers, give-backs, and
-  // an ordered key's message (the key's next one is claimed once it is written).
-  bool urgent = !pending.retry.empty() || !pending.dead.empty() || !pending.given_back.empty() ||
-                state.endpoints.any_breaker_dirty();
+  if (pending.empty()) return std::numeric_limits<int64_t>::max();
+  // What changes the worker's next steps: failures, give-backs, and an ordered key's
+  // message (the key's next one is claimed once it is written). Claims finished with
+  // nothing else to write (after a parked endpoint's results) go at once too: until
+  // then outbox.message() says in_flight. A dirty breaker alone is no reason to wake:
+  // it is written with the next results, or at the next round (its row may be locked,
+  // and writing it must not become a busy loop).
+  bool urgent = !pending.retry.empty() || !pending.dead.empty() || !pending.given_back.empty() || pending.sent.empty();
   for (size_t i = 0; !urgent && i < pending.sent.size(); ++i) urgent = pending.sent[i].ordering_lock.has_value();
-  return core::settle_at_ms(pending.sent.size(), urgent, state.schedule.last_settle);
+  return core::settle_at_ms(pending.sent.size(), urgent, state.schedule.last_settle, state.now_ms());
 }
 
 void settle(WorkerState& state, Settling when) {
@@ -121,7 +126,8 @@ void settle(WorkerState& state, Settling when) {
   retry_parked(state);
   hold_back_claims(state);
   if (state.results.empty() && !state.endpoints.any_breaker_dirty()) return;
-  if (when == Settling::kWhenDue && state.now_ms() < results_due_at(state)) return;
+  // Results not due yet wait, and a dirty breaker with them.
+  if (when == Settling::kWhenDue && !state.results.empty() && state.now_ms() < results_due_at(state)) return;
   auto write_all = [&] {
     require_same_extension(state);
     // Delivered messages go to the history partition of their sent_at, or to its default
