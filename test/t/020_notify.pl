@@ -198,7 +198,7 @@ sql($node, sprintf(q{SELECT outbox.create_endpoint('busy', url => '%s')}, $recv-
 sql($node, q{SELECT outbox.pause_endpoint('busy')});
 $recv->add_rule(path => '/busy', status => 200, delay_ms => 50);    # a drain of several seconds
 sql($node, q{INSERT INTO outbox.messages (endpoint, payload) SELECT 'busy', jsonb_build_object('n', g)
-               FROM generate_series(1, 5000) g});
+               FROM generate_series(1, 8000) g});
 sql($node, q{SELECT outbox.resume_endpoint('busy')});
 ok($recv->wait_requests('/busy', 100), 'the HTTP drain is under way');
 poll_notifications($listener, \@notes);
@@ -221,9 +221,38 @@ ok(defined $arrived{$later_id}, 'one due 2 s later is notified')
   or diag(sql($node, "SELECT concat_ws(' ', m.status, m.sent_at, clock_timestamp(), q.next_attempt_at, q.ordering_seq) FROM outbox.message($later_id) m LEFT JOIN outbox.messages q ON q.id = m.id"));
 cmp_ok(($arrived{$later_id} // 0) - $t_later, '>=', 1.5, '... not before its deliver_at');
 cmp_ok(($arrived{$later_id} // 99) - $t_later, '<', 10, '... and at its time, not at the 30 s poll');
-note sprintf('during the drain: now after %.2f s, later after %.2f s; %d of 5000 HTTP requests by then',
+note sprintf('during the drain: now after %.2f s, later after %.2f s; %d of 8000 HTTP requests by then',
 	($arrived{$now_id} // 99) - $t_now, ($arrived{$later_id} // 99) - $t_later,
 	scalar @{ $recv->requests(path => '/busy') });
+
+# Still during the drain: a NOTIFY round that found nothing does not go quiet while the
+# worker holds a key's next message (src/pg/worker/notify.cpp, after_notify_round). Here
+# the worker takes m2 as key h's next message when m1 is notified, but an operator holds
+# m2's row, so the rounds after find nothing. The operator's COMMIT wakes nobody; m2 must
+# still be notified at once, not at the poll (30 s).
+sql($node, q{SELECT outbox.create_endpoint('held_feed', channel => 'held_ch', ordered => true)});
+sql($node, q{SELECT outbox.pause_endpoint('held_feed')});
+my $held_listener = listen_for_notifications($node, 'held_ch');
+my $m1 = sql($node, q{SELECT outbox.enqueue('held_feed', '{"n": 1}', ordering_key => 'h')});
+my $m2 = sql($node, q{SELECT outbox.enqueue('held_feed', '{"n": 2}', ordering_key => 'h')});
+my $operator = $node->background_psql('postgres');
+$operator->query_safe("BEGIN; SELECT id FROM outbox.messages WHERE id = $m2 FOR UPDATE");
+sql($node, q{SELECT outbox.resume_endpoint('held_feed')});
+ok($held_listener->wait(1, 10), 'the key\'s head is notified while its next message is held by an operator');
+sleep(1);    # rounds that find nothing (m2 is held)
+my $t_release = time();
+$operator->query_safe('COMMIT');
+$operator->quit;
+my $released_ok = $held_listener->wait(2, 10);
+my $t_m2 = time();
+my @held_notes;
+poll_notifications($held_listener, \@held_notes);
+ok($released_ok, 'its next message is notified after the operator commits');
+cmp_ok($t_m2 - $t_release, '<', 5, '... within seconds, not at the 30 s poll');
+is(join(',', map { ($_->{envelope} // {})->{id} // '?' } @held_notes), "$m1,$m2", '... in order, once each');
+cmp_ok(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'busy'}), '>', 0,
+	'... while the HTTP drain was still going (its claims are what the NOTIFY rounds ride on)');
+$held_listener->quit;
 ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages WHERE endpoint = 'busy'}, 60), 'the HTTP drain ends');
 $recv->stop;
 
