@@ -2,7 +2,7 @@
 // until something can have changed that. One busy endpoint holding its share of the
 // claim target leaves the others' room to the claim; without this, every settle of the
 // busy one ran a claim that walked every idle endpoint's part of the queue and found
-// nothing (3,200 empty claim transactions in a drain of 100,000 beside one idle
+// nothing (4,300 empty claim transactions in a drain of 100,000 beside one idle
 // endpoint), at a cost that grows with the number of endpoints.
 //
 // What can give a quiet endpoint something to claim, and how it ends the quiet:
@@ -15,7 +15,8 @@
 //  - another endpoints version (created, altered, dropped): is_quiet() is false for
 //    every name once the version differs from the one the quiet was noted under;
 //  - a message given back to it (an endpoint altered, a lease run out): forget(name);
-//  - the wall clock set back before the quiet began (its end would be that much later).
+//  - the wall clock set back before the quiet began (its end would be that much later);
+//  - a configuration reload (a shorter poll interval): forget_all().
 // What wakes nobody (an operator's UPDATE of next_attempt_at, a lock on a row released)
 // is seen within the poll interval, as it was by an idle worker before.
 #pragma once
