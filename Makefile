@@ -24,7 +24,8 @@ REPLAYED_SOURCES = $(filter-out extension/src/0% extension/src/1% extension/src/
 # table files this version adds (UPDATE_TABLES: their statements are the same on a fresh
 # install and on an update) run after the first group.
 UPDATE_DIR     = extension/upgrade/$(PREVIOUS_VERSION)--$(OUTBOX_VERSION)
-UPDATE_TABLES  = extension/src/37_attempts.sql extension/src/37_pull_tables.sql extension/src/38_subscriptions.sql
+UPDATE_TABLES  = extension/src/37_attempts.sql extension/src/37_pull_tables.sql extension/src/38_subscriptions.sql \
+                 extension/src/39_replay_queue.sql
 UPDATE_BEFORE  = $(sort $(wildcard $(UPDATE_DIR)/[0-4]*.sql)) $(UPDATE_TABLES)
 UPDATE_AFTER   = $(sort $(wildcard $(UPDATE_DIR)/[5-9]*.sql))
 

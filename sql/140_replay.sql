@@ -1,7 +1,9 @@
 --
 -- Replay (docs/delivery.md, Replay): the messages delivered to an endpoint in a window,
 -- sent again from the history with their webhook-ids, in their delivery order; windows
--- before the history and bad input refused with nothing changed.
+-- before the history and bad input refused with nothing changed.  No worker serves this
+-- database: the replayed messages wait in outbox.replay_queue until the test moves them
+-- into the queue as the worker does (outbox._replays_move).
 --
 \set SHOW_CONTEXT never
 TRUNCATE outbox.messages, dlq.dead_letters RESTART IDENTITY;
@@ -25,6 +27,13 @@ VALUES (101, 'feed', 'order.created', '{"n": 1}', NULL, 'k', NULL, 1, 200, now()
 -- The window [90 min ago, 5 min ago): n = 2, 3, 4 of feed, in delivery order, with their
 -- webhook-ids (the key, or msg_<instance>_<id>).
 SELECT outbox.replay('feed', now() - interval '90 minutes', now() - interval '5 minutes');
+SELECT n, endpoint, payload, webhook_id LIKE 'msg\_%' OR webhook_id = 'key-2' AS webhook_id_kept
+  FROM outbox.replay_queue ORDER BY n;
+SELECT pending FROM outbox.endpoint_stats WHERE endpoint = 'feed';
+-- Moved in batches, in their order.
+SELECT outbox._replays_move(2);
+SELECT outbox._replays_move(2);
+SELECT count(*) AS left_to_move FROM outbox.replay_queue;
 SELECT m.id, m.endpoint, m.event_type, m.payload, m.headers, m.ordering_key,
        m.idempotency_key = CASE h.id WHEN 105 THEN 'key-2' ELSE (SELECT 'msg_' || i.id || '_' || h.id FROM outbox._instance() i) END
            AS original_webhook_id,
@@ -34,11 +43,38 @@ SELECT m.id, m.endpoint, m.event_type, m.payload, m.headers, m.ordering_key,
 -- Again while they are queued: nothing twice.
 SELECT outbox.replay('feed', now() - interval '90 minutes', now() - interval '5 minutes');
 DELETE FROM outbox.messages;
+-- Replayed twice before the move: the second copy of each finds the first queued and is
+-- not queued.
+SELECT outbox.replay('feed', now() - interval '90 minutes', now() - interval '5 minutes');
+SELECT outbox.replay('feed', now() - interval '90 minutes', now() - interval '5 minutes');
+SELECT outbox._replays_move(1000);
+SELECT count(*) AS queued, count(DISTINCT idempotency_key) AS webhook_ids FROM outbox.messages;
+DELETE FROM outbox.messages;
+-- drop_endpoint: replayed messages not yet moved count as undelivered, and go with force.
+SELECT outbox.create_endpoint('short-lived', url => 'http://127.0.0.1:8080/hooks/short');
+INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
+VALUES (106, 'short-lived', '{"n": 6}', 1, now() - interval '1 hour', now() - interval '1 hour');
+SELECT outbox.replay('short-lived', now() - interval '2 hours');
+SELECT outbox.drop_endpoint('short-lived');
+\echo :SQLSTATE
+SELECT outbox.drop_endpoint('short-lived', force => true);
+SELECT count(*) AS left_behind FROM outbox.replay_queue;
+SELECT count(*) AS dead_lettered FROM dlq.dead_letters;
+-- A replayed message whose endpoint went before the move is not queued.
+SELECT outbox.create_endpoint('gone-soon', url => 'http://127.0.0.1:8080/hooks/gone');
+INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
+VALUES (107, 'gone-soon', '{"n": 7}', 1, now() - interval '1 hour', now() - interval '1 hour');
+SELECT outbox.replay('gone-soon', now() - interval '2 hours');
+DELETE FROM outbox.endpoints WHERE name = 'gone-soon';
+SELECT outbox._replays_move(1000);
+SELECT count(*) AS queued, (SELECT count(*) FROM outbox.replay_queue) AS left_to_move FROM outbox.messages;
 -- An event type; the default until (now); another endpoint's window.
 SELECT outbox.replay('feed', now() - interval '90 minutes', event_type => 'order.created');
+SELECT outbox._replays_move(1000);
 SELECT endpoint, payload FROM outbox.messages ORDER BY id;
 DELETE FROM outbox.messages;
 SELECT outbox.replay('other', now() - interval '23 hours');
+SELECT outbox._replays_move(1000);
 SELECT endpoint, payload FROM outbox.messages ORDER BY id;
 DELETE FROM outbox.messages;
 -- An empty window is not an error.
@@ -65,7 +101,7 @@ EXCEPTION WHEN invalid_parameter_value THEN
         substring(SQLERRM FROM 'goes back to (.*)$')::timestamptz = now() - interval '1 day';
 END
 $$;
-SELECT count(*) AS queued FROM outbox.messages;
+SELECT count(*) AS queued, (SELECT count(*) FROM outbox.replay_queue) AS to_move FROM outbox.messages;
 
 -- Cleanup.
 DELETE FROM outbox.history;

@@ -104,6 +104,12 @@ CREATE OR REPLACE FUNCTION outbox._request_wake() RETURNS void
     AS 'MODULE_PATHNAME', 'pg_outbox_request_wake'
     LANGUAGE C VOLATILE;
 
+-- Asks the worker, at commit, to move the replayed messages of outbox.replay_queue into
+-- the queue (outbox.replay).
+CREATE OR REPLACE FUNCTION outbox._replays_at_commit() RETURNS void
+    AS 'MODULE_PATHNAME', 'pg_outbox_replays_at_commit'
+    LANGUAGE C VOLATILE;
+
 -- config_loaded_at: when the configuration the worker runs with was read (its own
 -- re-read after a SIGHUP, or the server's last load before the worker started; the
 -- worker's pg_conf_load_time()).  A change made with ALTER SYSTEM + pg_reload_conf()

@@ -381,9 +381,9 @@ BEGIN
     END IF;
 
     IF NOT coalesce(drop_endpoint.force, false) THEN
-        SELECT count(*) INTO v_undelivered
-          FROM outbox.messages m
-         WHERE m.endpoint = drop_endpoint.name;
+        SELECT (SELECT count(*) FROM outbox.messages m WHERE m.endpoint = drop_endpoint.name)
+             + (SELECT count(*) FROM outbox.replay_queue r WHERE r.endpoint = drop_endpoint.name)
+          INTO v_undelivered;
         IF v_undelivered > 0 THEN
             RAISE EXCEPTION 'cannot drop endpoint "%" because it has undelivered messages', drop_endpoint.name
                 USING ERRCODE = 'dependent_objects_still_exist',
@@ -409,6 +409,9 @@ BEGIN
       FROM gone g
      ORDER BY g.id;
 
+    -- Replayed messages not yet moved into the queue are copies of delivered ones (the
+    -- history keeps them): they go without a dead letter.
+    DELETE FROM outbox.replay_queue r WHERE r.endpoint = drop_endpoint.name;
     DELETE FROM outbox.endpoints e WHERE e.name = drop_endpoint.name;  -- and its secret
 
     PERFORM outbox._request_wake();

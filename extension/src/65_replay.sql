@@ -29,10 +29,12 @@ $fn$;
 -- msg_<instance>_<id>), in the order they were delivered (sent_at, then id): on an
 -- ordered endpoint each key's replayed messages follow one another in that order.  One
 -- whose webhook-id is still queued at the endpoint is not queued twice.  Like a requeue
--- it is an operator's decision: max_pending does not refuse it.  Returns how many were
--- queued.  Errors: NULL arguments 22004; unknown endpoint 42704; since later than until,
--- or a window that starts before the history (the error says where it starts) 22023;
--- no history kept (sent_retention = 0) 55000.
+-- it is an operator's decision: max_pending does not refuse it.  The messages are
+-- written to outbox.replay_queue, which the worker moves into the queue in batches
+-- (outbox._replays_move), woken at commit.  Returns how many were queued.  Errors: NULL
+-- arguments 22004; unknown endpoint 42704; since later than until, or a window that
+-- starts before the history (the error says where it starts) 22023; no history kept
+-- (sent_retention = 0) 55000.
 CREATE OR REPLACE FUNCTION outbox.replay(endpoint text, since timestamptz, until timestamptz DEFAULT now(),
                                          event_type text DEFAULT NULL)
     RETURNS bigint
@@ -71,13 +73,12 @@ BEGIN
     -- KEY SHARE: a concurrent drop_endpoint waits, so the new messages are never orphaned.
     PERFORM 1 FROM outbox.endpoints e WHERE e.name = replay.endpoint FOR KEY SHARE;
     SELECT i.id, i.legacy_below INTO v_instance, v_legacy FROM outbox._instance() i;
-    -- The window's partitions only (pruned by sent_at); the ids are drawn in the
+    -- The window's partitions only (pruned by sent_at); the rows are numbered in the
     -- history's order, which the commit order of an ordered endpoint follows.  A
     -- webhook-id delivered twice in the window (replayed before) is queued once, and one
-    -- still queued is left alone: filtered here rather than by ON CONFLICT, whose
-    -- speculative insertion costs a third more per row.  A message with the same key
-    -- queued by a concurrent transaction meanwhile makes the replay fail (23505), whole.
-    INSERT INTO outbox.messages AS m (endpoint, event_type, payload, headers, ordering_key, idempotency_key)
+    -- still queued at the endpoint is left alone (and the worker's move leaves alone one
+    -- that a producer queues meanwhile).
+    INSERT INTO outbox.replay_queue (endpoint, event_type, payload, headers, ordering_key, webhook_id)
     SELECT r.endpoint, r.event_type, r.payload, r.headers, r.ordering_key, r.webhook_id
       FROM (SELECT DISTINCT ON (w.webhook_id) w.*
               FROM (SELECT h.*, outbox._webhook_id(h.id, h.idempotency_key, v_instance, v_legacy) AS webhook_id
@@ -90,8 +91,41 @@ BEGIN
                         WHERE q.endpoint = r.endpoint AND q.idempotency_key = r.webhook_id)
      ORDER BY r.sent_at, r.id;
     GET DIAGNOSTICS v_count = ROW_COUNT;
+    IF v_count > 0 THEN
+        PERFORM outbox._replays_at_commit();
+    END IF;
     RETURN v_count;
 END
 $fn$;
 COMMENT ON FUNCTION outbox.replay(text, timestamptz, timestamptz, text) IS
     'sends again the messages delivered to an endpoint in [since, until) that are still in the history, with their webhook-ids; returns how many';
+
+-- The worker's move of replayed messages into the queue: the first max_rows of
+-- outbox.replay_queue in their order, in one transaction (a crash undoes the move, never
+-- half of it).  A webhook-id queued at the endpoint meanwhile is not queued twice, and
+-- the messages of an endpoint dropped meanwhile go (drop_endpoint also removes them
+-- itself; this is for the drop that committed while the move waited): the endpoints
+-- are locked as replay locks them, so that a drop waits for the move and then finds its
+-- messages.  Returns how many rows it took from the replay queue.
+CREATE OR REPLACE FUNCTION outbox._replays_move(max_rows int)
+    RETURNS bigint
+    LANGUAGE sql VOLATILE
+    SET search_path = pg_catalog, pg_temp
+AS $fn$
+    WITH moved AS (
+        DELETE FROM outbox.replay_queue q
+         WHERE q.n = ANY (ARRAY(SELECT r.n FROM outbox.replay_queue r ORDER BY r.n LIMIT max_rows))
+        RETURNING q.*),
+    destinations AS (
+        SELECT e.name FROM outbox.endpoints e
+         WHERE e.name IN (SELECT DISTINCT v.endpoint FROM moved v)
+           FOR KEY SHARE),
+    queued AS (
+        INSERT INTO outbox.messages (endpoint, event_type, payload, headers, ordering_key, idempotency_key)
+        SELECT v.endpoint, v.event_type, v.payload, v.headers, v.ordering_key, v.webhook_id
+          FROM moved v
+         WHERE v.endpoint IN (SELECT d.name FROM destinations d)
+         ORDER BY v.n
+        ON CONFLICT (endpoint, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING)
+    SELECT count(*) FROM moved
+$fn$;

@@ -21,7 +21,8 @@ COMMENT ON VIEW dlq.summary IS 'open dead letters by endpoint, reason_code and e
 -- the queue (its size is the backlog), in-flight ones from the worker's claims and the
 -- pull readers' holds (the number of messages in hand, not the backlog), and
 -- delivered ones from the counts the worker keeps per history partition, so that the
--- cost never depends on the retained history.  oldest_due: when the oldest waiting
+-- cost never depends on the retained history.  Replayed messages the worker has not yet
+-- moved into the queue (outbox.replay_queue) are pending.  oldest_due: when the oldest waiting
 -- message first became due (its created_at, or its deliver_at for a scheduled message
 -- not yet attempted); a message whose deliver_at is still in the future is not waiting
 -- yet.  In-flight messages count as waiting.  A message a reader of a pull endpoint
@@ -40,7 +41,10 @@ SELECT n.endpoint,
   LEFT JOIN (SELECT m.endpoint, count(*) AS undelivered,
                     min(CASE WHEN m.attempts = 0 THEN m.next_attempt_at ELSE m.created_at END)
                         FILTER (WHERE m.attempts > 0 OR m.next_attempt_at <= now()) AS oldest_due
-               FROM outbox.messages m GROUP BY m.endpoint) q ON q.endpoint = n.endpoint
+               FROM (SELECT m.endpoint, m.attempts, m.next_attempt_at, m.created_at FROM outbox.messages m
+                     UNION ALL
+                     SELECT r.endpoint, 0, r.replayed_at, r.replayed_at FROM outbox.replay_queue r) m
+              GROUP BY m.endpoint) q ON q.endpoint = n.endpoint
   LEFT JOIN (SELECT m.endpoint, count(DISTINCT m.id) AS in_flight
                FROM (SELECT c.message_ids FROM outbox.claims c
                      UNION ALL

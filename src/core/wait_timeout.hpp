@@ -20,6 +20,8 @@ struct LoopState {
   int64_t settle_at_ms = INT64_MAX;
   int64_t next_claim_ms = 0;
   int64_t next_housekeeping_ms = 0;
+  // Replayed messages wait to be moved into the queue from then (INT64_MAX: none wait).
+  int64_t replays_at_ms = INT64_MAX;
   std::vector<int64_t> parked_until_ms;  // of each parked endpoint
 };
 
@@ -28,7 +30,7 @@ struct LoopState {
 //  - not ready or disabled: the poll interval (nothing else is due);
 //  - more due: 0;
 //  - else until the earliest of the next claim, housekeeping, the write of the results
-//    waiting and the parked endpoints' next tries still ahead (one whose time has
+//    waiting, the next move of replayed messages and the parked endpoints' next tries still ahead (one whose time has
 //    passed is tried in this round, not waited for), at least 0 and at most the poll
 //    interval.
 int wait_timeout_ms(const LoopState& state, int64_t now_ms);

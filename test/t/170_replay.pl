@@ -7,7 +7,11 @@
 #  - a window that starts before the history is refused, saying where it starts; with
 #    pg_outbox.sent_retention = 0 there is nothing to replay (55000);
 #  - a restart while replayed messages are being delivered loses none of them;
-#  - 100,000 retained messages are replayed by one statement (the rate is printed).
+#  - 100,000 retained messages are replayed by one statement (the rate is printed), and
+#    the worker moves them into the queue in batches: a crash in the middle of that loses
+#    none and queues none twice, and each key keeps its original order;
+#  - a replay rolled back queues nothing; one committed by COMMIT PREPARED (which wakes
+#    no one) is queued all the same.
 use strict;
 use warnings;
 
@@ -22,7 +26,8 @@ my $node = new_outbox_node(
 	'replay',
 	'pg_outbox.sent_retention' => '1h',
 	'pg_outbox.backoff_base'   => '20ms',
-	'pg_outbox.backoff_max'    => '100ms');
+	'pg_outbox.backoff_max'    => '100ms',
+	'max_prepared_transactions' => '2');
 sql($node, 'CREATE EXTENSION pg_outbox');
 wait_for_worker($node);
 my $recv = start_receiver();
@@ -32,7 +37,8 @@ ok(wait_sql($node, 'SELECT count(*) > 0 FROM outbox._history_partitions()'), 'th
 
 sub delivered
 {
-	return wait_sql($node, 'SELECT NOT EXISTS (SELECT FROM outbox.messages)');
+	return wait_sql($node,
+		'SELECT NOT EXISTS (SELECT FROM outbox.messages) AND NOT EXISTS (SELECT FROM outbox.replay_queue)');
 }
 
 # {n => [webhook-ids in arrival order]} and the n's in arrival order, at a path.
@@ -110,7 +116,19 @@ ok(delivered(), 'all delivered after the restart');
 is(scalar(grep { @{ $ids->{$_} } >= 3 && $ids->{$_}[2] eq $ids->{$_}[0] } 1 .. 10), 10,
 	'every replayed message arrived, with its webhook-id');
 
-# 6. 100,000 retained messages in one statement.
+# 6. A replay rolled back queues nothing; one committed by COMMIT PREPARED is queued.
+my $before = scalar @{ $recv->requests(path => '/hooks/plain') };
+sql($node, "BEGIN; SELECT outbox.replay('plain', '$t0', '$t1'); ROLLBACK");
+sleep 1.5;
+is(sql($node, 'SELECT count(*) FROM outbox.replay_queue'), 0, 'a replay rolled back left nothing to move');
+is(scalar @{ $recv->requests(path => '/hooks/plain') }, $before, 'and nothing was sent');
+sql($node, "BEGIN; SELECT outbox.replay('plain', '$t0', '$t1'); PREPARE TRANSACTION 'replay'");
+sql($node, "COMMIT PREPARED 'replay'");
+ok($recv->wait_requests('/hooks/plain', $before + 10), 'a replay committed by COMMIT PREPARED was sent');
+ok(delivered(), 'and nothing is left of it');
+
+# 7. 100,000 retained messages in one statement; a crash while the worker moves them
+# into the queue.
 sql($node, q{SELECT outbox.create_endpoint('bulk', url => 'http://127.0.0.1:1/never', ordered => true)});
 sql($node, q{SELECT outbox.pause_endpoint('bulk')});
 sql($node, q{
@@ -131,9 +149,28 @@ my $t_statement = time;
 $session->query_safe('COMMIT');
 my $t_commit = time;
 $session->quit;
-diag(sprintf('replay of 100,000 messages: the statement %.2f s (%.0f messages/s), the commit (their keys\' order) %.2f s',
-	$t_statement - $t, 100000 / ($t_statement - $t), $t_commit - $t_statement));
+ok(wait_sql($node, q{SELECT count(*) BETWEEN 1 AND 99000 FROM outbox.replay_queue}, 60),
+	'the worker is moving them into the queue');
+$node->stop('immediate');
+$node->start;
+ok(wait_sql($node, q{SELECT NOT EXISTS (SELECT FROM outbox.replay_queue)}, 180), 'all moved after the crash');
+my $t_moved = time;
+diag(sprintf('replay of 100,000 messages: the statement %.2f s (%.0f messages/s), its commit %.2f s, '
+	  . 'moved into the queue by the worker (across a crash) %.1f s later',
+	$t_statement - $t, 100000 / ($t_statement - $t), $t_commit - $t_statement, $t_moved - $t_commit));
+is(sql($node, q{SELECT count(*) || ' ' || count(DISTINCT idempotency_key) FROM outbox.messages WHERE endpoint = 'bulk'}),
+	'100000 100000', 'each queued once');
 is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'bulk' AND ordering_seq IS NULL}), 100,
 	'one head per key, the others behind it');
+# Each key's queued order (its head, then by ordering_seq) is its delivery order.
+is(sql($node, q{
+	SELECT count(*) FROM (
+	  SELECT row_number() OVER (PARTITION BY m.ordering_key ORDER BY m.ordering_seq NULLS FIRST) AS queued,
+	         row_number() OVER (PARTITION BY m.ordering_key ORDER BY h.sent_at, h.id) AS delivered
+	    FROM outbox._instance() i
+	    JOIN outbox.history h ON true
+	    JOIN outbox.messages m ON m.idempotency_key = 'msg_' || i.id || '_' || h.id
+	   WHERE m.endpoint = 'bulk' AND h.endpoint = 'bulk') o
+	 WHERE queued <> delivered}), 0, 'each key in its original order');
 
 done_testing();

@@ -49,6 +49,15 @@ TEST(WaitTimeout, MoreDueDoesNotWait) {
   EXPECT_EQ(wait_timeout_ms(s, kNow), 0);
 }
 
+TEST(WaitTimeout, ReplayedMessagesAreMovedAtTheirTime) {
+  LoopState s = idle();
+  EXPECT_EQ(wait_timeout_ms(s, kNow), 1000);  // none wait
+  s.replays_at_ms = kNow;                     // more to move: at once
+  EXPECT_EQ(wait_timeout_ms(s, kNow), 0);
+  s.replays_at_ms = kNow + 700;  // after a failed move: not before its retry
+  EXPECT_EQ(wait_timeout_ms(s, kNow), 700);
+}
+
 TEST(WaitTimeout, WaitingResultsAreWrittenAtTheirTime) {
   LoopState s = idle();
   s.settle_at_ms = kNow + 2;

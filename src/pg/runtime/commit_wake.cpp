@@ -21,6 +21,7 @@ namespace {
 bool wake_at_commit = false;       // this backend's current transaction wants the worker woken
 bool endpoints_at_commit = false;  // ... and changed an endpoint (create/alter/pause/resume/drop)
 bool launcher_at_commit = false;   // ... and changed the extension itself
+bool replays_at_commit = false;    // ... and left replayed messages for the worker to queue
 
 }  // namespace
 
@@ -35,17 +36,18 @@ void commit_wake_at_transaction_end(XactEvent event) {
       break;
     case XACT_EVENT_COMMIT:
       if (endpoints_at_commit) endpoints_changed();
+      if (replays_at_commit) replays_committed();
       if (wake_at_commit) {
         wake_worker();
         wake_pull_readers();  // any commit that wrote messages: cheap, and no list of pull endpoints to keep
       }
       if (launcher_at_commit) request_launcher(MyDatabaseId);
-      wake_at_commit = endpoints_at_commit = launcher_at_commit = false;
+      wake_at_commit = endpoints_at_commit = launcher_at_commit = replays_at_commit = false;
       break;
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PREPARE:  // COMMIT PREPARED runs elsewhere; the next poll finds the rows
     case XACT_EVENT_PARALLEL_ABORT:
-      wake_at_commit = endpoints_at_commit = launcher_at_commit = false;
+      wake_at_commit = endpoints_at_commit = launcher_at_commit = replays_at_commit = false;
       break;
     default:
       break;
@@ -70,5 +72,14 @@ PG_OUTBOX_FUNCTION(pg_outbox_request_wake) {
   (void)fcinfo;
   pg_outbox::pg::wake_at_commit = true;
   pg_outbox::pg::endpoints_at_commit = true;
+  PG_RETURN_VOID();
+}
+
+// Called by outbox.replay: at commit the worker moves the replayed messages into the
+// queue (worker/replays.cpp).
+PG_OUTBOX_FUNCTION(pg_outbox_replays_at_commit) {
+  (void)fcinfo;
+  pg_outbox::pg::wake_at_commit = true;
+  pg_outbox::pg::replays_at_commit = true;
   PG_RETURN_VOID();
 }

@@ -51,6 +51,7 @@ void on_shmem_startup() {
       pg_atomic_init_u64(&slot.endpoints_version, 0);
       pg_atomic_init_u64(&slot.successions_version, 0);
       pg_atomic_init_u64(&slot.unmatched_publishes, 0);
+      pg_atomic_init_u32(&slot.replays_waiting, 0);
       slot.lock = &locks[i].lock;
       slot.database_oid = InvalidOid;
     }
@@ -145,6 +146,11 @@ void wake_pull_readers() {
 void endpoints_changed() {
   DatabaseSlot* slot = slot_of_database(MyDatabaseId);
   if (slot != nullptr) pg_atomic_fetch_add_u64(&slot->endpoints_version, 1);
+}
+
+void replays_committed() {
+  DatabaseSlot* slot = slot_of_database(MyDatabaseId);
+  if (slot != nullptr) pg_atomic_write_u32(&slot->replays_waiting, 1);
 }
 
 bool database_held(const LauncherState& launcher, Oid database, TimestampTz now) {

@@ -60,6 +60,7 @@ struct DatabaseSlot {
   pg_atomic_uint64 endpoints_version;    // bumped when a committed change touched outbox.endpoints
   pg_atomic_uint64 successions_version;  // bumped when someone but the worker reordered keyed messages
   pg_atomic_uint64 unmatched_publishes;  // outbox.publish calls that found no subscriber (producer/subscribers.cpp)
+  pg_atomic_uint32 replays_waiting;      // a committed outbox.replay left messages in outbox.replay_queue
   Latch* worker_latch;                   // nullptr while no worker runs
   Oid database_oid;                      // InvalidOid: the slot is free (written by the launcher)
 
@@ -146,6 +147,9 @@ void wake_pull_readers();
 PullWake* pull_wake_of(Oid database);  // nullptr without shared memory
 // Any backend, at commit: this database's worker must re-read outbox.endpoints.
 void endpoints_changed();
+// Any backend, at commit: outbox.replay_queue holds messages for this database's worker
+// to move into the queue (before wake_worker, which makes it look).
+void replays_committed();
 // Ask the launcher to start (or look again for) a worker for this database.
 void request_launcher(Oid database);
 

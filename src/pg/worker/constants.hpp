@@ -27,6 +27,9 @@ constexpr int kHousekeepingEveryMs = 1000;
 constexpr int kOrphanCheckEveryMs = 10000;
 constexpr int kPurgeBatch = 1000;
 constexpr int kOrphanBatch = 1000;
+// Replayed messages moved into the queue per round: about 15 ms of the worker's time,
+// so that deliveries go on between two batches of a large replay.
+constexpr int kReplayBatch = 1000;
 
 inline core::BreakerConfig breaker_config() {
   return {settings.breaker_threshold, settings.backoff_base_ms, settings.backoff_max_ms};

@@ -1,14 +1,15 @@
 // What the worker does once a second besides delivering: requests past their lease go
 // back, the history and the attempt log get their partitions and lose what retention
 // passed, the DLQ's handled letters expire, messages whose endpoint is gone are
-// dead-lettered, secrets whose rotation ended are deleted, and max_pending's counts are
-// made again when asked.
+// dead-lettered, secrets whose rotation ended are deleted, replayed messages nobody
+// announced are noticed, and max_pending's counts are made again when asked.
 #include "core/partition_layout.hpp"
 #include "pg/boundary/spi.hpp"
 #include "pg/producer/queued_count.hpp"
 #include "pg/runtime/settings.hpp"
 #include "pg/store/endpoints.hpp"
 #include "pg/store/housekeeping.hpp"
+#include "pg/store/replays.hpp"
 #include "pg/worker/constants.hpp"
 #include "pg/worker/failures.hpp"
 #include "pg/worker/steps.hpp"
@@ -77,6 +78,8 @@ void housekeeping(WorkerState& state) {
       // messages as heads, which the orphan check below then finds.
       (void)settle_stale(state);
       if (orphans_due) dead_letter_orphans(state);
+      // A replay committed by COMMIT PREPARED said nothing to the worker.
+      if (!schedule.replays_waiting) schedule.replays_waiting = store::replays_waiting();
       // Only once a secret the worker knows has expired: no statement in steady state.
       if (state.endpoints.any_secret_expired(now)) store::delete_expired_secrets();
     });

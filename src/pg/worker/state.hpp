@@ -53,6 +53,11 @@ struct Schedule {
   int64_t next_orphan_check_ms = 0;
   int64_t housekeeping_quiet_until_ms = 0;  // its failures are logged once a minute
   bool recount_queued = true;               // max_pending's counts must be made (again)
+  // outbox.replay_queue may hold messages to move into the queue (replays.cpp); after a
+  // failed move, the next waits until replays_retry_ms.
+  bool replays_waiting = true;
+  int64_t replays_retry_ms = 0;
+  int64_t replays_quiet_until_ms = 0;  // failed moves are logged once a minute
   // A table partitioned by time has partitions until covered_ms, of width_s; after a
   // failed attempt to create them, the next one waits until retry_ms.
   struct Partitions {

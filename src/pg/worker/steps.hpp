@@ -70,6 +70,11 @@ size_t notify_if_due(WorkerState& state, const std::vector<std::string>& endpoin
 // Whether the NOTIFY endpoints are worth a round now (Schedule::NotifyRounds).
 bool notify_round_due(const WorkerState& state, const std::vector<std::string>& notify, int64_t now);
 
+// replays.cpp: replayed messages moved from outbox.replay_queue into the queue, a batch
+// a round while any wait; and when the next move is due (INT64_MAX: none wait).
+void queue_replays(WorkerState& state);
+int64_t replays_due_at(const WorkerState& state);
+
 // settle.cpp: writing results back, when they are due (core/settle_timing.hpp) or now
 // (when delivery is disabled: nothing else would wake the worker for them).
 enum class Settling { kWhenDue, kNow };

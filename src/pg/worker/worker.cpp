@@ -164,6 +164,7 @@ void Worker::round(bool woken) {
     // process for nothing (6.5 % of a core at 5,400 commits/s to a paused endpoint).
     pg_atomic_write_u32(&state_.slot.wake_requested, 1);
   }
+  queue_replays(state_);
   if (now >= schedule.next_housekeeping_ms) housekeeping(state_);
   if (schedule.recount_queued) recount_queued(state_);
   publish_status(state_, state_.in_flight.empty() ? "idle" : "delivering");
@@ -206,6 +207,7 @@ int Worker::wait_timeout_ms() const {
   loop.settle_at_ms = results_due_at(state_);
   loop.next_claim_ms = state_.schedule.next_claim_ms;
   loop.next_housekeeping_ms = state_.schedule.next_housekeeping_ms;
+  loop.replays_at_ms = replays_due_at(state_);
   loop.parked_until_ms = state_.parking.until_ms();
   return core::wait_timeout_ms(loop, state_.now_ms());
 }
@@ -260,7 +262,8 @@ bool Worker::prepare_database() {
   ready_ = true;
   state_.schedule.more_due = true;
   state_.schedule.recount_queued = true;
-  state_.endpoints.forget();  // breakers are reloaded from the table
+  state_.schedule.replays_waiting = true;  // a replay may have committed while no worker ran
+  state_.endpoints.forget();               // breakers are reloaded from the table
   return true;
 }
 
