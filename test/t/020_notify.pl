@@ -43,7 +43,7 @@ my $rolled = sql($node, q{
 # Several in one transaction, and one without an event type.
 push @ids, split /\n/, sql($node, q{
 	BEGIN;
-	SELECT outbox.enqueue('orders_feed', '{"order_id": 2, "tags": ["a", "b"]}', event_type => 'order.paid');
+	SELECT outbox.enqueue('orders_feed', '{"order_id": 2, "tags": ["a", "b"]}', event_type => 'order."paid"\\');
 	SELECT outbox.enqueue('orders_feed', '{"order_id": 3, "note": "caf\u00e9 \"q\""}');
 	COMMIT;});
 # A message for another channel this session does not listen to.
@@ -86,6 +86,12 @@ for my $id (@ids)
 	is($n->{envelope}{id}, $id, "message $id: envelope id");
 	is($n->{envelope}{event_type} // '<null>', $et, "message $id: envelope event_type ($et)");
 	is_deeply($n->{envelope}{payload}, $json->decode($payload), "message $id: envelope payload");
+	# The text itself is what listeners have always received: a jsonb of the three keys
+	# as PostgreSQL prints it (the worker builds it without jsonb).
+	is($n->{payload},
+		sql($node, "SELECT jsonb_build_object('id', id, 'event_type', event_type, 'payload', payload)::text "
+			  . "FROM outbox.history WHERE id = $id"),
+		"message $id: the envelope's text as PostgreSQL prints the jsonb");
 }
 is($by_id{ $ids[2] }{envelope}{payload}{note}, "caf\x{e9} \"q\"",
 	'non-ASCII and quotes survive the envelope');

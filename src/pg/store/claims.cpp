@@ -21,7 +21,7 @@ namespace pg_outbox::pg::store {
 //    starves another), the LATERAL subquery walks that endpoint's part of the claim
 //    index, oldest due first. Messages waiting behind their key's head are not in it
 //    (ordering_seq, ordering/ordering.cpp): a blocked key is never visited. The keys'
-//    next messages the worker holds ($8, each of endpoint $9: ordering/successors.cpp;
+//    next messages the worker holds ($7, each of endpoint $8: ordering/successors.cpp;
 //    still waiting in the table, so not heads there) are read by primary key, each
 //    endpoint its own, and compete with those, oldest due first. The outer LIMIT stops
 //    as soon as enough are found. The messages in flight are skipped by a
@@ -39,12 +39,12 @@ namespace pg_outbox::pg::store {
 //    come in the heap's order and are put in id order here: an ORDER BY let the planner
 //    walk the whole primary key instead, whenever the statistics said the queue was
 //    empty (just after a VACUUM), 80 ms a claim.
-//  - $6: for NOTIFY, the envelope the channel carries, built by PostgreSQL so that it is
-//    valid JSON; for HTTP, the payload as it is.
-//  - $7: the enqueue time as unix microseconds, for CloudEvents endpoints only.
+//  - the payload as jsonb prints it (a NOTIFY endpoint's envelope is built around it:
+//    core/notify_envelope.hpp).
+//  - $6: the enqueue time as unix microseconds, for CloudEvents endpoints only.
 namespace {
 
-// The claim's statement (see above), with the keys' next messages the worker holds ($8)
+// The claim's statement (see above), with the keys' next messages the worker holds ($7)
 // or without them: an unordered drain pays nothing for them.
 std::string claim_sql(bool next_in_line) {
   const std::string heads = R"sql(
@@ -59,7 +59,7 @@ std::string claim_sql(bool next_in_line) {
         SELECT u.* FROM (
           SELECT n.* FROM (
             SELECT m.id, m.ctid, m.next_attempt_at, outbox._payload_size(m.payload) AS size FROM outbox.messages m
-             WHERE m.id = ANY (ARRAY(SELECT v.id FROM unnest($8::bigint[], $9::text[]) AS v(id, endpoint)
+             WHERE m.id = ANY (ARRAY(SELECT v.id FROM unnest($7::bigint[], $8::text[]) AS v(id, endpoint)
                                       WHERE v.endpoint = e.name))
                AND m.endpoint = e.name AND m.next_attempt_at <= now()
                AND m.ordering_seq IS NOT NULL AND m.id NOT IN (SELECT unnest($3::bigint[]))
@@ -78,13 +78,10 @@ std::string claim_sql(bool next_in_line) {
          FROM due CROSS JOIN LATERAL (SELECT CASE WHEN due.size <= $5 THEN due.size::int4 ELSE 0 END AS held) h) b
        WHERE b.total - b.held < $4)
     SELECT m.id, m.endpoint, m.event_type,
-           CASE WHEN s.size <= $5 THEN
-             CASE WHEN $6 THEN jsonb_build_object('id', m.id, 'event_type', m.event_type, 'payload', m.payload)::text
-                  ELSE m.payload::text END
-           END,
+           CASE WHEN s.size <= $5 THEN m.payload::text END,
            m.headers::text, m.idempotency_key, m.attempts + 1, s.size,
            CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END,
-           CASE WHEN $7 THEN (extract(epoch FROM m.created_at) * 1000000)::bigint END
+           CASE WHEN $6 THEN (extract(epoch FROM m.created_at) * 1000000)::bigint END
       FROM outbox.messages m CROSS JOIN LATERAL (SELECT outbox._payload_size(m.payload) AS size) s
      WHERE m.ctid = ANY (ARRAY(SELECT ctid FROM budgeted))
   )sql";
@@ -95,22 +92,22 @@ std::string claim_sql(bool next_in_line) {
 std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int limit,
                                   const std::vector<int64_t>& excluded, int64_t budget_bytes, int64_t max_payload_size,
                                   ClaimFor purpose, const successors::Ready& next_in_line) {
-  static const std::vector<Oid> types = {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID,     INT8OID,
-                                         BOOLOID,      BOOLOID, INT8ARRAYOID, TEXTARRAYOID};
+  static const std::vector<Oid> types = {TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID,
+                                         INT8OID,      BOOLOID, INT8ARRAYOID, TEXTARRAYOID};
   static const std::string with_next_sql = claim_sql(true), heads_only_sql = claim_sql(false);
   static Statement with_next(with_next_sql.c_str(), types), heads_only(heads_only_sql.c_str(), types);
   Statement& statement = next_in_line.ids.empty() ? heads_only : with_next;
   Rows rows =
       statement.run({text_array(endpoints), Int32GetDatum(limit), int8_array(excluded), Int64GetDatum(budget_bytes),
-                     Int64GetDatum(max_payload_size), BoolGetDatum(purpose == ClaimFor::kNotify),
-                     BoolGetDatum(purpose == ClaimFor::kHttpWithTime), int8_array(next_in_line.ids),
-                     text_array(next_in_line.endpoints)});
+                     Int64GetDatum(max_payload_size), BoolGetDatum(purpose == ClaimFor::kHttpWithTime),
+                     int8_array(next_in_line.ids), text_array(next_in_line.endpoints)});
   std::vector<ClaimedMessage> claimed(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     ClaimedMessage& m = claimed[r];
     m.id = rows.int64(r, 0);
     m.endpoint = rows.text(r, 1);
     m.event_type = rows.text(r, 2);
+    m.has_event_type = !rows.is_null(r, 2);
     m.too_large = rows.is_null(r, 3);
     m.payload = rows.take_text(r, 3);
     m.headers_json = rows.text(r, 4);

@@ -16,8 +16,9 @@ struct ClaimedMessage {
   int64_t id = 0;
   std::string endpoint;
   std::string event_type;
-  std::string payload;       // HTTP: the jsonb text; NOTIFY: the whole envelope; empty when too large
-  std::string headers_json;  // empty: none
+  bool has_event_type = false;  // event_type is not NULL
+  std::string payload;          // the jsonb text; empty when too large
+  std::string headers_json;     // empty: none
   std::string idempotency_key;
   int64_t created_unix_us = 0;  // enqueued at (CloudEvents' time; ClaimFor::kHttpWithTime only)
   int attempts = 0;             // including this one

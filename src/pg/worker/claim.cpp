@@ -162,8 +162,17 @@ size_t claim_and_deliver(WorkerState& state) {
       // claimed otherwise (NOTIFY's, just after this) or blocked (an ordered head in
       // flight); a settle or a commit wakes us for those.
       for (const store::ClaimedMessage& m : to_send) excluded.push_back(m.id);
-      std::optional<int64_t> due_in =
-          plan.all_active.empty() ? std::nullopt : store::next_due_in_ms(plan.all_active, excluded);
+      // The NOTIFY endpoints' due times are their round's to find (notify.cpp), which
+      // follows this claim when due: a drain of NOTIFY alone asks for none here.
+      std::vector<std::string> asked = plan.all_active;
+      if (notify_round_due(state, plan.notify, now))
+        asked.erase(std::remove_if(asked.begin(), asked.end(),
+                                   [&](const std::string& name) {
+                                     return std::find(plan.notify.begin(), plan.notify.end(), name) !=
+                                            plan.notify.end();
+                                   }),
+                    asked.end());
+      std::optional<int64_t> due_in = asked.empty() ? std::nullopt : store::next_due_in_ms(asked, excluded);
       int64_t next = core::next_claim_at(now, settings.poll_interval_ms, plan.next_breaker_ms, due_in);
       // The quiet endpoints were left out of due_in: their due times are in the quiet's end.
       core::QuietEndpoints& quiet = state.schedule.quiet_http;

@@ -4,6 +4,7 @@
 // commit, a channel PostgreSQL refuses) rolls back only this transaction; when it fails
 // for several endpoints, each is tried alone, to park only the one that fails. Once a
 // round found nothing, the next waits for a reason (Schedule::NotifyRounds).
+#include "core/notify_envelope.hpp"
 #include "core/validation.hpp"
 #include "pg/boundary/spi.hpp"
 #include "pg/ordering/successors.hpp"
@@ -26,14 +27,20 @@ constexpr size_t kNotifyPayloadLimit = 8000;
 // commit), or dead when too large.
 void notify_claimed(WorkerState& state, const std::vector<store::ClaimedMessage>& claimed) {
   for (const store::ClaimedMessage& m : claimed) {
-    if (m.too_large || m.payload.size() >= kNotifyPayloadLimit) {
+    if (m.too_large) {
       dead_letter_unsent(state, m, core::DeadReason::PayloadTooLarge,
-                         m.too_large ? core::payload_too_large(m.payload_size, settings.max_payload_size)
-                                     : "NOTIFY envelope of " + std::to_string(m.payload.size()) +
-                                           " bytes exceeds PostgreSQL's limit of 7999");
+                         core::payload_too_large(m.payload_size, settings.max_payload_size));
       continue;
     }
-    store::notify(state.endpoints.at(m.endpoint).row.channel, m.payload);
+    const std::string envelope = core::notify_envelope(
+        m.id, m.payload, m.has_event_type ? std::optional<std::string_view>(m.event_type) : std::nullopt);
+    if (envelope.size() >= kNotifyPayloadLimit) {
+      dead_letter_unsent(
+          state, m, core::DeadReason::PayloadTooLarge,
+          "NOTIFY envelope of " + std::to_string(envelope.size()) + " bytes exceeds PostgreSQL's limit of 7999");
+      continue;
+    }
+    store::notify(state.endpoints.at(m.endpoint).row.channel, envelope);
     store::Settlements::Attempt attempt;
     attempt.started_ms = state.now_ms();  // the notification itself leaves at commit: not timed
     state.results.sent(m.id, 0, m.attempts, m.endpoint, m.ordering_lock, std::move(attempt));
@@ -92,7 +99,12 @@ void after_notify_round(WorkerState& state, const std::vector<std::string>& noti
   Schedule::NotifyRounds& rounds = state.schedule.notify;
   rounds.woken = false;
   rounds.quiet = claimed == 0 && successors::ready(notify).ids.empty();
-  if (!rounds.quiet) return;
+  if (!rounds.quiet) {
+    // The claim before this round left their due times to it: the next round looks at
+    // once, and goes quiet until the earliest of them if it finds nothing.
+    if (claimed > 0) state.schedule.next_claim_ms = std::min(state.schedule.next_claim_ms, now);
+    return;
+  }
   rounds.endpoints = as_set(notify);
   rounds.due_ms = now + settings.poll_interval_ms;  // a COMMIT PREPARED wakes nobody
   const std::optional<Failure> failed = rolled_back_on_error([&] {
