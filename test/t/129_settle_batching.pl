@@ -9,7 +9,10 @@
 #     (no claim took a message whose result was waiting), and each is in the history
 #     once;
 #  2. the server crashing (immediate stop) in the middle of such a drain loses nothing:
-#     every message reaches the receiver (at least once) and ends in the history once.
+#     every message reaches the receiver (at least once) and ends in the history once;
+#  3. a clean stop (pg_ctl stop -m fast: SIGTERM) in the middle of such a drain sends
+#     nothing twice: the worker writes the results waiting, takes back the requests not
+#     started and waits for those started to be answered before it exits.
 use strict;
 use warnings;
 
@@ -82,6 +85,25 @@ my @crash = map { "$W$_" } split /\n/, sql($node, q{SELECT id FROM outbox.histor
 my @missing = grep { !$got->{$_} } @crash;
 is(scalar(@missing), 0, 'the receiver got every one of them (some twice: those in flight at the crash)');
 note sprintf('%d of 10,000 were received twice', scalar(grep { $got->{$_} > 1 } @crash));
+
+# ---------------------------------------------------------------------------
+# 3. A clean stop while results wait and requests are in flight.
+
+$recv->reset;
+enqueue_both(10000, 'stop');
+ok(wait_until(sub { scalar(@{ $recv->requests(path => '/batched') }) >= 40 }, 60), 'the third drain is under way');
+$node->stop('fast');
+$node->start;
+ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages}, 120), 'after the stop, the drain ended');
+is(sql($node, q{SELECT count(*) FROM outbox.history WHERE payload->>'tag' = 'stop'}), '10000',
+	'every message of it is in the history, once');
+$got = received();
+my @stopped = map { "$W$_" } split /\n/, sql($node, q{SELECT id FROM outbox.history WHERE payload->>'tag' = 'stop'});
+is(scalar(grep { !$got->{$_} } @stopped), 0, 'the receiver got every one of them');
+my @again = grep { $got->{$_} > 1 } @stopped;
+is(scalar(@again), 0, '... none of them twice') or diag(scalar(@again) . ' received twice');
+is(sql($node, q{SELECT count(*) FROM outbox.history WHERE payload->>'tag' = 'stop' AND attempts <> 1}), '0',
+	'each on its first attempt (a request taken back unstarted does not count one)');
 
 $recv->stop;
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);

@@ -46,7 +46,7 @@ namespace pg_outbox::pg {
 namespace {
 
 constexpr int kHoldBoundMs = 60 * 1000;  // if this backend vanishes without lifting its hold
-constexpr int kWorkerGoneWaitMs = 5000;  // a worker ends on SIGTERM within ~100 ms
+constexpr int kWorkerGoneWaitMs = 5000;  // a worker ends on SIGTERM within a second (Worker::stop_gracefully)
 
 ProcessUtility_hook_type previous_utility_hook = nullptr;
 bool holding = false;  // this backend's transaction holds a database

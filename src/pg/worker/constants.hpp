@@ -24,6 +24,11 @@ constexpr const char* kVersion = PG_OUTBOX_VERSION;  // the extension version th
 constexpr const char* kUserAgent = "pg_outbox/" PG_OUTBOX_VERSION;
 constexpr int kSettleBatch = 1000;  // results written back per transaction, at most
 constexpr int kHousekeepingEveryMs = 1000;
+// At SIGTERM, how long the requests already started may take to be answered before the
+// worker writes what it has and exits (Worker::stop_gracefully): long enough for a
+// receiver's usual answer, short enough that SIGTERM still ends the worker within a
+// second, whatever a receiver does (t/001).
+constexpr int kStopGraceMs = 500;
 constexpr int kOrphanCheckEveryMs = 10000;
 constexpr int kPurgeBatch = 1000;
 constexpr int kOrphanBatch = 1000;

@@ -82,6 +82,10 @@ void pg_outbox_worker_main(Datum argument) {
   // launcher reads pg_database again before it would start another.
   BackgroundWorkerInitializeConnectionByOid(id.database, InvalidOid, 0);
 
+  // From here on SIGTERM asks the loop to stop (Worker::stop_gracefully): it writes what
+  // the receivers answered before it exits. Until here, PostgreSQL's die() ends the process.
+  pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+
   char failure[512] = {0};
   bool absent = false;
   try {

@@ -92,6 +92,10 @@ void give_back_requests_of(WorkerState& state, const std::string& endpoint) {
   give_back_unstarted(state, [&](const Delivery& d) { return d.endpoint == endpoint; });
 }
 
+void give_back_every_unstarted_request(WorkerState& state) {
+  give_back_unstarted(state, [](const Delivery&) { return true; });
+}
+
 namespace {
 
 // queued -> answered: the response judged, the result recorded, the breaker fed. A

@@ -29,6 +29,8 @@ void give_back_requests_of_changed_endpoints(WorkerState& state);
 void lose_probe(WorkerState& state, const std::string& endpoint);
 // The endpoint's requests not yet started are taken back, their attempts not counted.
 void give_back_requests_of(WorkerState& state, const std::string& endpoint);
+// ... and every endpoint's (the worker is stopping).
+void give_back_every_unstarted_request(WorkerState& state);
 
 // retirement.cpp: endpoints that retire themselves.
 // What a response tells about its endpoint's health: the failing streak, and a pause

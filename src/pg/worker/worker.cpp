@@ -116,6 +116,7 @@ void Worker::run() {
     // the worker) or while reloading is logged and paused on like any other.
     try {
       const bool woken = wait_for_work();
+      if (ShutdownRequestPending) stop_gracefully();
       if (woken) {
         state_.schedule.notify.woken = true;  // kept until a NOTIFY round looks
         state_.schedule.quiet_http.forget_all();
@@ -138,6 +139,40 @@ void Worker::run() {
       recover_from_error(ERRCODE_INTERNAL_ERROR, e.what());
     }
   }
+}
+
+// SIGTERM (a fast or smart shutdown, pg_terminate_backend, DROP DATABASE): what the
+// receivers answered is written before the process exits, so that a clean stop sends
+// nothing twice. Nothing more is claimed; requests not yet started are taken back
+// (pending again, their attempt not counted); those started have kStopGraceMs to be
+// answered. What is still unanswered then, or what fails to be written, is sent again
+// by the next worker (store::recover_claims), as after a crash. The process then exits
+// as PostgreSQL's own SIGTERM handler would have made it (FATAL, ADMIN_SHUTDOWN).
+void Worker::stop_gracefully() {
+  try {
+    if (ready_) {
+      give_back_every_unstarted_request(state_);
+      take_responses(state_);
+      const int64_t deadline = state_.now_ms() + kStopGraceMs;
+      for (int64_t left = kStopGraceMs; !state_.in_flight.empty() && left > 0; left = deadline - state_.now_ms()) {
+        pg_call([&] {
+          WaitEvent event;
+          (void)WaitEventSetWait(wait_set_, static_cast<int>(left), &event, 1, PG_WAIT_EXTENSION);
+          ResetLatch(MyLatch);
+        });
+        take_responses(state_);
+      }
+      settle(state_, Settling::kNow);
+    }
+  } catch (const std::exception&) {
+    abort_transaction();  // not written: sent again by the next worker
+  }
+  pg_call([] {
+    ProcDiePending = true;
+    InterruptPending = true;
+    CHECK_FOR_INTERRUPTS();
+  });
+  std::abort();  // CHECK_FOR_INTERRUPTS has exited the process
 }
 
 // One round: the table of contents of the worker.

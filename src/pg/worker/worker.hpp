@@ -20,7 +20,8 @@ class Worker {
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
-  // The loop; ends by process exit (SIGTERM, postmaster death) or by ExtensionAbsent.
+  // The loop; ends by process exit (SIGTERM, after stop_gracefully; postmaster death)
+  // or by ExtensionAbsent.
   void run();
 
  private:
@@ -30,6 +31,7 @@ class Worker {
   void recover_from_error(int sqlstate, const std::string& message);
   void on_extension_changed();
   int wait_timeout_ms() const;
+  [[noreturn]] void stop_gracefully();
 
   core::SystemClock clock_;
   http::DeliveryThread delivery_;       // libcurl, on its own thread
