@@ -60,6 +60,16 @@ SELECT outbox.drop_endpoint('short-lived');
 SELECT outbox.drop_endpoint('short-lived', force => true);
 SELECT count(*) AS left_behind FROM outbox.replay_queue;
 SELECT count(*) AS dead_lettered FROM dlq.dead_letters;
+-- A pull endpoint's readers need no worker: its replayed messages are queued at once.
+SELECT outbox.create_endpoint('parser', pull => true);
+INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)
+VALUES (108, 'parser', '{"n": 8}', 1, now() - interval '1 hour', now() - interval '1 hour'),
+       (109, 'parser', '{"n": 9}', 1, now() - interval '1 hour', now() - interval '50 minutes');
+SELECT outbox.replay('parser', now() - interval '2 hours');
+SELECT endpoint, payload FROM outbox.messages ORDER BY id;
+SELECT count(*) AS left_to_move FROM outbox.replay_queue;
+SELECT outbox.drop_endpoint('parser', force => true);
+DELETE FROM dlq.dead_letters;
 -- A replayed message whose endpoint went before the move is not queued.
 SELECT outbox.create_endpoint('gone-soon', url => 'http://127.0.0.1:8080/hooks/gone');
 INSERT INTO outbox.history (id, endpoint, payload, attempts, created_at, sent_at)

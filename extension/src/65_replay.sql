@@ -47,6 +47,7 @@ DECLARE
     v_instance text;
     v_legacy   bigint;
     v_count    bigint;
+    v_pull     boolean;
 BEGIN
     PERFORM outbox._sending_endpoint(replay.endpoint);
     IF replay.since IS NULL OR replay.until IS NULL THEN
@@ -71,7 +72,7 @@ BEGIN
     END IF;
 
     -- KEY SHARE: a concurrent drop_endpoint waits, so the new messages are never orphaned.
-    PERFORM 1 FROM outbox.endpoints e WHERE e.name = replay.endpoint FOR KEY SHARE;
+    SELECT e.pull INTO v_pull FROM outbox.endpoints e WHERE e.name = replay.endpoint FOR KEY SHARE;
     SELECT i.id, i.legacy_below INTO v_instance, v_legacy FROM outbox._instance() i;
     -- The window's partitions only (pruned by sent_at); the rows are numbered in the
     -- history's order, which the commit order of an ordered endpoint follows.  A
@@ -91,7 +92,11 @@ BEGIN
                         WHERE q.endpoint = r.endpoint AND q.idempotency_key = r.webhook_id)
      ORDER BY r.sent_at, r.id;
     GET DIAGNOSTICS v_count = ROW_COUNT;
-    IF v_count > 0 THEN
+    IF v_count > 0 AND v_pull THEN
+        -- A pull endpoint's readers read the queue without the worker (none may serve
+        -- this database): its messages go there now, in this transaction.
+        PERFORM outbox._replays_move(v_count, replay.endpoint);
+    ELSIF v_count > 0 THEN
         PERFORM outbox._replays_at_commit();
     END IF;
     RETURN v_count;
@@ -101,20 +106,22 @@ COMMENT ON FUNCTION outbox.replay(text, timestamptz, timestamptz, text) IS
     'sends again the messages delivered to an endpoint in [since, until) that are still in the history, with their webhook-ids; returns how many';
 
 -- The worker's move of replayed messages into the queue: the first max_rows of
--- outbox.replay_queue in their order, in one transaction (a crash undoes the move, never
--- half of it).  A webhook-id queued at the endpoint meanwhile is not queued twice, and
+-- outbox.replay_queue in their order (of one endpoint's, when given: replay's own move
+-- for a pull endpoint), in one transaction (a crash undoes the move, never half of it).  A webhook-id queued at the endpoint meanwhile is not queued twice, and
 -- the messages of an endpoint dropped meanwhile go (drop_endpoint also removes them
 -- itself; this is for the drop that committed while the move waited): the endpoints
 -- are locked as replay locks them, so that a drop waits for the move and then finds its
 -- messages.  Returns how many rows it took from the replay queue.
-CREATE OR REPLACE FUNCTION outbox._replays_move(max_rows int)
+CREATE OR REPLACE FUNCTION outbox._replays_move(max_rows bigint, endpoint text DEFAULT NULL)
     RETURNS bigint
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
     WITH moved AS (
         DELETE FROM outbox.replay_queue q
-         WHERE q.n = ANY (ARRAY(SELECT r.n FROM outbox.replay_queue r ORDER BY r.n LIMIT max_rows))
+         WHERE q.n = ANY (ARRAY(SELECT r.n FROM outbox.replay_queue r
+                                 WHERE _replays_move.endpoint IS NULL OR r.endpoint = _replays_move.endpoint
+                                 ORDER BY r.n LIMIT max_rows))
         RETURNING q.*),
     destinations AS (
         SELECT e.name FROM outbox.endpoints e

@@ -17,7 +17,8 @@
 #  5. a message committed for a quiet endpoint goes at once (a commit's wake ends
 #     every quiet);
 #  6. with nothing else going on, a quiet endpoint's due time still wakes the worker,
-#     after claims that left the endpoint out (6), and when no claim ran at all (7).
+#     after claims that left the endpoint out (6), and when no claim ran at all (7);
+#  8. so does a NOTIFY message's, which the claims leave to the NOTIFY round.
 use strict;
 use warnings;
 
@@ -172,6 +173,22 @@ sql($node, q{BEGIN;
 later_arrives_at_its_time($since, $t0, 3, 'not at the next answer (10 s)');
 ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages}, 60), "hold's messages were delivered");
 is(sql($node, q{SELECT count(*) FROM dlq.dead_letters}), '0', 'nothing dead-lettered');
+
+# ---------------------------------------------------------------------------
+# 8. A NOTIFY message due in 3 s, beside one due now: the claims leave NOTIFY endpoints'
+# due times to their round, which goes quiet until then; the worker must wake at that
+# time, not at the 30 s poll.
+
+sql($node, q{SELECT outbox.create_endpoint('feed', channel => 'feed')});
+my ($now_id, $later_id) = split /\n/, sql($node, q{BEGIN;
+	SELECT outbox.enqueue('feed', '{"at": 0}');
+	SELECT outbox.enqueue('feed', '{"at": 3}', deliver_at => now() + interval '3 s');
+	COMMIT});
+ok(wait_sql($node, "SELECT count(*) = 2 FROM outbox.history WHERE id IN ($now_id, $later_id)", 15),
+	'both NOTIFY messages were notified');
+my $late = sql($node, "SELECT extract(epoch FROM sent_at - created_at) FROM outbox.history WHERE id = $later_id");
+cmp_ok($late, '>=', 2.5, '... the later one not before its deliver_at');
+cmp_ok($late, '<', 6, '... and at its time, not at the poll');
 
 $recv->stop;
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);

@@ -9,8 +9,8 @@ extern "C" {
 namespace pg_outbox::pg::store {
 
 int64_t move_replayed(int limit) {
-  static Statement statement("SELECT outbox._replays_move($1)", {INT4OID});
-  return statement.run({Int32GetDatum(limit)}).int64(0, 0);
+  static Statement statement("SELECT outbox._replays_move($1)", {INT8OID});
+  return statement.run({Int64GetDatum(limit)}).int64(0, 0);
 }
 
 bool replays_waiting() {

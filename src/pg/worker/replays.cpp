@@ -29,7 +29,9 @@ void queue_replays(WorkerState& state) {
     });
   });
   if (!failed) {
-    schedule.replays_waiting = moved == kReplayBatch;  // a full batch: more may wait
+    // Until a move finds nothing: one that found fewer than a batch may have met rows a
+    // drop_endpoint was deleting while more wait behind them.
+    schedule.replays_waiting = moved > 0;
     return;
   }
   // A lock an operator holds on an endpoint past the lock timeout, say: deliveries go

@@ -115,6 +115,8 @@ void Worker::run() {
     // Everything runs inside the try: an ERROR while waiting (a query cancel sent to
     // the worker) or while reloading is logged and paused on like any other.
     try {
+      // Also before the wait: a lock wait in the round resets the latch SIGTERM set.
+      if (ShutdownRequestPending) stop_gracefully();
       const bool woken = wait_for_work();
       if (ShutdownRequestPending) stop_gracefully();
       if (woken) {
