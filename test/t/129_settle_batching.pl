@@ -69,41 +69,40 @@ is(scalar(keys %$got), 10000, 'the receiver got 10,000 distinct messages');
 is(scalar(@twice), 0, '... none of them twice') or diag("e.g. @twice[0 .. ($#twice < 4 ? $#twice : 4)]");
 is(sql($node, q{SELECT count(*) FROM outbox.history WHERE attempts <> 1}), '0', 'each on its first attempt');
 
+# Drains 10,000 messages tagged $tag and stops the server ($mode) once the drain is under
+# way; after the restart, waits for the end of the drain and checks that nothing was
+# lost. Returns what the receiver got and the webhook-ids of the tag's messages.
+sub drain_across_a_stop
+{
+	my ($tag, $mode) = @_;
+	$recv->reset;
+	enqueue_both(10000, $tag);
+	ok(wait_until(sub { scalar(@{ $recv->requests(path => '/batched') }) >= 40 }, 60), "$tag: the drain is under way");
+	$node->stop($mode);
+	$node->start;
+	ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages}, 120), "$tag: after the $mode stop, the drain ended");
+	is(sql($node, qq{SELECT count(*) FROM outbox.history WHERE payload->>'tag' = '$tag'}), '10000',
+		"$tag: every message of it is in the history, once");
+	my @ids = map { "$W$_" } split /\n/, sql($node, qq{SELECT id FROM outbox.history WHERE payload->>'tag' = '$tag'});
+	my $got = received();
+	is(scalar(grep { !$got->{$_} } @ids), 0, "$tag: the receiver got every one of them");
+	return ($got, @ids);
+}
+
 # ---------------------------------------------------------------------------
-# 2. A crash while results wait.
+# 2. A crash while results wait: some are received twice (those in flight at the crash).
 
-$recv->reset;
-enqueue_both(10000, 'crash');
-ok(wait_until(sub { scalar(@{ $recv->requests(path => '/batched') }) >= 40 }, 60), 'the second drain is under way');
-$node->stop('immediate');
-$node->start;
-ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages}, 120), 'after the crash, the drain ended');
-is(sql($node, q{SELECT count(*) FROM outbox.history WHERE payload->>'tag' = 'crash'}), '10000',
-	'every message of it is in the history, once');
-$got = received();
-my @crash = map { "$W$_" } split /\n/, sql($node, q{SELECT id FROM outbox.history WHERE payload->>'tag' = 'crash'});
-my @missing = grep { !$got->{$_} } @crash;
-is(scalar(@missing), 0, 'the receiver got every one of them (some twice: those in flight at the crash)');
-note sprintf('%d of 10,000 were received twice', scalar(grep { $got->{$_} > 1 } @crash));
+my ($got_crash, @crash) = drain_across_a_stop('crash', 'immediate');
+note sprintf('%d of 10,000 were received twice', scalar(grep { $got_crash->{$_} > 1 } @crash));
 
 # ---------------------------------------------------------------------------
-# 3. A clean stop while results wait and requests are in flight.
+# 3. A clean stop while results wait and requests are in flight: none twice.
 
-$recv->reset;
-enqueue_both(10000, 'stop');
-ok(wait_until(sub { scalar(@{ $recv->requests(path => '/batched') }) >= 40 }, 60), 'the third drain is under way');
-$node->stop('fast');
-$node->start;
-ok(wait_sql($node, q{SELECT count(*) = 0 FROM outbox.messages}, 120), 'after the stop, the drain ended');
-is(sql($node, q{SELECT count(*) FROM outbox.history WHERE payload->>'tag' = 'stop'}), '10000',
-	'every message of it is in the history, once');
-$got = received();
-my @stopped = map { "$W$_" } split /\n/, sql($node, q{SELECT id FROM outbox.history WHERE payload->>'tag' = 'stop'});
-is(scalar(grep { !$got->{$_} } @stopped), 0, 'the receiver got every one of them');
-my @again = grep { $got->{$_} > 1 } @stopped;
-is(scalar(@again), 0, '... none of them twice') or diag(scalar(@again) . ' received twice');
+my ($got_stop, @stopped) = drain_across_a_stop('stop', 'fast');
+my @again = grep { $got_stop->{$_} > 1 } @stopped;
+is(scalar(@again), 0, 'stop: none of them twice') or diag(scalar(@again) . ' received twice');
 is(sql($node, q{SELECT count(*) FROM outbox.history WHERE payload->>'tag' = 'stop' AND attempts <> 1}), '0',
-	'each on its first attempt (a request taken back unstarted does not count one)');
+	'stop: each on its first attempt (a request taken back unstarted does not count one)');
 
 $recv->stop;
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);
