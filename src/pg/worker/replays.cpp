@@ -12,7 +12,7 @@
 #include "pg/worker/failures.hpp"
 #include "pg/worker/steps.hpp"
 
-#include <climits>
+#include <cstdint>
 
 namespace pg_outbox::pg::worker {
 
