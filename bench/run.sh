@@ -217,7 +217,9 @@ case_8() {
 
 case_9() {
   log "9. replay of 100,000 retained messages in one statement (100 ordering keys, endpoint not ordered; then ordered)"
-  bench_sql -c "SELECT outbox.create_endpoint('replayed', url => 'http://127.0.0.1:$NGINX_PORT/replayed')" \
+  # The history holds only these: a replay reads every row of its window's partitions,
+  # whatever their endpoint, and the cases before leave about two million of theirs.
+  bench_sql -c "$clear_history" -c "SELECT outbox.create_endpoint('replayed', url => 'http://127.0.0.1:$NGINX_PORT/replayed')" \
     -c "SELECT outbox.pause_endpoint('replayed')" \
     -c "INSERT INTO outbox.history (id, endpoint, event_type, payload, ordering_key, attempts, created_at, sent_at)
         SELECT -g, 'replayed', 'order.created', jsonb_build_object('order_id', g, 'note', repeat('x', 120)),
