@@ -107,11 +107,12 @@ COMMENT ON FUNCTION outbox.replay(text, timestamptz, timestamptz, text) IS
 
 -- The worker's move of replayed messages into the queue: the first max_rows of
 -- outbox.replay_queue in their order (of one endpoint's, when given: replay's own move
--- for a pull endpoint), in one transaction (a crash undoes the move, never half of it).  A webhook-id queued at the endpoint meanwhile is not queued twice, and
--- the messages of an endpoint dropped meanwhile go (drop_endpoint also removes them
--- itself; this is for the drop that committed while the move waited): the endpoints
--- are locked as replay locks them, so that a drop waits for the move and then finds its
--- messages.  Returns how many rows it took from the replay queue.
+-- for a pull endpoint), in one transaction (a crash undoes the move, never half of
+-- it).  A webhook-id queued at the endpoint meanwhile is not queued twice, and the
+-- messages of an endpoint dropped meanwhile go (drop_endpoint also removes them itself;
+-- this is for the drop that committed while the move waited): the endpoints are locked
+-- as replay locks them, so that a drop waits for the move and then finds its messages.
+-- Returns how many rows it took from the replay queue.
 CREATE OR REPLACE FUNCTION outbox._replays_move(max_rows bigint, endpoint text DEFAULT NULL)
     RETURNS bigint
     LANGUAGE sql VOLATILE

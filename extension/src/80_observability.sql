@@ -22,10 +22,10 @@ COMMENT ON VIEW dlq.summary IS 'open dead letters by endpoint, reason_code and e
 -- pull readers' holds (the number of messages in hand, not the backlog), and
 -- delivered ones from the counts the worker keeps per history partition, so that the
 -- cost never depends on the retained history.  Replayed messages the worker has not yet
--- moved into the queue (outbox.replay_queue) are pending.  oldest_due: when the oldest waiting
--- message first became due (its created_at, or its deliver_at for a scheduled message
--- not yet attempted); a message whose deliver_at is still in the future is not waiting
--- yet.  In-flight messages count as waiting.  A message a reader of a pull endpoint
+-- moved into the queue (outbox.replay_queue) are pending.  oldest_due: when the oldest
+-- waiting message first became due (its created_at, or its deliver_at for a scheduled
+-- message not yet attempted); a message whose deliver_at is still in the future is not
+-- waiting yet.  In-flight messages count as waiting.  A message a reader of a pull endpoint
 -- holds (docs/delivery.md, Pull endpoints) is in flight.  Every endpoint that appears
 -- anywhere has a row, whether or not it still exists.
 CREATE OR REPLACE VIEW outbox._message_counts AS

@@ -12,11 +12,10 @@
 // one waits for it. A breaker that changed is written with the results, or at the next
 // round when none wait (its endpoint's row may be locked: it must not make a busy loop).
 //
-// Waiting results are not lost to a crash or a stop (SIGTERM ends the worker where it
-// is): their messages stay claimed (outbox.claims) and a worker that starts again sends
-// them once more, as it does for those in flight. Claims skip their messages, as they
-// skip those in flight. Left alone: writing them on SIGTERM before exiting, which would
-// spare those second sends at a server stop.
+// Waiting results are not lost to a crash: their messages stay claimed (outbox.claims)
+// and a worker that starts again sends them once more, as it does for those in flight.
+// A stop (SIGTERM) writes them before the worker exits (Worker::stop_gracefully). Claims
+// skip their messages, as they skip those in flight.
 #pragma once
 
 #include <cstddef>

@@ -30,9 +30,9 @@ struct LoopState {
 //  - not ready or disabled: the poll interval (nothing else is due);
 //  - more due: 0;
 //  - else until the earliest of the next claim, housekeeping, the write of the results
-//    waiting, the next move of replayed messages and the parked endpoints' next tries still ahead (one whose time has
-//    passed is tried in this round, not waited for), at least 0 and at most the poll
-//    interval.
+//    waiting, the next move of replayed messages and the parked endpoints' next tries
+//    still ahead (one whose time has passed is tried in this round, not waited for), at
+//    least 0 and at most the poll interval.
 int wait_timeout_ms(const LoopState& state, int64_t now_ms);
 
 }  // namespace pg_outbox::core

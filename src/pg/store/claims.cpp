@@ -99,7 +99,7 @@ std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int
   Statement& statement = next_in_line.ids.empty() ? heads_only : with_next;
   Rows rows =
       statement.run({text_array(endpoints), Int32GetDatum(limit), int8_array(excluded), Int64GetDatum(budget_bytes),
-                     Int64GetDatum(max_payload_size), BoolGetDatum(purpose == ClaimFor::kHttpWithTime),
+                     Int64GetDatum(max_payload_size), BoolGetDatum(purpose == ClaimFor::kPayloadWithTime),
                      int8_array(next_in_line.ids), text_array(next_in_line.endpoints)});
   std::vector<ClaimedMessage> claimed(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {

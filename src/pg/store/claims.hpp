@@ -20,7 +20,7 @@ struct ClaimedMessage {
   std::string payload;          // the jsonb text; empty when too large
   std::string headers_json;     // empty: none
   std::string idempotency_key;
-  int64_t created_unix_us = 0;  // enqueued at (CloudEvents' time; ClaimFor::kHttpWithTime only)
+  int64_t created_unix_us = 0;  // enqueued at (CloudEvents' time; ClaimFor::kPayloadWithTime only)
   int attempts = 0;             // including this one
   int64_t payload_size = 0;     // as stored, uncompressed (outbox._payload_size)
   bool too_large = false;       // over pg_outbox.max_payload_size: not read, never sent
@@ -30,9 +30,10 @@ struct ClaimedMessage {
   std::optional<int32_t> ordering_lock;
 };
 
-// kHttpWithTime: HTTP, and created_unix_us is read too (a CloudEvents endpoint is among
-// those claimed: their time attribute; the others need not pay for it).
-enum class ClaimFor { kHttp, kHttpWithTime, kNotify };
+// What a claim reads besides the payload. kPayloadWithTime: created_unix_us too (a
+// CloudEvents endpoint is among those claimed: their time attribute; the others, and
+// NOTIFY endpoints, need not pay for it).
+enum class ClaimFor { kPayload, kPayloadWithTime };
 
 // Due messages of the given endpoints, the oldest due taken first, returned in id order;
 // none of `excluded` (in flight), none waiting behind its key's head: the heads, and those

@@ -21,9 +21,9 @@ namespace {
 store::ClaimFor http_claim_for(const WorkerState& state, const std::vector<std::string>& names) {
   for (const std::string& name : names) {
     const Endpoint* endpoint = state.endpoints.find(name);
-    if (endpoint != nullptr && core::is_cloudevents(endpoint->row.format)) return store::ClaimFor::kHttpWithTime;
+    if (endpoint != nullptr && core::is_cloudevents(endpoint->row.format)) return store::ClaimFor::kPayloadWithTime;
   }
-  return store::ClaimFor::kHttp;
+  return store::ClaimFor::kPayload;
 }
 
 // The batch's record: its attempts count even if the worker dies mid-delivery.
@@ -164,14 +164,11 @@ size_t claim_and_deliver(WorkerState& state) {
       for (const store::ClaimedMessage& m : to_send) excluded.push_back(m.id);
       // The NOTIFY endpoints' due times are their round's to find (notify.cpp), which
       // follows this claim when due: a drain of NOTIFY alone asks for none here.
-      std::vector<std::string> asked = plan.all_active;
-      if (notify_round_due(state, plan.notify, now))
-        asked.erase(std::remove_if(asked.begin(), asked.end(),
-                                   [&](const std::string& name) {
-                                     return std::find(plan.notify.begin(), plan.notify.end(), name) !=
-                                            plan.notify.end();
-                                   }),
-                    asked.end());
+      const bool notify_asks = notify_round_due(state, plan.notify, now);
+      std::vector<std::string> asked;
+      for (const std::string& name : plan.all_active)
+        if (!notify_asks || std::find(plan.notify.begin(), plan.notify.end(), name) == plan.notify.end())
+          asked.push_back(name);
       std::optional<int64_t> due_in = asked.empty() ? std::nullopt : store::next_due_in_ms(asked, excluded);
       int64_t next = core::next_claim_at(now, settings.poll_interval_ms, plan.next_breaker_ms, due_in);
       // The quiet endpoints were left out of due_in: their due times are in the quiet's end.

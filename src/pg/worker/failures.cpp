@@ -19,4 +19,14 @@ std::optional<Failure> rolled_back_on_error(const std::function<void()>& attempt
   }
 }
 
+void log_failure_once_a_minute(const Failure& failure, const char* what, const char* detail, int64_t now_ms,
+                               int64_t& quiet_until_ms) {
+  if (now_ms < quiet_until_ms) return;
+  quiet_until_ms = now_ms + 60000;
+  pg_call([&] {
+    ereport(LOG, (errcode(failure.sqlstate), errmsg("pg_outbox worker: %s failed: %s", what, failure.message.c_str()),
+                  errdetail("%s", detail)));
+  });
+}
+
 }  // namespace pg_outbox::pg::worker

@@ -6,6 +6,7 @@
 
 #include "pg/boundary/postgres.hpp"
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -28,5 +29,10 @@ struct Failure {
 // is rolled back and returned; one that may mean the extension is gone propagates with
 // its transaction still open, so that the error stays readable until the loop aborts it.
 std::optional<Failure> rolled_back_on_error(const std::function<void()>& attempt);
+
+// Logs the failure of a step that is tried again later ("pg_outbox worker: <what>
+// failed: <message>", with detail), at most once a minute: quiet_until_ms is the step's own.
+void log_failure_once_a_minute(const Failure& failure, const char* what, const char* detail, int64_t now_ms,
+                               int64_t& quiet_until_ms);
 
 }  // namespace pg_outbox::pg::worker

@@ -84,13 +84,9 @@ void housekeeping(WorkerState& state) {
       if (state.endpoints.any_secret_expired(now)) store::delete_expired_secrets();
     });
   });
-  if (!failed || now < schedule.housekeeping_quiet_until_ms) return;
-  schedule.housekeeping_quiet_until_ms = now + 60000;
-  pg_call([&] {
-    ereport(LOG,
-            (errcode(failed->sqlstate), errmsg("pg_outbox worker: housekeeping failed: %s", failed->message.c_str()),
-             errdetail("Deliveries go on; housekeeping is tried again every second.")));
-  });
+  if (failed)
+    log_failure_once_a_minute(*failed, "housekeeping", "Deliveries go on; housekeeping is tried again every second.",
+                              now, schedule.housekeeping_quiet_until_ms);
 }
 
 // Counts the queue of every endpoint with a max_pending: when the worker starts, when an

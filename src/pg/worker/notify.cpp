@@ -58,7 +58,7 @@ size_t notify_round(WorkerState& state, const std::vector<std::string>& endpoint
       in_settling_transaction(state, "pg_outbox: NOTIFY", [&] {
         require_same_extension(state);
         auto rows = claim_messages(state, endpoints, settings.batch_size, {}, settings.max_inflight_bytes,
-                                   store::ClaimFor::kNotify);
+                                   store::ClaimFor::kPayload);
         claimed = rows.size();
         notify_claimed(state, rows);
         store::settle(state.results.pending(), store::kept(), store::Succession::kClaimedByWorker);

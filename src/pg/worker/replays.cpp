@@ -4,7 +4,6 @@
 // own, until the replay queue is empty. The caller of a replay of 100,000 messages thus
 // waits for one plain write; the queue's indexes and the keys' order are paid here, a
 // batch at a time, between deliveries.
-#include "pg/boundary/boundary.hpp"
 #include "pg/boundary/spi.hpp"
 #include "pg/runtime/shared_state.hpp"
 #include "pg/store/replays.hpp"
@@ -37,14 +36,9 @@ void queue_replays(WorkerState& state) {
   // A lock an operator holds on an endpoint past the lock timeout, say: deliveries go
   // on, and the move is tried again a second later, not at every round.
   schedule.replays_retry_ms = now + kHousekeepingEveryMs;
-  if (now < schedule.replays_quiet_until_ms) return;
-  schedule.replays_quiet_until_ms = now + 60000;
-  pg_call([&] {
-    ereport(LOG,
-            (errcode(failed->sqlstate),
-             errmsg("pg_outbox worker: moving replayed messages into the queue failed: %s", failed->message.c_str()),
-             errdetail("They wait in outbox.replay_queue; the move is tried again every second.")));
-  });
+  log_failure_once_a_minute(*failed, "moving replayed messages into the queue",
+                            "They wait in outbox.replay_queue; the move is tried again every second.", now,
+                            schedule.replays_quiet_until_ms);
 }
 
 int64_t replays_due_at(const WorkerState& state) {

@@ -115,8 +115,6 @@ void Worker::run() {
     // Everything runs inside the try: an ERROR while waiting (a query cancel sent to
     // the worker) or while reloading is logged and paused on like any other.
     try {
-      // Also before the wait: a lock wait in the round resets the latch SIGTERM set.
-      if (ShutdownRequestPending) stop_gracefully();
       const bool woken = wait_for_work();
       if (ShutdownRequestPending) stop_gracefully();
       if (woken) {
@@ -211,7 +209,8 @@ void Worker::round(bool woken) {
 // next deadline; re-reads the GUCs after SIGHUP. Returns whether a commit asked for the
 // wake.
 bool Worker::wait_for_work() {
-  const int timeout = wait_timeout_ms();
+  // A SIGTERM during the round is not waited on: a lock wait in it reset the latch.
+  const int timeout = ShutdownRequestPending ? 0 : wait_timeout_ms();
   pg_call([&] {
     WaitEvent event;
     (void)WaitEventSetWait(wait_set_, timeout, &event, 1, PG_WAIT_EXTENSION);
