@@ -3,7 +3,8 @@
 #   1. a message the receiver answers 503, 503, then 200 has its three attempts logged,
 #      numbered 1..3, with their status, a duration, the time they started, and the
 #      first 1 KiB of each failed answer; outbox.message() counts them; a transport
-#      error is logged with curl's text and no status;
+#      error is logged with curl's text and no status; a request whose message an
+#      operator deleted meanwhile is logged too;
 #   2. a NOTIFY delivery is logged (no status, no duration);
 #   3. a request cut short by the worker's crash is logged by the next worker as its
 #      outcome unknown, then the delivery after the restart as attempt 2;
@@ -80,6 +81,20 @@ my ($first) = split /,/, attempts_of($timed_out);
 like($first, qr/^1\|-\|.*timed out.*\|slow$/, "its first attempt is logged with curl's error and no status ($first)");
 is(sql($node, "SELECT round(duration_ms / 100) FROM outbox.attempts WHERE message_id = $timed_out AND attempt = 1"),
 	'3', '... and took the timeout, 300 ms');
+
+# A message deleted by an operator while its request is in flight: the receiver got it,
+# so its attempt is logged, though nothing is left to move to the history.
+create_endpoint($node, 'gone', $recv->url('/hooks/gone'));
+$recv->add_rule(path => '/hooks/gone', delay_ms => 1500, times => 1);
+my $gone = sql($node, q{SELECT outbox.enqueue('gone', '{"n": 4}')});
+ok(wait_until(sub { scalar @{ $recv->requests(path => '/hooks/gone') } >= 1 }, undef, 'the request in flight'),
+	'a request is in flight');
+is(sql($node, "DELETE FROM outbox.messages WHERE id = $gone RETURNING 1"), '1',
+	'... and its message is deleted meanwhile');
+ok(wait_sql($node, "SELECT count(*) = 1 FROM outbox.attempts WHERE message_id = $gone"),
+	'its attempt is logged once answered');
+is(attempts_of($gone), '1|200|-|gone', '... as attempt 1, answered 200');
+is(sql($node, "SELECT count(*) FROM outbox.history WHERE id = $gone"), '0', '... and nothing is in the history');
 
 # ---------------------------------------------------------------------------
 # 2. NOTIFY.
