@@ -410,11 +410,11 @@ fi
 if want 9; then
   rate() { awk -v s="$1" 'BEGIN {printf "%.0f", 100000 / s}'; }
   read -r rp_s rp_commit rp_moved <<<"${R[replay]}"
-  read -r ro_s ro_commit ro_moved <<<"${R[replay_ordered]}"
+  read -r ro_s ro_commit _ <<<"${R[replay_ordered]}"
   row "9. replay 100,000 messages, one statement" "$(rate "$rp_s") msg/s ($rp_s s)" \
     "commit $rp_commit s; the worker moved them into the queue in $rp_moved s (not ordered)"
   row "9. the same on an ordered endpoint (100 keys)" "$(rate "$ro_s") msg/s ($ro_s s)" \
-    "commit $ro_commit s; moved in $ro_moved s (the keys' order placed)"
+    "commit $ro_commit s (the keys' order placed): queued by the statement itself, none left to move"
 fi
 want 10 && row "10. pull endpoint, 4 readers, read + ack by 100" "${R[pull]} msg/s" \
   "hand-written SKIP LOCKED ${R[hand_pull]} msg/s, ratio $(ratio "${R[pull]}" "${R[hand_pull]}"); PgQ 3b $(ratio "${R[pull]}" "${R[pgq_drain]% *}")"

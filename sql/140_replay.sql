@@ -3,14 +3,15 @@
 -- sent again from the history with their webhook-ids, in their delivery order; windows
 -- before the history and bad input refused with nothing changed.  No worker serves this
 -- database: the replayed messages wait in outbox.replay_queue until the test moves them
--- into the queue as the worker does (outbox._replays_move).
+-- into the queue as the worker does (outbox._replays_move); those of a pull or an
+-- ordered endpoint are queued by the replay itself.
 --
 \set SHOW_CONTEXT never
 TRUNCATE outbox.messages, dlq.dead_letters RESTART IDENTITY;
 DELETE FROM outbox.endpoints;
 DELETE FROM outbox.history;
 
-SELECT outbox.create_endpoint('feed', url => 'http://127.0.0.1:8080/hooks/feed', ordered => true);
+SELECT outbox.create_endpoint('feed', url => 'http://127.0.0.1:8080/hooks/feed');
 SELECT outbox.create_endpoint('other', url => 'http://127.0.0.1:8080/hooks/other');
 SELECT outbox.pause_endpoint('feed');
 SELECT outbox.pause_endpoint('other');
@@ -69,6 +70,18 @@ SELECT outbox.replay('parser', now() - interval '2 hours');
 SELECT endpoint, payload FROM outbox.messages ORDER BY id;
 SELECT count(*) AS left_to_move FROM outbox.replay_queue;
 SELECT outbox.drop_endpoint('parser', force => true);
+DELETE FROM dlq.dead_letters;
+-- So are an ordered endpoint's: they take their place in their keys' order at the
+-- replay's commit, as enqueued messages do (the first of key k is its head).
+SELECT outbox.create_endpoint('sorted', url => 'http://127.0.0.1:8080/hooks/sorted', ordered => true);
+INSERT INTO outbox.history (id, endpoint, payload, ordering_key, attempts, created_at, sent_at)
+VALUES (110, 'sorted', '{"n": 10}', 'k', 1, now() - interval '1 hour', now() - interval '1 hour'),
+       (111, 'sorted', '{"n": 11}', 'k', 1, now() - interval '1 hour', now() - interval '50 minutes'),
+       (112, 'sorted', '{"n": 12}', NULL, 1, now() - interval '1 hour', now() - interval '40 minutes');
+SELECT outbox.replay('sorted', now() - interval '2 hours');
+SELECT payload, ordering_key, ordering_seq IS NULL AS head FROM outbox.messages ORDER BY id;
+SELECT count(*) AS left_to_move FROM outbox.replay_queue;
+SELECT outbox.drop_endpoint('sorted', force => true);
 DELETE FROM dlq.dead_letters;
 -- A replayed message whose endpoint went before the move is not queued.
 SELECT outbox.create_endpoint('gone-soon', url => 'http://127.0.0.1:8080/hooks/gone');

@@ -4,7 +4,8 @@
 ------------------------------------------------------------------------------------------
 
 -- outbox.replay writes the window's messages here, in their delivery order (n), and the
--- worker moves them into outbox.messages in batches (outbox._replays_move).  A row
+-- worker moves them into outbox.messages in batches (outbox._replays_move); a pull or
+-- an ordered endpoint's go into the queue at once (extension/src/65_replay.sql).  A row
 -- holds only what a message is made of: no index but the order, no trigger, so that a
 -- replay of 100,000 messages is one cheap write and its caller does not pay the queue's
 -- indexes and the keys' order; the worker pays them, a batch at a time, between its

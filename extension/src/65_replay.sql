@@ -31,7 +31,10 @@ $fn$;
 -- whose webhook-id is still queued at the endpoint is not queued twice.  Like a requeue
 -- it is an operator's decision: max_pending does not refuse it.  The messages are
 -- written to outbox.replay_queue, which the worker moves into the queue in batches
--- (outbox._replays_move), woken at commit.  Returns how many were queued.  Errors: NULL
+-- (outbox._replays_move), woken at commit; those of a pull endpoint (its readers need no
+-- worker) and of an ordered endpoint (its keys' commit order is this transaction's: a
+-- later move would let a message committed to the key meanwhile go out before them) go
+-- into the queue in this transaction.  Returns how many were queued.  Errors: NULL
 -- arguments 22004; unknown endpoint 42704; since later than until, or a window that
 -- starts before the history (the error says where it starts) 22023; no history kept
 -- (sent_retention = 0) 55000.
@@ -47,7 +50,7 @@ DECLARE
     v_instance text;
     v_legacy   bigint;
     v_count    bigint;
-    v_pull     boolean;
+    v_direct   boolean;  -- into the queue now, not through outbox.replay_queue
 BEGIN
     PERFORM outbox._sending_endpoint(replay.endpoint);
     IF replay.since IS NULL OR replay.until IS NULL THEN
@@ -72,31 +75,33 @@ BEGIN
     END IF;
 
     -- KEY SHARE: a concurrent drop_endpoint waits, so the new messages are never orphaned.
-    SELECT e.pull INTO v_pull FROM outbox.endpoints e WHERE e.name = replay.endpoint FOR KEY SHARE;
+    SELECT e.pull OR e.ordered INTO v_direct FROM outbox.endpoints e WHERE e.name = replay.endpoint FOR KEY SHARE;
     SELECT i.id, i.legacy_below INTO v_instance, v_legacy FROM outbox._instance() i;
-    -- The window's partitions only (pruned by sent_at); the rows are numbered in the
-    -- history's order, which the commit order of an ordered endpoint follows.  A
+    -- The window's partitions only (pruned by sent_at), in the history's order, which the
+    -- commit order of an ordered endpoint follows (the new rows' ids, or replay_queue's
+    -- n, are drawn in it).  A
     -- webhook-id delivered twice in the window (replayed before) is queued once, and one
     -- still queued at the endpoint is left alone (and the worker's move leaves alone one
-    -- that a producer queues meanwhile).
-    INSERT INTO outbox.replay_queue (endpoint, event_type, payload, headers, ordering_key, webhook_id)
-    SELECT r.endpoint, r.event_type, r.payload, r.headers, r.ordering_key, r.webhook_id
-      FROM (SELECT DISTINCT ON (w.webhook_id) w.*
-              FROM (SELECT h.*, outbox._webhook_id(h.id, h.idempotency_key, v_instance, v_legacy) AS webhook_id
-                      FROM outbox.history h
-                     WHERE h.endpoint = replay.endpoint
-                       AND h.sent_at >= replay.since AND h.sent_at < replay.until
-                       AND (replay.event_type IS NULL OR h.event_type = replay.event_type)) w
-             ORDER BY w.webhook_id, w.sent_at, w.id) r
-     WHERE NOT EXISTS (SELECT FROM outbox.messages q
-                        WHERE q.endpoint = r.endpoint AND q.idempotency_key = r.webhook_id)
-     ORDER BY r.sent_at, r.id;
+    -- that a producer queues meanwhile).  One statement for both destinations, which
+    -- differ in the table, the webhook-id's column and the conflict clause.
+    EXECUTE format($q$
+        INSERT INTO %s (endpoint, event_type, payload, headers, ordering_key, %I)
+        SELECT r.endpoint, r.event_type, r.payload, r.headers, r.ordering_key, r.webhook_id
+          FROM (SELECT DISTINCT ON (w.webhook_id) w.*
+                  FROM (SELECT h.*, outbox._webhook_id(h.id, h.idempotency_key, $5, $6) AS webhook_id
+                          FROM outbox.history h
+                         WHERE h.endpoint = $1 AND h.sent_at >= $2 AND h.sent_at < $3
+                           AND ($4 IS NULL OR h.event_type = $4)) w
+                 ORDER BY w.webhook_id, w.sent_at, w.id) r
+         WHERE NOT EXISTS (SELECT FROM outbox.messages q
+                            WHERE q.endpoint = r.endpoint AND q.idempotency_key = r.webhook_id)
+         ORDER BY r.sent_at, r.id %s$q$,
+        CASE WHEN v_direct THEN 'outbox.messages' ELSE 'outbox.replay_queue' END,
+        CASE WHEN v_direct THEN 'idempotency_key' ELSE 'webhook_id' END,
+        CASE WHEN v_direct THEN 'ON CONFLICT (endpoint, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING' END)
+        USING replay.endpoint, replay.since, replay.until, replay.event_type, v_instance, v_legacy;
     GET DIAGNOSTICS v_count = ROW_COUNT;
-    IF v_count > 0 AND v_pull THEN
-        -- A pull endpoint's readers read the queue without the worker (none may serve
-        -- this database): its messages go there now, in this transaction.
-        PERFORM outbox._replays_move(v_count, replay.endpoint);
-    ELSIF v_count > 0 THEN
+    IF v_count > 0 AND NOT v_direct THEN
         PERFORM outbox._replays_at_commit();
     END IF;
     RETURN v_count;
@@ -106,23 +111,20 @@ COMMENT ON FUNCTION outbox.replay(text, timestamptz, timestamptz, text) IS
     'sends again the messages delivered to an endpoint in [since, until) that are still in the history, with their webhook-ids; returns how many';
 
 -- The worker's move of replayed messages into the queue: the first max_rows of
--- outbox.replay_queue in their order (of one endpoint's, when given: replay's own move
--- for a pull endpoint), in one transaction (a crash undoes the move, never half of
--- it).  A webhook-id queued at the endpoint meanwhile is not queued twice, and the
+-- outbox.replay_queue in their order, in one transaction (a crash undoes the move, never
+-- half of it).  A webhook-id queued at the endpoint meanwhile is not queued twice, and the
 -- messages of an endpoint dropped meanwhile go (drop_endpoint also removes them itself;
 -- this is for the drop that committed while the move waited): the endpoints are locked
 -- as replay locks them, so that a drop waits for the move and then finds its messages.
 -- Returns how many rows it took from the replay queue.
-CREATE OR REPLACE FUNCTION outbox._replays_move(max_rows bigint, endpoint text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION outbox._replays_move(max_rows bigint)
     RETURNS bigint
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
     WITH moved AS (
         DELETE FROM outbox.replay_queue q
-         WHERE q.n = ANY (ARRAY(SELECT r.n FROM outbox.replay_queue r
-                                 WHERE _replays_move.endpoint IS NULL OR r.endpoint = _replays_move.endpoint
-                                 ORDER BY r.n LIMIT max_rows))
+         WHERE q.n = ANY (ARRAY(SELECT r.n FROM outbox.replay_queue r ORDER BY r.n LIMIT max_rows))
         RETURNING q.*),
     destinations AS (
         SELECT e.name FROM outbox.endpoints e

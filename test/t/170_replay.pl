@@ -7,11 +7,16 @@
 #  - a window that starts before the history is refused, saying where it starts; with
 #    pg_outbox.sent_retention = 0 there is nothing to replay (55000);
 #  - a restart while replayed messages are being delivered loses none of them;
+#  - a replay rolled back queues nothing; one committed by COMMIT PREPARED (which wakes
+#    no one) is queued all the same;
+#  - on an ordered endpoint a replay takes its place in its keys' commit order at its
+#    commit: a message committed to the key after it goes out after the replayed ones,
+#    even when the worker moves nothing in between (pg_outbox.enabled off);
 #  - 100,000 retained messages are replayed by one statement (the rate is printed), and
 #    the worker moves them into the queue in batches: a crash in the middle of that loses
-#    none and queues none twice, and each key keeps its original order;
-#  - a replay rolled back queues nothing; one committed by COMMIT PREPARED (which wakes
-#    no one) is queued all the same.
+#    none and queues none twice, and they keep their original order; on an ordered
+#    endpoint the statement queues them itself, one head per key, each key in its
+#    original order.
 use strict;
 use warnings;
 
@@ -127,9 +132,25 @@ sql($node, "COMMIT PREPARED 'replay'");
 ok($recv->wait_requests('/hooks/plain', $before + 10), 'a replay committed by COMMIT PREPARED was sent');
 ok(delivered(), 'and nothing is left of it');
 
-# 7. 100,000 retained messages in one statement; a crash while the worker moves them
+# 7. Commit order across a replay: the message committed to the key after the replay
+#    goes out after the replayed ones. The worker delivers and moves nothing while
+#    pg_outbox.enabled is off: with the keyed messages left for it to move after the
+#    commit, the new one, the key's head meanwhile, went first.
+endpoint($node, $recv, 'seq', '/hooks/seq', ordered => 'true');
+my $t_seq = sql($node, 'SELECT clock_timestamp()');
+sql($node, q{SELECT outbox.enqueue('seq', jsonb_build_object('n', n), ordering_key => 'k') FROM generate_series(1, 5) n});
+ok($recv->wait_requests('/hooks/seq', 5) && delivered(), 'five keyed messages delivered');
+ok(reload_conf($node, 'pg_outbox.enabled' => 'off'), 'delivery off');
+is(sql($node, "SELECT outbox.replay('seq', '$t_seq')"), 5, 'the five replayed');
+sql($node, q{SELECT outbox.enqueue('seq', '{"n": 6}', ordering_key => 'k')});
+ok(reload_conf($node, 'pg_outbox.enabled' => undef), 'a sixth committed to the key, then delivery on');
+ok($recv->wait_requests('/hooks/seq', 11) && delivered(), 'the receiver got them');
+my (undef, $seq_order) = arrivals('/hooks/seq');
+is(join(',', @$seq_order[5 .. $#$seq_order]), '1,2,3,4,5,6', 'the replayed ones first, in order, then the sixth');
+
+# 8. 100,000 retained messages in one statement; a crash while the worker moves them
 # into the queue.
-sql($node, q{SELECT outbox.create_endpoint('bulk', url => 'http://127.0.0.1:1/never', ordered => true)});
+sql($node, q{SELECT outbox.create_endpoint('bulk', url => 'http://127.0.0.1:1/never')});
 sql($node, q{SELECT outbox.pause_endpoint('bulk')});
 sql($node, q{
 	INSERT INTO outbox.history (id, endpoint, event_type, payload, ordering_key, attempts, last_http_status,
@@ -160,17 +181,45 @@ diag(sprintf('replay of 100,000 messages: the statement %.2f s (%.0f messages/s)
 	$t_statement - $t, 100000 / ($t_statement - $t), $t_commit - $t_statement, $t_moved - $t_commit));
 is(sql($node, q{SELECT count(*) || ' ' || count(DISTINCT idempotency_key) FROM outbox.messages WHERE endpoint = 'bulk'}),
 	'100000 100000', 'each queued once');
+# The order in which they were queued (for a key of an ordered endpoint: its head, then
+# by ordering_seq; else by id) against their delivery order: the rows out of place.
+sub out_of_order
+{
+	my ($per_key) = @_;
+	my ($part, $queued) = $per_key ? ('PARTITION BY m.ordering_key', 'm.ordering_seq NULLS FIRST') : ('', 'm.id');
+	return sql($node, qq{
+		SELECT count(*) FROM (
+		  SELECT row_number() OVER ($part ORDER BY $queued) AS queued,
+		         row_number() OVER ($part ORDER BY h.sent_at, h.id) AS delivered
+		    FROM outbox._instance() i
+		    JOIN outbox.history h ON true
+		    JOIN outbox.messages m ON m.idempotency_key = 'msg_' || i.id || '_' || h.id
+		   WHERE m.endpoint = 'bulk' AND h.endpoint = 'bulk') o
+		 WHERE queued <> delivered});
+}
+is(out_of_order(0), 0, 'in their original order');
+
+# 9. The same on an ordered endpoint: the statement queues them, in their keys' order.
+sql($node, q{DELETE FROM outbox.messages WHERE endpoint = 'bulk'});
+sql($node, q{SELECT outbox.alter_endpoint('bulk', ordered => true)});
+$session = $node->background_psql('postgres');
+$session->query_safe('BEGIN');
+$t = time;
+is($session->query_safe(
+		q{SELECT outbox.replay('bulk', (SELECT max(from_at) FROM outbox._history_partitions() WHERE from_at <= now()))}),
+	100000, 'ordered: 100,000 replayed in one statement');
+$t_statement = time;
+$session->query_safe('COMMIT');
+$t_commit = time;
+$session->quit;
+diag(sprintf('replay of 100,000 messages of an ordered endpoint: the statement %.2f s (%.0f messages/s), '
+	  . 'its commit (the keys\' order) %.2f s',
+	$t_statement - $t, 100000 / ($t_statement - $t), $t_commit - $t_statement));
+is(sql($node, q{SELECT count(*) FROM outbox.replay_queue}), 0, 'ordered: none left for the worker to move');
+is(sql($node, q{SELECT count(*) || ' ' || count(DISTINCT idempotency_key) FROM outbox.messages WHERE endpoint = 'bulk'}),
+	'100000 100000', 'ordered: each queued once');
 is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'bulk' AND ordering_seq IS NULL}), 100,
-	'one head per key, the others behind it');
-# Each key's queued order (its head, then by ordering_seq) is its delivery order.
-is(sql($node, q{
-	SELECT count(*) FROM (
-	  SELECT row_number() OVER (PARTITION BY m.ordering_key ORDER BY m.ordering_seq NULLS FIRST) AS queued,
-	         row_number() OVER (PARTITION BY m.ordering_key ORDER BY h.sent_at, h.id) AS delivered
-	    FROM outbox._instance() i
-	    JOIN outbox.history h ON true
-	    JOIN outbox.messages m ON m.idempotency_key = 'msg_' || i.id || '_' || h.id
-	   WHERE m.endpoint = 'bulk' AND h.endpoint = 'bulk') o
-	 WHERE queued <> delivered}), 0, 'each key in its original order');
+	'ordered: one head per key, the others behind it');
+is(out_of_order(1), 0, 'ordered: each key in its original order');
 
 done_testing();
