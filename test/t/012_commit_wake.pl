@@ -162,6 +162,24 @@ ok(wait_sql($node, q{SELECT (SELECT count(*) FROM outbox.history) = 2 AND NOT EX
 	'both committed messages are marked sent (in the history, the queue empty)');
 is(delivered(), 2, 'the receiver got exactly the two committed messages');
 
+###############################################################################
+# An endpoint changed by COMMIT PREPARED, which tells the worker nothing: it reads the
+# endpoints again when a commit says they changed, and at least once a poll_interval
+# (2 s here), the fallback docs/delivery.md names for COMMIT PREPARED.
+###############################################################################
+my $MOVED = '/hooks/moved';
+sql($node, sprintf(q{BEGIN; SELECT outbox.alter_endpoint('wake', url => '%s'); PREPARE TRANSACTION 'wake_p2';},
+		$recv->url($MOVED)));
+sql($node, q{SELECT outbox.enqueue('wake', '{"before_commit_prepared": 1}')});
+ok(wait_until(sub { delivered() == 3 }, 30, 'delivery while the change is prepared'),
+	'while the change is only prepared, the old URL gets the messages');
+sql($node, q{COMMIT PREPARED 'wake_p2'});
+sleep 3;    # more than poll_interval
+sql($node, q{SELECT outbox.enqueue('wake', '{"after_commit_prepared": 1}')});
+ok(wait_until(sub { scalar(keys %{ $recv->answered_2xx($MOVED) }) == 1 }, 30, 'delivery to the new URL'),
+	'after COMMIT PREPARED, the new URL gets them');
+is(delivered(), 3, '... and the old one no more');
+
 $recv->stop;
 $node->stop;
 done_testing();
