@@ -18,7 +18,9 @@
 #     every quiet);
 #  6. with nothing else going on, a quiet endpoint's due time still wakes the worker,
 #     after claims that left the endpoint out (6), and when no claim ran at all (7);
-#  8. so does a NOTIFY message's, which the claims leave to the NOTIFY round.
+#  8. so does a NOTIFY message's, which the claims leave to the NOTIFY round;
+#  9. a commit's wake during the worker's pause after an error is kept for the NOTIFY
+#     round.
 use strict;
 use warnings;
 
@@ -189,6 +191,25 @@ ok(wait_sql($node, "SELECT count(*) = 2 FROM outbox.history WHERE id IN ($now_id
 my $late = sql($node, "SELECT extract(epoch FROM sent_at - created_at) FROM outbox.history WHERE id = $later_id");
 cmp_ok($late, '>=', 2.5, '... the later one not before its deliver_at');
 cmp_ok($late, '<', 6, '... and at its time, not at the poll');
+
+# ---------------------------------------------------------------------------
+# 9. A commit's wake that comes while the worker pauses after an error is kept for the
+# NOTIFY round: feed is quiet again (its round found nothing), the worker's wait is
+# cancelled (an error: it pauses 200 ms), and a message is committed for feed at once,
+# within the pause. It must go after the pause, not at the 30 s poll.
+
+ok(wait_until(sub { sql($node, q{SELECT state FROM outbox.worker_status()}) eq 'idle' }, 15), 'the worker is idle');
+sleep 1;
+my $errors_before = () = slurp_file($node->logfile) =~ /canceling statement due to user request/g;
+my (undef, $woken_id) = split /\n/,
+  sql($node, q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker';
+	SELECT outbox.enqueue('feed', '{"woken": true}')});
+ok(wait_sql($node, "SELECT count(*) = 1 FROM outbox.history WHERE id = $woken_id", 15),
+	'the message committed during the pause was notified');
+cmp_ok(sql($node, "SELECT extract(epoch FROM sent_at - created_at) FROM outbox.history WHERE id = $woken_id"),
+	'<', 5, '... after the pause, not at the poll');
+my $errors_after = () = slurp_file($node->logfile) =~ /canceling statement due to user request/g;
+is($errors_after - $errors_before, 1, '(the worker did pause on the cancel)');
 
 $recv->stop;
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);
