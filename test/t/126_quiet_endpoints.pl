@@ -20,7 +20,8 @@
 #     after claims that left the endpoint out (6), and when no claim ran at all (7);
 #  8. so does a NOTIFY message's, which the claims leave to the NOTIFY round;
 #  9. a commit's wake during the worker's pause after an error is kept for the NOTIFY
-#     round.
+#     round;
+# 10. a retry makes room for another endpoint's message at once.
 use strict;
 use warnings;
 
@@ -210,6 +211,33 @@ cmp_ok(sql($node, "SELECT extract(epoch FROM sent_at - created_at) FROM outbox.h
 	'<', 5, '... after the pause, not at the poll');
 my $errors_after = () = slurp_file($node->logfile) =~ /canceling statement due to user request/g;
 is($errors_after - $errors_before, 1, '(the worker did pause on the cancel)');
+
+# ---------------------------------------------------------------------------
+# 10. A retry makes room. With batch_size 3 and max_concurrency 3 the worker keeps up to
+# 6 messages claimed (3 a claim) and claims again once fewer than 3 are held for
+# endpoints that may take more.
+# 'trio' holds 3 in one claim, less than its share (6): a message committed for 'next'
+# is not claimed. The first of trio's answers, 2 s later, is a 503 to be retried in 20 s;
+# the others come after 15 s. The retry leaves the worker's hands in a claim not yet
+# finished (a finished claim, or an endpoint that held its share, makes room by
+# themselves): next's message goes then, not at the other answers (14.95 s when the
+# retry made no room).
+
+ok(reload_conf($node, 'pg_outbox.batch_size' => '3', 'pg_outbox.max_concurrency' => '3'),
+	'batch_size 3, max_concurrency 3');
+endpoint($node, $recv, $_, "/$_") for qw(trio next);
+$recv->add_rule(path => '/trio', status => 503, retry_after => '20', delay_ms => 2000, times => 1);
+$recv->add_rule(path => '/trio', status => 200, delay_ms => 15000, times => 2);
+sql($node, q{SELECT outbox.enqueue('trio', jsonb_build_object('n', g)) FROM generate_series(1, 3) g});
+ok(wait_until(sub { arrivals('/trio') >= 3 }, 10), "trio's three requests are in flight");
+my $t_next = time;
+sql($node, q{SELECT outbox.enqueue('next', '{}')});
+ok(wait_until(sub { arrivals('/next') >= 1 }, 30), "next's message arrived");
+my ($next_at) = arrivals('/next');
+note(sprintf('next arrived %.2f s after its commit', ($next_at // 0) - $t_next));
+cmp_ok(($next_at // 99 + $t_next) - $t_next, '<', 8, '... once the retry made room, not at the 15 s answer or the poll');
+ok(reload_conf($node, 'pg_outbox.batch_size' => undef, 'pg_outbox.max_concurrency' => undef),
+	'batch_size and max_concurrency back');
 
 $recv->stop;
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);
