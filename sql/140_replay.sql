@@ -102,6 +102,18 @@ SELECT endpoint, payload FROM outbox.messages ORDER BY id;
 DELETE FROM outbox.messages;
 -- An empty window is not an error.
 SELECT outbox.replay('feed', now() - interval '1 minute', now() - interval '1 minute');
+-- An endpoint that becomes ordered queues its replayed messages still waiting first:
+-- they go before a message committed to their key after the change.
+INSERT INTO outbox.history (id, endpoint, payload, ordering_key, attempts, created_at, sent_at)
+VALUES (113, 'other', '{"n": 13}', 'k', 1, now() - interval '1 hour', now() - interval '30 minutes');
+SELECT outbox.replay('other', now() - interval '2 hours');
+SELECT count(*) AS waiting FROM outbox.replay_queue;
+SELECT outbox.alter_endpoint('other', ordered => true);
+SELECT count(*) AS waiting FROM outbox.replay_queue;
+SELECT outbox.enqueue('other', '{"n": 14}', ordering_key => 'k') IS NOT NULL AS enqueued;
+SELECT payload, ordering_key, ordering_seq IS NULL AS head FROM outbox.messages ORDER BY id;
+DELETE FROM outbox.messages;
+DELETE FROM outbox.history WHERE id = 113;
 
 -- Bad input: nothing queued.
 SELECT outbox.replay('nowhere', now() - interval '1 hour');

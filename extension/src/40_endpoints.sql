@@ -296,6 +296,13 @@ BEGIN
            batch_size   = coalesce(alter_endpoint.batch_size, e.batch_size)
      WHERE e.name = alter_endpoint.name;
     IF alter_endpoint.ordered <> v_ordered THEN
+        -- Replayed messages still waiting for the worker's move are queued first: moved
+        -- later, a keyed one would take its place behind messages committed after this
+        -- change (an ordered endpoint's replays queue their messages themselves:
+        -- extension/src/65_replay.sql).
+        IF alter_endpoint.ordered THEN
+            PERFORM outbox._replays_move(NULL, alter_endpoint.name);
+        END IF;
         PERFORM outbox._order_queued(alter_endpoint.name, alter_endpoint.ordered);
     END IF;
 

@@ -76,6 +76,9 @@ BEGIN
 
     -- KEY SHARE: a concurrent drop_endpoint waits, so the new messages are never orphaned.
     SELECT e.pull OR e.ordered INTO v_direct FROM outbox.endpoints e WHERE e.name = replay.endpoint FOR KEY SHARE;
+    IF NOT FOUND THEN  -- dropped since the check above
+        RAISE EXCEPTION 'endpoint "%" does not exist', replay.endpoint USING ERRCODE = 'undefined_object';
+    END IF;
     SELECT i.id, i.legacy_below INTO v_instance, v_legacy FROM outbox._instance() i;
     -- The window's partitions only (pruned by sent_at), in the history's order, which the
     -- commit order of an ordered endpoint follows (the new rows' ids, or replay_queue's
@@ -111,20 +114,23 @@ COMMENT ON FUNCTION outbox.replay(text, timestamptz, timestamptz, text) IS
     'sends again the messages delivered to an endpoint in [since, until) that are still in the history, with their webhook-ids; returns how many';
 
 -- The worker's move of replayed messages into the queue: the first max_rows of
--- outbox.replay_queue in their order, in one transaction (a crash undoes the move, never
--- half of it).  A webhook-id queued at the endpoint meanwhile is not queued twice, and the
+-- outbox.replay_queue in their order (NULL: all; of one endpoint's, when given:
+-- alter_endpoint's, for an endpoint that becomes ordered), in one transaction (a crash
+-- undoes the move, never half of it).  A webhook-id queued at the endpoint meanwhile is not queued twice, and the
 -- messages of an endpoint dropped meanwhile go (drop_endpoint also removes them itself;
 -- this is for the drop that committed while the move waited): the endpoints are locked
 -- as replay locks them, so that a drop waits for the move and then finds its messages.
 -- Returns how many rows it took from the replay queue.
-CREATE OR REPLACE FUNCTION outbox._replays_move(max_rows bigint)
+CREATE OR REPLACE FUNCTION outbox._replays_move(max_rows bigint, endpoint text DEFAULT NULL)
     RETURNS bigint
     LANGUAGE sql VOLATILE
     SET search_path = pg_catalog, pg_temp
 AS $fn$
     WITH moved AS (
         DELETE FROM outbox.replay_queue q
-         WHERE q.n = ANY (ARRAY(SELECT r.n FROM outbox.replay_queue r ORDER BY r.n LIMIT max_rows))
+         WHERE q.n = ANY (ARRAY(SELECT r.n FROM outbox.replay_queue r
+                                 WHERE _replays_move.endpoint IS NULL OR r.endpoint = _replays_move.endpoint
+                                 ORDER BY r.n LIMIT max_rows))
         RETURNING q.*),
     destinations AS (
         SELECT e.name FROM outbox.endpoints e

@@ -209,6 +209,8 @@ is($session->query_safe(
 		q{SELECT outbox.replay('bulk', (SELECT max(from_at) FROM outbox._history_partitions() WHERE from_at <= now()))}),
 	100000, 'ordered: 100,000 replayed in one statement');
 $t_statement = time;
+is($session->query_safe(q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'bulk'}), 100000,
+	'ordered: queued by the statement itself, before its commit');
 $session->query_safe('COMMIT');
 $t_commit = time;
 $session->quit;

@@ -2,8 +2,9 @@
 // outbox.replay_queue and says so at commit (DatabaseSlot::replays_waiting); the worker
 // moves them into the queue, kReplayBatch a round, each batch in a transaction of its
 // own, until the replay queue is empty. The caller of a replay of 100,000 messages thus
-// waits for one plain write; the queue's indexes and the keys' order are paid here, a
-// batch at a time, between deliveries.
+// waits for one plain write; the queue's indexes are paid here, a batch at a time,
+// between deliveries. (An ordered or a pull endpoint's replay queues its messages
+// itself.)
 #include "pg/boundary/spi.hpp"
 #include "pg/runtime/shared_state.hpp"
 #include "pg/store/replays.hpp"
