@@ -8,9 +8,9 @@
 -- an ordered endpoint's go into the queue at once (extension/src/65_replay.sql).  A row
 -- holds only what a message is made of: no index but the order, no trigger, so that a
 -- replay of 100,000 messages is one cheap write and its caller does not pay the queue's
--- indexes; the worker pays them, a batch at a time, between its deliveries.  The checks are the queue's: a row the queue would refuse fails the replay,
--- not the worker's move.  Dumped with the queue: a replay waiting here is as much
--- queued as a message.
+-- indexes; the worker pays them, a batch at a time, between its deliveries.  The checks
+-- are the queue's: a row the queue would refuse fails the replay, not the worker's move.
+-- Dumped with the queue: a replay waiting here is as much queued as a message.
 CREATE TABLE outbox.replay_queue (
     n            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     endpoint     text  NOT NULL,

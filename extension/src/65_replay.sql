@@ -82,11 +82,11 @@ BEGIN
     SELECT i.id, i.legacy_below INTO v_instance, v_legacy FROM outbox._instance() i;
     -- The window's partitions only (pruned by sent_at), in the history's order, which the
     -- commit order of an ordered endpoint follows (the new rows' ids, or replay_queue's
-    -- n, are drawn in it).  A
-    -- webhook-id delivered twice in the window (replayed before) is queued once, and one
-    -- still queued at the endpoint is left alone (and the worker's move leaves alone one
-    -- that a producer queues meanwhile).  One statement for both destinations, which
-    -- differ in the table, the webhook-id's column and the conflict clause.
+    -- n, are drawn in it).  A webhook-id delivered twice in the window (replayed before)
+    -- is queued once, and one still queued at the endpoint is left alone (and the
+    -- worker's move leaves alone one that a producer queues meanwhile).  One statement
+    -- for both destinations, which differ in the table, the webhook-id's column and the
+    -- conflict clause.
     EXECUTE format($q$
         INSERT INTO %s (endpoint, event_type, payload, headers, ordering_key, %I)
         SELECT r.endpoint, r.event_type, r.payload, r.headers, r.ordering_key, r.webhook_id
@@ -116,10 +116,11 @@ COMMENT ON FUNCTION outbox.replay(text, timestamptz, timestamptz, text) IS
 -- The worker's move of replayed messages into the queue: the first max_rows of
 -- outbox.replay_queue in their order (NULL: all; of one endpoint's, when given:
 -- alter_endpoint's, for an endpoint that becomes ordered), in one transaction (a crash
--- undoes the move, never half of it).  A webhook-id queued at the endpoint meanwhile is not queued twice, and the
--- messages of an endpoint dropped meanwhile go (drop_endpoint also removes them itself;
--- this is for the drop that committed while the move waited): the endpoints are locked
--- as replay locks them, so that a drop waits for the move and then finds its messages.
+-- undoes the move, never half of it).  A webhook-id queued at the endpoint meanwhile is
+-- not queued twice, and the messages of an endpoint dropped meanwhile go (drop_endpoint
+-- also removes them itself; this is for the drop that committed while the move waited):
+-- the endpoints are locked as replay locks them, so that a drop waits for the move and
+-- then finds its messages.
 -- Returns how many rows it took from the replay queue.
 CREATE OR REPLACE FUNCTION outbox._replays_move(max_rows bigint, endpoint text DEFAULT NULL)
     RETURNS bigint
