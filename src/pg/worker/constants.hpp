@@ -32,9 +32,9 @@ constexpr int kStopGraceMs = 500;
 constexpr int kOrphanCheckEveryMs = 10000;
 constexpr int kPurgeBatch = 1000;
 constexpr int kOrphanBatch = 1000;
-// Replayed messages moved into the queue per round: 20 ms of the worker's time (50 ms
-// for an ordered endpoint's, whose keys' order is placed at the move's commit), so
-// that deliveries go on between two batches of a large replay.
+// Replayed messages moved into the queue per round: 20 ms of the worker's time, so that
+// deliveries go on between two batches of a large replay. (An ordered endpoint's replay
+// queues its messages itself, its keys' order placed at its own commit.)
 constexpr int kReplayBatch = 1000;
 
 inline core::BreakerConfig breaker_config() {
