@@ -79,6 +79,17 @@ BEGIN
     IF NOT FOUND THEN  -- dropped since the check above
         RAISE EXCEPTION 'endpoint "%" does not exist', replay.endpoint USING ERRCODE = 'undefined_object';
     END IF;
+    -- The replays of an endpoint that go into the queue itself take turns (until their
+    -- commit): two windows that overlap can hold the same webhook-ids in different
+    -- orders (one replayed before: each window picks its earliest delivery), and two
+    -- such INSERTs at once would wait for each other on the queue's unique index (a
+    -- deadlock, 40P01).  The one that waits then finds the other's messages queued and
+    -- leaves them.  (1868724337: the replays' lock, beside the ordering keys' 1868724335
+    -- and the partitions' 1868724336.)  Those into replay_queue, which has no such
+    -- index, need no turns: the worker's move queues a webhook-id once.
+    IF v_direct THEN
+        PERFORM pg_catalog.pg_advisory_xact_lock(1868724337, pg_catalog.hashtext(replay.endpoint));
+    END IF;
     SELECT i.id, i.legacy_below INTO v_instance, v_legacy FROM outbox._instance() i;
     -- The window's partitions only (pruned by sent_at), in the history's order, which the
     -- commit order of an ordered endpoint follows (the new rows' ids, or replay_queue's

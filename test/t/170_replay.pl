@@ -16,7 +16,8 @@
 #    the worker moves them into the queue in batches: a crash in the middle of that loses
 #    none and queues none twice, and they keep their original order; on an ordered
 #    endpoint the statement queues them itself, one head per key, each key in its
-#    original order.
+#    original order;
+#  - two replays of overlapping windows at once both succeed, each message queued once.
 use strict;
 use warnings;
 
@@ -223,5 +224,57 @@ is(sql($node, q{SELECT count(*) || ' ' || count(DISTINCT idempotency_key) FROM o
 is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'bulk' AND ordering_seq IS NULL}), 100,
 	'ordered: one head per key, the others behind it');
 is(out_of_order(1), 0, 'ordered: each key in its original order');
+
+# 10. Two replays of overlapping windows at once, on a pull endpoint (its replays queue
+# the messages themselves, under the queue's unique index on webhook-ids). W was
+# delivered, then X, then W again (replayed): the window from the start holds W before
+# X, the one from after W's first delivery X before W. Run together, the two inserted
+# the same webhook-ids in opposite orders: one waited for the other at X, the other at
+# W, and one failed (40P01). They now queue one after the other: both succeed, and
+# every webhook-id is queued once.
+sql($node, q{SELECT outbox.create_endpoint('raced', pull => true)});
+sub enqueue_and_ack
+{
+	my ($group) = @_;
+	sql($node,
+		qq{SELECT count(outbox.enqueue('raced', jsonb_build_object('g', '$group', 'n', g))) FROM generate_series(1, 2000) g});
+	1 while sql($node, q{SELECT outbox.ack('raced', ARRAY(SELECT id FROM outbox.read('raced', 1000)))}) > 0;
+}
+my $t0 = sql($node, 'SELECT clock_timestamp()');
+enqueue_and_ack('W');
+my $t1 = sql($node, 'SELECT clock_timestamp()');
+enqueue_and_ack('X');
+is(sql($node, qq{SELECT outbox.replay('raced', '$t0', '$t1')}), 2000, 'raced: W replayed once');
+1 while sql($node, q{SELECT outbox.ack('raced', ARRAY(SELECT id FROM outbox.read('raced', 1000)))}) > 0;
+is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'raced'}), 0, 'raced: W delivered again');
+for my $round (1 .. 5)
+{
+	my $gate = $node->background_psql('postgres');
+	$gate->query_safe('SELECT pg_advisory_lock(4242)');
+	my @replays;
+	for my $since ($t0, $t1)
+	{
+		my $session = $node->background_psql('postgres');
+		$session->query_until(qr/waiting/,
+			"\\echo waiting\nSELECT pg_advisory_lock_shared(4242), outbox.replay('raced', '$since');\n");
+		push @replays, $session;
+	}
+	ok( wait_sql(
+			$node, q{SELECT count(*) = 2 FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted}),
+		"raced, round $round: both replays wait at the gate");
+	$gate->query_safe('SELECT pg_advisory_unlock(4242)');
+	my @errors;
+	for my $session (@replays)
+	{
+		# A failed statement ends the session's psql (ON_ERROR_STOP): its error is in stderr.
+		eval { $session->query('SELECT 1'); $session->quit; };
+		push @errors, $session->{stderr} if $session->{stderr} ne '';
+	}
+	$gate->quit;
+	is(join('', @errors), '', "raced, round $round: both replays succeed");
+	is(sql($node, q{SELECT count(*) || ' ' || count(DISTINCT idempotency_key) FROM outbox.messages WHERE endpoint = 'raced'}),
+		'4000 4000', "raced, round $round: W and X queued, each once");
+	sql($node, q{DELETE FROM outbox.messages WHERE endpoint = 'raced'});
+}
 
 done_testing();
