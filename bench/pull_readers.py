@@ -7,12 +7,25 @@
 #         UPDATE SKIP LOCKED LIMIT BATCH; DELETE those rows; COMMIT.
 # Run with Debian's python3 (python3-psycopg2):
 #   /usr/bin/python3 bench/pull_readers.py HOST PORT DBNAME MODE TARGET READERS BATCH EXPECTED
-# Prints messages/s. Exits 1 if the readers took another number of messages than EXPECTED.
+# Prints messages/s, then the CPU time the readers' backends spent per message, in µs
+# (from /proc: the bench runs on the server's machine; it does not depend on how loaded
+# the shared machine is, as the rate does). Exits 1 if the readers took another number
+# of messages than EXPECTED.
 import multiprocessing
+import os
 import sys
 import time
 
 import psycopg2
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def backend_cpu(pid):
+    """User and system CPU seconds of a backend so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def reader(args):
@@ -20,6 +33,10 @@ def reader(args):
     conn = psycopg2.connect(host=host, port=port, dbname=dbname, user="postgres")
     conn.autocommit = mode == "pull"
     cur = conn.cursor()
+    cur.execute("SELECT pg_backend_pid()")
+    backend = cur.fetchone()[0]
+    conn.commit()
+    cpu0 = backend_cpu(backend)
     start.wait()
     taken = 0
     while True:
@@ -40,8 +57,9 @@ def reader(args):
             cur.execute(f"DELETE FROM {target} WHERE id = ANY (%s)", (ids,))
             conn.commit()
         taken += len(ids)
+    cpu = backend_cpu(backend) - cpu0
     conn.close()
-    return taken
+    return taken, cpu
 
 
 def main():
@@ -53,12 +71,14 @@ def main():
             result = pool.map_async(reader, [(host, port, dbname, mode, target, batch, start)] * readers)
             start.wait()
             t0 = time.monotonic()
-            taken = sum(result.get())
+            results = result.get()
             t1 = time.monotonic()
+    taken = sum(r[0] for r in results)
+    cpu = sum(r[1] for r in results)
     if taken != expected:
         print(f"pull_readers: {mode} took {taken} messages, expected {expected}", file=sys.stderr)
         sys.exit(1)
-    print(f"{taken / (t1 - t0):.0f}")
+    print(f"{taken / (t1 - t0):.0f} {cpu / taken * 1e6:.1f}")
 
 
 if __name__ == "__main__":

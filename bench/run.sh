@@ -320,22 +320,24 @@ case_7c() {
 
 case_10() {
   log "10. pull consumers: 4 readers, batches of 100, read + ack of $BACKLOG messages, beside the hand-written SKIP LOCKED consumer"
-  local pulls=() hands=()
+  local pulls=() hands=() pull_cpus=() hand_cpus=() r
   bench_sql -c "SELECT outbox.create_endpoint('pulled', pull => true)" \
     -c "CREATE TABLE hand_queue (id bigserial PRIMARY KEY, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())" \
     >/dev/null
   for _ in $(seq "$RUNS"); do
     fill pulled "$BACKLOG"
     bench_sql -c "SELECT outbox.resume_endpoint('pulled')" -c "VACUUM ANALYZE outbox.messages" >/dev/null
-    pulls+=("$(/usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench pull pulled 4 100 "$BACKLOG")")
+    r=$(/usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench pull pulled 4 100 "$BACKLOG")
+    pulls+=("${r% *}"); pull_cpus+=("${r#* }")
     bench_sql -c "INSERT INTO hand_queue (payload)
                   SELECT jsonb_build_object('order_id', g, 'customer', 'c' || g, 'note', repeat('x', 120))
                     FROM generate_series(1, $BACKLOG) g" -c "VACUUM ANALYZE hand_queue" >/dev/null
-    hands+=("$(/usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench hand hand_queue 4 100 "$BACKLOG")")
+    r=$(/usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench hand hand_queue 4 100 "$BACKLOG")
+    hands+=("${r% *}"); hand_cpus+=("${r#* }")
     bench_sql -c "VACUUM outbox.messages" -c "VACUUM hand_queue" >/dev/null
   done
-  R[pull]=$(printf '%s\n' "${pulls[@]}" | median)
-  R[hand_pull]=$(printf '%s\n' "${hands[@]}" | median)
+  R[pull]="$(printf '%s\n' "${pulls[@]}" | median) $(printf '%s\n' "${pull_cpus[@]}" | median)"
+  R[hand_pull]="$(printf '%s\n' "${hands[@]}" | median) $(printf '%s\n' "${hand_cpus[@]}" | median)"
 }
 
 case_11() {
@@ -426,8 +428,8 @@ if want 9; then
   row "9. the same on an ordered endpoint (100 keys)" "$(rate "$ro_s") msg/s ($ro_s s)" \
     "commit $ro_commit s (the keys' order placed): queued by the statement itself, none left to move"
 fi
-want 10 && row "10. pull endpoint, 4 readers, read + ack by 100" "${R[pull]} msg/s" \
-  "hand-written SKIP LOCKED ${R[hand_pull]} msg/s, ratio $(ratio "${R[pull]}" "${R[hand_pull]}"); PgQ 3b $(ratio "${R[pull]}" "${R[pgq_drain]% *}")"
+want 10 && row "10. pull endpoint, 4 readers, read + ack by 100" "${R[pull]% *} msg/s, ${R[pull]#* } µs backend CPU/msg" \
+  "hand-written SKIP LOCKED ${R[hand_pull]% *} msg/s, ${R[hand_pull]#* } µs/msg, ratio $(ratio "${R[pull]% *}" "${R[hand_pull]% *}"); PgQ 3b $(ratio "${R[pull]% *}" "${R[pgq_drain]% *}")"
 if want 11; then
   read -r pl_n pl_p50 pl_p95 pl_p99 pl_max <<<"${R[pull_latency]}"
   row "11. COMMIT -> read(wait) at 1,000 msg/s, 30 s" "p50 $pl_p50 ms, p95 $pl_p95 ms, p99 $pl_p99 ms" "max $pl_max ms, $pl_n samples"
