@@ -319,8 +319,8 @@ case_7c() {
 }
 
 case_10() {
-  log "10. pull consumers: 4 readers, batches of 100, read + ack of $BACKLOG messages, beside the hand-written SKIP LOCKED consumer"
-  local pulls=() hands=() pull_cpus=() hand_cpus=() r
+  log "10. pull consumers: 4 readers, batches of 100, read + ack of $BACKLOG messages (also with nothing kept), beside the hand-written SKIP LOCKED consumer"
+  local pulls=() hands=() bares=() pull_cpus=() hand_cpus=() bare_cpus=() r
   bench_sql -c "SELECT outbox.create_endpoint('pulled', pull => true)" \
     -c "CREATE TABLE hand_queue (id bigserial PRIMARY KEY, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())" \
     >/dev/null
@@ -329,6 +329,16 @@ case_10() {
     bench_sql -c "SELECT outbox.resume_endpoint('pulled')" -c "VACUUM ANALYZE outbox.messages" >/dev/null
     r=$(/usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench pull pulled 4 100 "$BACKLOG")
     pulls+=("${r% *}"); pull_cpus+=("${r#* }")
+    # The same with nothing kept, as the hand-written consumer keeps nothing: what the
+    # history and the attempt log cost the readers.
+    bench_sql -c "ALTER SYSTEM SET pg_outbox.sent_retention = 0" -c "ALTER SYSTEM SET pg_outbox.attempt_retention = 0" \
+      -c "SELECT pg_reload_conf()" >/dev/null
+    fill pulled "$BACKLOG"
+    bench_sql -c "SELECT outbox.resume_endpoint('pulled')" -c "VACUUM ANALYZE outbox.messages" >/dev/null
+    r=$(/usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench pull pulled 4 100 "$BACKLOG")
+    bares+=("${r% *}"); bare_cpus+=("${r#* }")
+    bench_sql -c "ALTER SYSTEM RESET pg_outbox.sent_retention" -c "ALTER SYSTEM RESET pg_outbox.attempt_retention" \
+      -c "SELECT pg_reload_conf()" >/dev/null
     bench_sql -c "INSERT INTO hand_queue (payload)
                   SELECT jsonb_build_object('order_id', g, 'customer', 'c' || g, 'note', repeat('x', 120))
                     FROM generate_series(1, $BACKLOG) g" -c "VACUUM ANALYZE hand_queue" >/dev/null
@@ -338,6 +348,7 @@ case_10() {
   done
   R[pull]="$(printf '%s\n' "${pulls[@]}" | median) $(printf '%s\n' "${pull_cpus[@]}" | median)"
   R[hand_pull]="$(printf '%s\n' "${hands[@]}" | median) $(printf '%s\n' "${hand_cpus[@]}" | median)"
+  R[bare_pull]="$(printf '%s\n' "${bares[@]}" | median) $(printf '%s\n' "${bare_cpus[@]}" | median)"
 }
 
 case_11() {
@@ -430,6 +441,8 @@ if want 9; then
 fi
 want 10 && row "10. pull endpoint, 4 readers, read + ack by 100" "${R[pull]% *} msg/s, ${R[pull]#* } µs backend CPU/msg" \
   "hand-written SKIP LOCKED ${R[hand_pull]% *} msg/s, ${R[hand_pull]#* } µs/msg, ratio $(ratio "${R[pull]% *}" "${R[hand_pull]% *}"); PgQ 3b $(ratio "${R[pull]% *}" "${R[pgq_drain]% *}")"
+want 10 && row "10b. the same, nothing kept (both retentions 0)" "${R[bare_pull]% *} msg/s, ${R[bare_pull]#* } µs backend CPU/msg" \
+  "hand-written: ratio $(ratio "${R[bare_pull]% *}" "${R[hand_pull]% *}")"
 if want 11; then
   read -r pl_n pl_p50 pl_p95 pl_p99 pl_max <<<"${R[pull_latency]}"
   row "11. COMMIT -> read(wait) at 1,000 msg/s, 30 s" "p50 $pl_p50 ms, p95 $pl_p95 ms, p99 $pl_p99 ms" "max $pl_max ms, $pl_n samples"
