@@ -315,7 +315,7 @@ bool promote_after_head_left(const std::string& endpoint, const std::string& key
 PG_OUTBOX_FUNCTION(pg_outbox_next_in_order) {
   using namespace pg_outbox::pg;
   Entry row = row_of(trigger_data(fcinfo, "outbox._next_in_order()"));
-  successors::reordered_at_commit();
+  successors::reordered_at_commit(row.endpoint);
   lock_orderings({pg_outbox::core::ordering_lock(row.endpoint, row.key)});
   bool promoted = false;
   with_spi([&] { promoted = promote_after_head_left(row.endpoint, row.key); });
@@ -336,7 +336,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_heads_gone) {
       [&] {
         Rows keys = run_once("SELECT DISTINCT endpoint, ordering_key FROM gone WHERE ordering_key IS NOT NULL");
         if (keys.size() == 0) return;
-        successors::reordered_at_commit();
+        for (size_t r = 0; r < keys.size(); ++r) successors::reordered_at_commit(keys.text(r, 0));
         std::vector<int32_t> locks;
         for (size_t r = 0; r < keys.size(); ++r)
           locks.push_back(pg_outbox::core::ordering_lock(keys.text(r, 0), keys.text(r, 1)));
@@ -354,7 +354,27 @@ PG_OUTBOX_FUNCTION(pg_outbox_heads_gone) {
 PG_OUTBOX_FUNCTION(pg_outbox_moved_message) {
   using namespace pg_outbox::pg;
   TriggerData* trigger = trigger_data(fcinfo, "outbox._moved_message()");
-  successors::reordered_at_commit();
+  // A keyed message reorders the endpoint it leaves, and the one it goes to (where it
+  // heads its key now).
+  char* from = nullptr;
+  char* to = nullptr;
+  bool keyed = false;
+  pg_call([&] {
+    TupleDesc desc = RelationGetDescr(trigger->tg_relation);
+    const int key = SPI_fnumber(desc, "ordering_key");
+    bool old_unkeyed = true, new_unkeyed = true;
+    (void)SPI_getbinval(trigger->tg_trigtuple, desc, key, &old_unkeyed);
+    (void)SPI_getbinval(trigger->tg_newtuple, desc, key, &new_unkeyed);
+    keyed = !old_unkeyed || !new_unkeyed;
+    from = SPI_getvalue(trigger->tg_trigtuple, desc, SPI_fnumber(desc, "endpoint"));
+    to = SPI_getvalue(trigger->tg_newtuple, desc, SPI_fnumber(desc, "endpoint"));
+  });
+  if (keyed && (from == nullptr || to == nullptr)) {
+    successors::reordered_everything_at_commit();
+  } else if (keyed) {
+    successors::reordered_at_commit(from);
+    successors::reordered_at_commit(to);
+  }
   HeapTuple moved = pg_call([&] {
     TupleDesc desc = RelationGetDescr(trigger->tg_relation);
     int column = SPI_fnumber(desc, "ordering_seq");

@@ -26,11 +26,15 @@
 // A lookup costs about 12 µs a key, as much as the rest of a message's settle: one
 // lookup reads a key's next kLookAhead messages, and the ones after the first wait in the
 // key's line, each taken without a lookup when the one before it is settled. A line holds
-// only while no one but the worker changed the order of keyed messages (a trigger or a
-// pull reader's settle bumps successions_version; an endpoint change bumps
-// endpoints_version): after that, the key is looked up again.
+// only while no one but the worker changed the order of the endpoint's keyed messages (a
+// trigger or a pull reader's settle bumps the version of the endpoint's group,
+// successions_versions; an endpoint change bumps endpoints_version): after that, the key
+// is looked up again. One version per group of endpoints, not one for the database: a
+// pull endpoint's readers acknowledge keyed messages all the time, and each ack dropped
+// every line of every endpoint (all looked up again, one lookup per message).
 #include "pg/ordering/successors.hpp"
 
+#include "core/ordering_lock.hpp"
 #include "pg/boundary/spi.hpp"
 #include "pg/runtime/shared_state.hpp"
 #include "pg/runtime/transaction_events.hpp"
@@ -40,6 +44,7 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <map>
 #include <optional>
@@ -53,11 +58,18 @@ namespace {
 
 constexpr int kLookAhead = 8;
 
+// The versions a key's messages were found under: the endpoints', and its endpoint's
+// group's (of successions_versions).
 struct Versions {
   uint64_t endpoints = 0;
   uint64_t successions = 0;
   bool operator==(const Versions& o) const { return endpoints == o.endpoints && successions == o.successions; }
 };
+
+// The group of an endpoint in successions_versions: the same in every process.
+int group_of(const std::string& endpoint) {
+  return static_cast<int>(core::ordering_hash(endpoint, "") % kSuccessionGroups);
+}
 
 struct Held {
   int64_t id;
@@ -69,6 +81,7 @@ struct Held {
 struct Line {
   std::deque<std::pair<int64_t, TimestampTz>> rest;
   Versions found;
+  int group;  // of its endpoint
 };
 
 using KeyId = std::pair<std::string, std::string>;  // endpoint, ordering key
@@ -80,21 +93,41 @@ std::map<KeyId, Line> lines;
 std::vector<std::pair<std::string, Held>> found_now;
 std::map<KeyId, std::optional<Line>> lines_now;
 std::unordered_set<int64_t> leaving_now;
-bool reordered_now = false;  // this transaction (not the worker's) reordered keyed messages
+// The groups of the endpoints whose keyed messages this transaction (not the worker's)
+// reordered, one bit each.
+uint64_t reordered_now = 0;
+static_assert(kSuccessionGroups <= 64, "one bit per group in reordered_now");
 // The versions the lines were last pruned under, and the endpoints' version the held
 // messages were last judged by (committed, and this transaction's): settle_stale looks
-// through them only when these change, not at every claim.
-Versions lines_pruned_at;
+// through them only when these change, and through the lines of the groups that changed.
+uint64_t lines_pruned_at_endpoints = 0;
+std::array<uint64_t, kSuccessionGroups> lines_pruned_at_groups{};
 uint64_t held_judged_at = 0, held_judged_now = 0;
 // What a commit found could not be kept (out of memory in the commit callback, which
 // must not raise): everything is forgotten, and the next settle_stale makes the first
 // message of every key without a head one (heal), as a worker that starts does.
 bool lost_track = false, healed_now = false;
 
-Versions current_versions() {
+uint64_t endpoints_version_now() {
+  DatabaseSlot* slot = slot_of_database(MyDatabaseId);
+  return slot == nullptr ? 0 : pg_atomic_read_u64(&slot->endpoints_version);
+}
+
+// The versions the keys of this endpoint are found under now.
+Versions versions_of(const std::string& endpoint) {
   DatabaseSlot* slot = slot_of_database(MyDatabaseId);
   if (slot == nullptr) return {};
-  return {pg_atomic_read_u64(&slot->endpoints_version), pg_atomic_read_u64(&slot->successions_version)};
+  return {pg_atomic_read_u64(&slot->endpoints_version),
+          pg_atomic_read_u64(&slot->successions_versions[group_of(endpoint)])};
+}
+
+// Every group's version now.
+std::array<uint64_t, kSuccessionGroups> group_versions() {
+  std::array<uint64_t, kSuccessionGroups> versions{};
+  DatabaseSlot* slot = slot_of_database(MyDatabaseId);
+  if (slot == nullptr) return versions;
+  for (int g = 0; g < kSuccessionGroups; ++g) versions[g] = pg_atomic_read_u64(&slot->successions_versions[g]);
+  return versions;
 }
 
 // Before the transaction's changes are visible (and before its keys' locks go): a
@@ -102,10 +135,12 @@ Versions current_versions() {
 // may have seen the changes, sees it bumped. A transaction that fails after this only
 // makes the worker look its keys up again.
 void bump_if_reordered() {
-  if (!reordered_now) return;
-  reordered_now = false;
+  const uint64_t groups = reordered_now;
+  reordered_now = 0;
   DatabaseSlot* slot = slot_of_database(MyDatabaseId);
-  if (slot != nullptr) pg_atomic_fetch_add_u64(&slot->successions_version, 1);
+  if (slot == nullptr) return;
+  for (int g = 0; g < kSuccessionGroups; ++g)
+    if ((groups >> g) & 1u) pg_atomic_fetch_add_u64(&slot->successions_versions[g], 1);
 }
 
 void commit() {
@@ -178,7 +213,7 @@ void successors_at_transaction_end(XactEvent event) {
       found_now.clear();
       lines_now.clear();
       leaving_now.clear();
-      reordered_now = false;
+      reordered_now = 0;
       held_judged_now = 0;
       healed_now = false;
       break;
@@ -202,14 +237,17 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
      ORDER BY k.i, f.ordering_seq NULLS FIRST
   )sql",
                           {TEXTARRAYOID, TEXTARRAYOID, INT4OID});
-  // Read after the keys' locks were taken (by the settle, before it moved the heads): a
-  // change that reordered these keys committed before, or counts as after.
-  const Versions versions = current_versions();
+  // Read after the keys' locks were taken (by the settle, before it moved the heads) and
+  // before the lookup: a change that reordered these keys committed before, or counts as
+  // after.
+  std::map<std::string, Versions> versions;
+  for (const std::string& endpoint : endpoints)
+    if (versions.count(endpoint) == 0) versions.emplace(endpoint, versions_of(endpoint));
   const TimestampTz now = pg_call([] { return GetCurrentTransactionStartTimestamp(); });
   std::vector<int64_t> not_due;
   auto take = [&](const std::string& endpoint, int64_t id, TimestampTz due) {
     if (due <= now) {
-      found_now.push_back({endpoint, {id, versions}});
+      found_now.push_back({endpoint, {id, versions.at(endpoint)}});
     } else {
       not_due.push_back(id);  // a head in the table: the claim index knows when it comes due
     }
@@ -220,7 +258,7 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
     KeyId key{endpoints[i], keys[i]};
     if (!seen.insert(key).second) continue;
     const Line* line = line_of(key);
-    if (line == nullptr || !(line->found == versions)) {
+    if (line == nullptr || !(line->found == versions.at(key.first))) {
       look_endpoints.push_back(key.first);
       look_keys.push_back(key.second);
       continue;
@@ -236,7 +274,7 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
     for (size_t r = 0; r < rows.size();) {
       const size_t k = static_cast<size_t>(rows.int64(r, 0)) - 1;
       KeyId key{look_endpoints[k], look_keys[k]};
-      Line line{{}, versions};
+      Line line{{}, versions.at(key.first), group_of(key.first)};
       // A head in the table first: the claim index has it, and this key needs no line.
       const bool head = rows.boolean(r, 2);
       const bool due = rows.int64(r, 3) <= 0;
@@ -271,7 +309,7 @@ void after_claim(const std::vector<int64_t>& passed, const std::vector<int64_t>&
   if (left.empty()) return;
   // Not taken: over the claim's limit or budget, or locked by someone (kept), or no
   // longer waiting in the queue (forgotten: whoever took it out or made it a head in the
-  // table bumped successions_version, so its key's line is not used again).
+  // table bumped its endpoint's group's version, so its key's line is not used again).
   static Statement gone(R"sql(
     SELECT v.id FROM unnest($1::bigint[]) AS v(id)
      WHERE NOT EXISTS (SELECT 1 FROM outbox.messages m WHERE m.id = v.id AND m.ordering_seq IS NOT NULL)
@@ -282,19 +320,29 @@ void after_claim(const std::vector<int64_t>& passed, const std::vector<int64_t>&
 }
 
 uint64_t settle_stale(const std::function<bool(const std::string&)>& served) {
-  const Versions versions = current_versions();
+  const uint64_t endpoints_version = endpoints_version_now();
+  const std::array<uint64_t, kSuccessionGroups> groups = group_versions();
   if (lost_track) {
     heal();
     healed_now = true;
   }
   // Lines found under other versions would only be looked up again: they go now (a line
-  // is a cache of lookups, dropped at any time without harm).
-  if (!(versions == lines_pruned_at)) {
-    for (auto it = lines.begin(); it != lines.end();)
-      it = it->second.found == versions ? std::next(it) : lines.erase(it);
-    lines_pruned_at = versions;
+  // is a cache of lookups, dropped at any time without harm). Only the lines of the
+  // groups that changed are looked at, unless the endpoints changed.
+  const bool endpoints_changed = endpoints_version != lines_pruned_at_endpoints;
+  uint64_t changed_groups = 0;
+  for (int g = 0; g < kSuccessionGroups; ++g)
+    if (groups[g] != lines_pruned_at_groups[g]) changed_groups |= uint64_t{1} << g;
+  if (endpoints_changed || changed_groups != 0) {
+    for (auto it = lines.begin(); it != lines.end();) {
+      const Line& line = it->second;
+      const bool look = endpoints_changed || ((changed_groups >> line.group) & 1u) != 0;
+      const bool current = line.found == Versions{endpoints_version, groups[line.group]};
+      it = !look || current ? std::next(it) : lines.erase(it);
+    }
+    lines_pruned_at_endpoints = endpoints_version;
+    lines_pruned_at_groups = groups;
   }
-  const uint64_t endpoints_version = versions.endpoints;
   if (ready_by_endpoint.empty()) return endpoints_version;
   // Each held message when the endpoints changed since the last look (the versions only
   // grow); else only whether each endpoint is still served.
@@ -314,7 +362,7 @@ uint64_t settle_stale(const std::function<bool(const std::string&)>& served) {
   return endpoints_version;
 }
 
-bool endpoints_unchanged_since(uint64_t endpoints_version) { return current_versions().endpoints == endpoints_version; }
+bool endpoints_unchanged_since(uint64_t endpoints_version) { return endpoints_version_now() == endpoints_version; }
 
 void heal() {
   // Every key with a waiting message, once; its first message, if it waits too.
@@ -332,12 +380,15 @@ void heal() {
   statement.run({});
 }
 
-void reordered_at_commit() { reordered_now = true; }
+void reordered_at_commit(const std::string& endpoint) { reordered_now |= uint64_t{1} << group_of(endpoint); }
+
+void reordered_everything_at_commit() { reordered_now = ~uint64_t{0}; }
 
 void forget() {
   ready_by_endpoint.clear();
   lines.clear();
-  lines_pruned_at = {};
+  lines_pruned_at_endpoints = 0;
+  lines_pruned_at_groups = {};
   held_judged_at = held_judged_now = 0;
   lost_track = healed_now = false;  // the caller heals (the worker, when it starts serving)
   found_now.clear();

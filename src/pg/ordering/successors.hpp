@@ -42,10 +42,13 @@ uint64_t settle_stale(const std::function<bool(const std::string&)>& served);
 // claim's snapshot saw none, and the held messages it took were still next.
 bool endpoints_unchanged_since(uint64_t endpoints_version);
 
-// This transaction, not the worker's, made a key's next message its head in the table,
-// or took keyed messages out of the queue, or moved one: at its commit, the lines of
-// messages the worker looked up ahead are stale (successors.cpp).
-void reordered_at_commit();
+// This transaction, not the worker's, made a key's next message of this endpoint its
+// head in the table, or took keyed messages of it out of the queue, or moved one from or
+// to it: at its commit, the lines of the endpoint's messages the worker looked up ahead
+// are stale (successors.cpp).
+void reordered_at_commit(const std::string& endpoint);
+// The same for every endpoint (a TRUNCATE of the queue).
+void reordered_everything_at_commit();
 
 // When the worker starts serving the database: a worker that stopped held the next
 // messages of some keys in its memory; the first message of every key that has no head

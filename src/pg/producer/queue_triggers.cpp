@@ -33,6 +33,6 @@ PG_OUTBOX_FUNCTION(pg_outbox_queue_changed) {
   pg_outbox::pg::queue_changed();
   // A TRUNCATE takes keyed messages out without the DELETE trigger that says so to the
   // worker's lines of messages looked up ahead.
-  if (TRIGGER_FIRED_BY_TRUNCATE(trigger->tg_event)) pg_outbox::pg::successors::reordered_at_commit();
+  if (TRIGGER_FIRED_BY_TRUNCATE(trigger->tg_event)) pg_outbox::pg::successors::reordered_everything_at_commit();
   return PointerGetDatum(nullptr);
 }

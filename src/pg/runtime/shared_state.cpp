@@ -49,7 +49,7 @@ void on_shmem_startup() {
       DatabaseSlot& slot = state->slots[i];
       pg_atomic_init_u32(&slot.wake_requested, 0);
       pg_atomic_init_u64(&slot.endpoints_version, 0);
-      pg_atomic_init_u64(&slot.successions_version, 0);
+      for (pg_atomic_uint64& version : slot.successions_versions) pg_atomic_init_u64(&version, 0);
       pg_atomic_init_u64(&slot.unmatched_publishes, 0);
       pg_atomic_init_u32(&slot.replays_waiting, 0);
       slot.lock = &locks[i].lock;

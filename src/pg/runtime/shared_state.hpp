@@ -55,10 +55,16 @@ struct WorkerIdentity {
   uint32 generation;
 };
 
+// How many groups of endpoints the versions of their keys' order are kept for.
+constexpr int kSuccessionGroups = 64;
+
 struct DatabaseSlot {
-  pg_atomic_uint32 wake_requested;       // collapses many commits into one SetLatch
-  pg_atomic_uint64 endpoints_version;    // bumped when a committed change touched outbox.endpoints
-  pg_atomic_uint64 successions_version;  // bumped when someone but the worker reordered keyed messages
+  pg_atomic_uint32 wake_requested;     // collapses many commits into one SetLatch
+  pg_atomic_uint64 endpoints_version;  // bumped when a committed change touched outbox.endpoints
+  // Bumped when someone but the worker reordered keyed messages of an endpoint, one per
+  // group of endpoints (ordering/successors.cpp): a pull reader's acks leave the worker's
+  // look-ahead of other endpoints alone.
+  pg_atomic_uint64 successions_versions[kSuccessionGroups];
   pg_atomic_uint64 unmatched_publishes;  // outbox.publish calls that found no subscriber (producer/subscribers.cpp)
   pg_atomic_uint32 replays_waiting;      // a committed outbox.replay left messages in outbox.replay_queue
   Latch* worker_latch;                   // nullptr while no worker runs

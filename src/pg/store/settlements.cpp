@@ -233,7 +233,7 @@ void settle(const Settlements& s, Keep keep, Succession succession) {
       successors::find(left.endpoints, left.keys);
     } else {
       promote_next_in_order(left.endpoints, left.keys);
-      successors::reordered_at_commit();
+      for (const std::string& endpoint : left.endpoints) successors::reordered_at_commit(endpoint);
     }
   }
   if (keep.attempts) log_attempts(s);
