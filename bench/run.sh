@@ -195,6 +195,40 @@ case_6b() {
   R[ordered30]=$(drain_case ordered $((BACKLOG / 30)))
 }
 
+# Case 6 beside a pull endpoint's reader that acknowledges keyed messages all the time
+# (5 at a time, about 300 acknowledgements a second), as an application's workers do
+# while the worker drains an ordered endpoint: the acknowledgements must not cost the
+# ordered endpoint its look-ahead.
+case_6c() {
+  log "6c. ordered endpoint, 1,000 keys, beside a pull endpoint's reader acknowledging keyed messages"
+  local rates=() cpus=() r reader
+  bench_sql -c "SELECT outbox.create_endpoint('taken', pull => true, ordered => true)" >/dev/null
+  for _ in $(seq "$RUNS"); do
+    bench_sql -c "INSERT INTO outbox.messages (endpoint, payload, ordering_key)
+                  SELECT 'taken', jsonb_build_object('n', g), 'p' || (g % 500) FROM generate_series(1, 200000) g" >/dev/null
+    fill ordered "$BACKLOG" 1000
+    bench_sql -c "VACUUM ANALYZE outbox.messages" >/dev/null
+    as_postgres "$PG_BIN/psql" -X -q -h "$CLUSTER_DIR" -p "$CLUSTER_PORT" -U postgres -d bench -c "
+      DO \$\$ BEGIN
+        FOR i IN 1 .. 100000 LOOP
+          PERFORM outbox.ack('taken', ARRAY(SELECT id FROM outbox.read('taken', 5)));
+          COMMIT;
+          PERFORM pg_sleep(0.002);
+        END LOOP;
+      END \$\$" >/dev/null 2>&1 &
+    reader=$!
+    sleep 1
+    r=$(drain ordered "$BACKLOG")
+    rates+=("${r% *}")
+    cpus+=("${r#* }")
+    bench_sql -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity
+                   WHERE query LIKE '%outbox.read(''taken''%' AND pid <> pg_backend_pid()" >/dev/null
+    wait "$reader" || true
+    bench_sql -c "DELETE FROM outbox.messages WHERE endpoint IN ('ordered', 'taken')" -c "VACUUM outbox.messages" >/dev/null
+  done
+  R[ordered_beside_pull]="$(printf '%s\n' "${rates[@]}" | median) $(printf '%s\n' "${cpus[@]}" | median)"
+}
+
 case_8() {
   log "8. publish to 1 and to 5 subscribers beside enqueue (pgbench, 4 clients, $ROUNDS interleaved rounds of $ROUND_SECONDS s, endpoints paused)"
   bench_sql -c "SELECT outbox.create_endpoint('parked' || i, url => 'http://127.0.0.1:$NGINX_PORT/parked')
@@ -367,11 +401,11 @@ case_11() {
 }
 
 # Which cases run: all by default; case 2 (the unordered HTTP drain) is the reference of
-# 3b, 5, 6 and 6b, and of the later cases, so it runs whenever one of them does. Case 3b
+# 3b, 5, 6, 6b and 6c, and of the later cases, so it runs whenever one of them does. Case 3b
 # compares with case 3 too.
-ALL_CASES="1 2 2b 2c 3 3b 4 5 5b 6 6b 7a 7b 7c 8 9 10 11"
+ALL_CASES="1 2 2b 2c 3 3b 4 5 5b 6 6b 6c 7a 7b 7c 8 9 10 11"
 selected=" ${CASES:-$ALL_CASES} "
-for c in 3b 5 6 6b 7a 7b 7c; do [[ $selected == *" $c "* ]] && selected+=" 2 "; done
+for c in 3b 5 6 6b 6c 7a 7b 7c; do [[ $selected == *" $c "* ]] && selected+=" 2 "; done
 [[ $selected == *" 10 "* ]] && selected+=" 3b "  # PgQ's consumer, a reference of case 10
 [[ $selected == *" 3b "* ]] && selected+=" 3 2 "
 want() { [[ $selected == *" $1 "* ]]; }
@@ -416,6 +450,8 @@ want 6 && row "6. ordered endpoint, 1,000 keys" "${R[ordered]% *} msg/s, ${R[ord
   "ratio $(ratio "${R[ordered]% *}" "$http_rate") to case 2"
 want 6b && row "6b. ordered endpoint, 30 messages per key" "${R[ordered30]% *} msg/s, ${R[ordered30]#* } ms CPU/1k" \
   "ratio $(ratio "${R[ordered30]% *}" "$http_rate") to case 2"
+want 6c && row "6c. ordered, 1,000 keys, beside a pull reader's acks" "${R[ordered_beside_pull]% *} msg/s, ${R[ordered_beside_pull]#* } ms CPU/1k" \
+  "ratio $(ratio "${R[ordered_beside_pull]% *}" "$http_rate") to case 2"
 if want 7a; then
   read -r off_rate off_cpu off_wal <<<"${R[attempts_off]}"
   read -r on_rate on_cpu on_wal <<<"${R[attempts_on]}"
