@@ -358,18 +358,19 @@ case_10() {
   bench_sql -c "SELECT outbox.create_endpoint('pulled', pull => true)" \
     -c "CREATE TABLE hand_queue (id bigserial PRIMARY KEY, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())" \
     >/dev/null
-  for _ in $(seq "$RUNS"); do
+  read_pulled() {  # a backlog, then the 4 readers: "msgs/s µs/msg"
     fill pulled "$BACKLOG"
     bench_sql -c "SELECT outbox.resume_endpoint('pulled')" -c "VACUUM ANALYZE outbox.messages" >/dev/null
-    r=$(/usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench pull pulled 4 100 "$BACKLOG")
+    /usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench pull pulled 4 100 "$BACKLOG"
+  }
+  for _ in $(seq "$RUNS"); do
+    r=$(read_pulled)
     pulls+=("${r% *}"); pull_cpus+=("${r#* }")
     # The same with nothing kept, as the hand-written consumer keeps nothing: what the
     # history and the attempt log cost the readers.
     bench_sql -c "ALTER SYSTEM SET pg_outbox.sent_retention = 0" -c "ALTER SYSTEM SET pg_outbox.attempt_retention = 0" \
       -c "SELECT pg_reload_conf()" >/dev/null
-    fill pulled "$BACKLOG"
-    bench_sql -c "SELECT outbox.resume_endpoint('pulled')" -c "VACUUM ANALYZE outbox.messages" >/dev/null
-    r=$(/usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench pull pulled 4 100 "$BACKLOG")
+    r=$(read_pulled)
     bares+=("${r% *}"); bare_cpus+=("${r#* }")
     bench_sql -c "ALTER SYSTEM RESET pg_outbox.sent_retention" -c "ALTER SYSTEM RESET pg_outbox.attempt_retention" \
       -c "SELECT pg_reload_conf()" >/dev/null
