@@ -240,11 +240,11 @@ sub enqueue_and_ack
 		qq{SELECT count(outbox.enqueue('raced', jsonb_build_object('g', '$group', 'n', g))) FROM generate_series(1, 2000) g});
 	1 while sql($node, q{SELECT outbox.ack('raced', ARRAY(SELECT id FROM outbox.read('raced', 1000)))}) > 0;
 }
-my $t0 = sql($node, 'SELECT clock_timestamp()');
+my $raced_from = sql($node, 'SELECT clock_timestamp()');
 enqueue_and_ack('W');
-my $t1 = sql($node, 'SELECT clock_timestamp()');
+my $after_w = sql($node, 'SELECT clock_timestamp()');
 enqueue_and_ack('X');
-is(sql($node, qq{SELECT outbox.replay('raced', '$t0', '$t1')}), 2000, 'raced: W replayed once');
+is(sql($node, qq{SELECT outbox.replay('raced', '$raced_from', '$after_w')}), 2000, 'raced: W replayed once');
 1 while sql($node, q{SELECT outbox.ack('raced', ARRAY(SELECT id FROM outbox.read('raced', 1000)))}) > 0;
 is(sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'raced'}), 0, 'raced: W delivered again');
 for my $round (1 .. 5)
@@ -252,7 +252,7 @@ for my $round (1 .. 5)
 	my $gate = $node->background_psql('postgres');
 	$gate->query_safe('SELECT pg_advisory_lock(4242)');
 	my @replays;
-	for my $since ($t0, $t1)
+	for my $since ($raced_from, $after_w)
 	{
 		my $session = $node->background_psql('postgres');
 		$session->query_until(qr/waiting/,
