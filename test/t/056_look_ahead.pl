@@ -57,7 +57,8 @@ sql($node, q{INSERT INTO outbox.messages (endpoint, payload, ordering_key)
               SELECT 'taker', jsonb_build_object('n', g), 'p' || (g % 500) FROM generate_series(1, 50000) g});
 
 # The reader: reads and acknowledges 5 keyed messages at a time, each in a transaction of
-# its own, for at most 60 s (it is stopped once the drain is over).
+# its own; 60,000 rounds (a minute or more) bound it, and it is cancelled once the drain
+# is over.
 my $reader = $node->background_psql('postgres');
 $reader->query_until(qr/reading/, q{\echo reading
 DO $$
