@@ -369,9 +369,8 @@ PG_OUTBOX_FUNCTION(pg_outbox_moved_message) {
     from = SPI_getvalue(trigger->tg_trigtuple, desc, SPI_fnumber(desc, "endpoint"));
     to = SPI_getvalue(trigger->tg_newtuple, desc, SPI_fnumber(desc, "endpoint"));
   });
-  if (keyed && (from == nullptr || to == nullptr)) {
-    successors::reordered_everything_at_commit();
-  } else if (keyed) {
+  if (from == nullptr || to == nullptr) throw std::logic_error("a message without an endpoint");  // NOT NULL
+  if (keyed) {
     successors::reordered_at_commit(from);
     successors::reordered_at_commit(to);
   }
