@@ -298,6 +298,25 @@ my @sp = split /\n/, $node->safe_psql('postgres', join ';', 'BEGIN', 'SAVEPOINT 
 is( $node->safe_psql('postgres',
 		q{SELECT string_agg(id || ':' || (ordering_seq IS NULL), ',' ORDER BY id) FROM outbox.messages WHERE ordering_key = 'sp'}),
 	"$sp[1]:true,$sp[2]:false", '7. a savepoint took back the first message of a key: the next one heads it');
+# One transaction over keys that have a head already (odd) and keys that have none
+# (even), a savepoint taking back the first message of one of each: every key keeps one
+# head, the one committed first, and the others follow in their commit order (the
+# commit looks at all the keys in one statement, ordering/ordering.cpp).
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s11', url => '%s', ordered => true);
+	SELECT outbox.pause_endpoint('s11')}, $recv->url('/hooks/s11')));
+$node->safe_psql('postgres', enqueue_sql('s11', 'before', "m$_")) for 1, 3, 5;
+$node->safe_psql('postgres', join ';', 'BEGIN',
+	(map { ('SAVEPOINT t', enqueue_sql('s11', 'taken-back', "m$_"), 'ROLLBACK TO SAVEPOINT t') } 2, 3),
+	(map { my $k = $_; map { enqueue_sql('s11', "new$_", "m$k") } 1, 2 } 1 .. 6), 'COMMIT');
+is( $node->safe_psql('postgres', q{SELECT string_agg(format('%s:%s:%s', ordering_key, heads, ordered), ' ' ORDER BY ordering_key)
+	  FROM (SELECT ordering_key, count(*) FILTER (WHERE ordering_seq IS NULL) AS heads,
+	               array_agg(id ORDER BY ordering_seq NULLS FIRST) = array_agg(id ORDER BY id) AS ordered
+	          FROM outbox.messages WHERE endpoint = 's11' GROUP BY ordering_key) k}),
+	join(' ', map { "m$_:1:t" } 1 .. 6),
+	'7. keys with and without a head in one transaction: one head each, the rest in commit order');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE endpoint = 's11'}),
+	15, '7. ... and the messages taken back are not there');
+
 # A transaction that deletes a head and enqueues to its key: one head, the promoted one.
 my $promoted = $sp[2];
 $node->safe_psql('postgres', join ';', 'BEGIN', "DELETE FROM outbox.messages WHERE id = $sp[1]",

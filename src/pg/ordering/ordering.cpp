@@ -116,16 +116,27 @@ int64_t id_of(TriggerData* trigger) {
   });
 }
 
-// Whether the key has a message already, read with a fresh snapshot, but the messages
-// being placed now (`placing`): its head, or the messages behind a head the worker took
-// out of the queue, the first of which it holds to claim itself (successors.cpp). Either
-// way the new message follows. The messages being placed are skipped by a hashed subplan.
-bool key_has_messages(const std::string& endpoint, const std::string& key, const std::vector<int64_t>& placing) {
-  static Statement others(
-      "SELECT 1 FROM outbox.messages h WHERE h.endpoint = $1 AND h.ordering_key = $2"
-      " AND h.id NOT IN (SELECT unnest($3::bigint[])) LIMIT 1",
-      {TEXTOID, TEXTOID, INT8ARRAYOID});
-  return others.run_latest({text_datum(endpoint), text_datum(key), int8_array(placing)}).size() > 0;
+// Which of these keys (endpoints[i], keys[i]) have a message already, read with a fresh
+// snapshot, besides the mine[i] messages being placed now, which are the key's: a head,
+// or the messages behind a head the worker took out of the queue, the first of which it
+// holds to claim itself (successors.cpp). Either way the new messages follow. A key has
+// one when it has more than mine[i] messages. One statement for all the keys: a bulk
+// INSERT of 100,000 keys looked them up one statement each. Counted, not excluded by id
+// (NOT IN): a hashed subplan of every id placed can outgrow hash_mem, and a plain one
+// compares every message with each of them.
+std::vector<bool> keys_with_messages(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys,
+                                     const std::vector<int32_t>& mine) {
+  static Statement others(R"sql(
+    SELECT k.i FROM unnest($1::text[], $2::text[], $3::int[]) WITH ORDINALITY AS k(endpoint, ordering_key, mine, i)
+     WHERE (SELECT count(*) FROM (SELECT FROM outbox.messages h
+                                   WHERE h.endpoint = k.endpoint AND h.ordering_key = k.ordering_key
+                                   LIMIT k.mine + 1) s) > k.mine
+  )sql",
+                          {TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID});
+  Rows rows = others.run_latest({text_array(endpoints), text_array(keys), int4_array(mine)});
+  std::vector<bool> busy(keys.size(), false);
+  for (size_t r = 0; r < rows.size(); ++r) busy[static_cast<size_t>(rows.int64(r, 0)) - 1] = true;
+  return busy;
 }
 
 bool is_ordered(const std::string& endpoint) {
@@ -135,11 +146,12 @@ bool is_ordered(const std::string& endpoint) {
 }
 
 // Puts these messages of the committing transaction in their keys' commit order: all
-// locks first (lowest first), then key by key. The messages of one key go in the order
-// of their numbers if they came with one (a restored dump: its head first), then of
-// their ids; the first that still exists (a savepoint may have taken one back) is the
+// locks first (lowest first), then the keys together. The messages of one key go in the
+// order of their numbers if they came with one (a restored dump: its head first), then
+// of their ids; the first that still exists (a savepoint may have taken one back) is the
 // head if the key has none, the others follow it, numbered in that order. The cost is
-// one look at each key's heads and existing messages, and one UPDATE for its followers.
+// three statements whatever the number of keys: one look at which of the batch's rows
+// exist, one at the keys' other messages, one UPDATE that numbers the followers.
 void place_sorted(const std::vector<Entry>& batch);
 
 void place(std::vector<Entry> batch) {
@@ -155,15 +167,13 @@ void place(std::vector<Entry> batch) {
 
 // place() for a batch sorted by key, with SPI connected and only index paths: the queue's
 // statistics say whatever it held when it was last analyzed (nothing, between two
-// bursts), and a plan that trusted them scanned the whole queue once per key. Per key:
-// one look at which of its messages still exist, then one UPDATE that numbers all its
-// followers in order (a bulk INSERT of keyed rows, a requeue_all or a replay, places
-// thousands at once).
+// bursts), and a plan that trusted them scanned the whole queue once per key.
 void place_sorted(const std::vector<Entry>& batch) {
   static Statement existing("SELECT m.id FROM outbox.messages m WHERE m.id = ANY ($1)", {INT8ARRAYOID});
   static Statement unnumber("UPDATE outbox.messages m SET ordering_seq = NULL WHERE m.id = ANY ($1)", {INT8ARRAYOID});
   // Followers in the order of their ids: the index scan of the primary key gives the
   // rows in that order (the array's is sorted), and each draws its number as it comes.
+  // Numbered together, the followers of each key are still numbered in its order.
   static Statement number_by_id(
       "UPDATE outbox.messages m SET ordering_seq = nextval('outbox.commit_order'::regclass) WHERE m.id = ANY ($1)",
       {INT8ARRAYOID});
@@ -172,48 +182,69 @@ void place_sorted(const std::vector<Entry>& batch) {
   static Statement number_one(
       "UPDATE outbox.messages m SET ordering_seq = nextval('outbox.commit_order'::regclass) WHERE m.id = $1",
       {INT8OID});
-  std::string ordered_endpoint;  // the last endpoint found ordered, and whether it was
-  bool ordered = false;
+  struct Key {
+    size_t first, end;  // its messages in batch
+  };
+  std::vector<Key> ordered_keys;            // the keys of ordered endpoints
   std::vector<int64_t> heads_with_numbers;  // heads that came with a number: it goes
+  std::string endpoint;                     // the last endpoint looked at, and whether it is ordered
+  bool ordered = false;
   for (size_t first = 0; first < batch.size();) {
     size_t end = first;
     while (end < batch.size() && batch[end].endpoint == batch[first].endpoint && batch[end].key == batch[first].key)
       ++end;
-    if (first == 0 || batch[first].endpoint != ordered_endpoint) {
-      ordered_endpoint = batch[first].endpoint;
-      ordered = is_ordered(ordered_endpoint);
+    if (first == 0 || batch[first].endpoint != endpoint) {
+      endpoint = batch[first].endpoint;
+      ordered = is_ordered(endpoint);
     }
     for (size_t i = first; i < end; ++i) ordered_ids.insert(batch[i].id);
-    if (!ordered) {
+    if (ordered) {
+      ordered_keys.push_back({first, end});
+    } else {
       // No order to keep: only a number the row came with goes.
       for (size_t i = first; i < end; ++i)
         if (batch[i].preset) heads_with_numbers.push_back(batch[i].id);
-      first = end;
-      continue;
-    }
-    std::vector<int64_t> ids;
-    for (size_t i = first; i < end; ++i) ids.push_back(batch[i].id);
-    bool follow = key_has_messages(batch[first].endpoint, batch[first].key, ids);
-    Rows there = existing.run_latest({int8_array(ids)});
-    std::unordered_set<int64_t> exist;
-    for (size_t r = 0; r < there.size(); ++r) exist.insert(there.int64(r, 0));
-    std::vector<int64_t> followers;
-    for (size_t i = first; i < end; ++i) {
-      if (exist.count(batch[i].id) == 0) continue;  // taken back by a savepoint
-      if (follow) {
-        followers.push_back(batch[i].id);
-      } else {
-        // The key's head: one that came without a number needs no write.
-        if (batch[i].preset) heads_with_numbers.push_back(batch[i].id);
-        follow = true;  // the others go behind it
-      }
-    }
-    if (std::is_sorted(followers.begin(), followers.end())) {
-      if (!followers.empty()) number_by_id.run_latest({int8_array(followers)});
-    } else {
-      for (int64_t id : followers) number_one.run_latest({Int64GetDatum(id)});
     }
     first = end;
+  }
+  if (!ordered_keys.empty()) {
+    std::vector<std::string> endpoints, keys;
+    std::vector<int64_t> placing;
+    for (const Key& k : ordered_keys) {
+      endpoints.push_back(batch[k.first].endpoint);
+      keys.push_back(batch[k.first].key);
+      for (size_t i = k.first; i < k.end; ++i) placing.push_back(batch[i].id);
+    }
+    Rows there = existing.run_latest({int8_array(placing)});
+    std::unordered_set<int64_t> exist;
+    for (size_t r = 0; r < there.size(); ++r) exist.insert(there.int64(r, 0));
+    std::vector<int32_t> mine;
+    for (const Key& k : ordered_keys)
+      mine.push_back(static_cast<int32_t>(std::count_if(batch.begin() + k.first, batch.begin() + k.end,
+                                                        [&](const Entry& e) { return exist.count(e.id); })));
+    const std::vector<bool> busy = keys_with_messages(endpoints, keys, mine);
+    std::vector<int64_t> by_id;  // the followers of keys whose followers are in id order
+    for (size_t n = 0; n < ordered_keys.size(); ++n) {
+      bool follow = busy[n];
+      std::vector<int64_t> followers;
+      for (size_t i = ordered_keys[n].first; i < ordered_keys[n].end; ++i) {
+        if (exist.count(batch[i].id) == 0) continue;  // taken back by a savepoint
+        if (follow) {
+          followers.push_back(batch[i].id);
+        } else {
+          // The key's head: one that came without a number needs no write.
+          if (batch[i].preset) heads_with_numbers.push_back(batch[i].id);
+          follow = true;  // the others go behind it
+        }
+      }
+      if (std::is_sorted(followers.begin(), followers.end())) {
+        by_id.insert(by_id.end(), followers.begin(), followers.end());
+      } else {
+        for (int64_t id : followers) number_one.run_latest({Int64GetDatum(id)});
+      }
+    }
+    std::sort(by_id.begin(), by_id.end());
+    if (!by_id.empty()) number_by_id.run_latest({int8_array(by_id)});
   }
   if (!heads_with_numbers.empty()) unnumber.run_latest({int8_array(heads_with_numbers)});
 }
