@@ -316,6 +316,14 @@ is( $node->safe_psql('postgres', q{SELECT string_agg(format('%s:%s:%s', ordering
 	'7. keys with and without a head in one transaction: one head each, the rest in commit order');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE endpoint = 's11'}),
 	15, '7. ... and the messages taken back are not there');
+# An operator's DELETE of the six heads in one statement: each key's next message heads it
+# (the statement's keys are promoted together, ordering/ordering.cpp).
+$node->safe_psql('postgres', q{DELETE FROM outbox.messages WHERE endpoint = 's11' AND ordering_seq IS NULL});
+is( $node->safe_psql('postgres', q{SELECT string_agg(format('%s:%s:%s', ordering_key, heads, ordered), ' ' ORDER BY ordering_key)
+	  FROM (SELECT ordering_key, count(*) FILTER (WHERE ordering_seq IS NULL) AS heads,
+	               array_agg(id ORDER BY ordering_seq NULLS FIRST) = array_agg(id ORDER BY id) AS ordered
+	          FROM outbox.messages WHERE endpoint = 's11' GROUP BY ordering_key) k}),
+	join(' ', map { "m$_:1:t" } 1 .. 6), "6. one DELETE of six keys' heads: each key's next message heads it");
 
 # A transaction that deletes a head and enqueues to its key: one head, the promoted one.
 my $promoted = $sp[2];

@@ -15,9 +15,9 @@
 //   number becomes the head, unless the key still has one: for the heads the worker
 //   settles, it claims that follower itself (successors.cpp: no write); for a pull
 //   reader's ack and for anyone else's DELETE or change of key, it is made a head in the
-//   table (promote_next_in_order, the rule written once), by the settle or by AFTER
-//   triggers (outbox._heads_gone per DELETE statement, outbox._next_in_order per row
-//   whose key changes).
+//   table (promote_next_in_order, the rule written once) by AFTER triggers
+//   (outbox._heads_gone per DELETE statement, all its keys together;
+//   outbox._next_in_order per row whose key changes).
 // The claim index thus never holds a follower: a blocked key costs the claim nothing,
 // however many messages wait behind the head. The worker takes the locks of the keyed
 // messages it settles before it moves them, in the same sorted order as a committing
@@ -46,6 +46,7 @@ extern "C" {
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <stdexcept>
 #include <unordered_set>
@@ -265,8 +266,8 @@ void order_at_commit(int64_t id, const std::string& endpoint, const std::string&
 // UPDATE, which inserts the new head's entry into that very page, it never was: every
 // promotion of a key walked all the entries its predecessors left, and their heap pages
 // (a quarter of the worker's CPU per message in bench/run.sh case 6).
-int64_t promote_next_in_order(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys,
-                              Statement::Visibility visibility) {
+Rows promote_next_in_order(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys,
+                           Statement::Visibility visibility) {
   static Statement promote(R"sql(
     UPDATE outbox.messages m SET ordering_seq = NULL
      WHERE m.id = ANY (ARRAY(
@@ -275,10 +276,10 @@ int64_t promote_next_in_order(const std::vector<std::string>& endpoints, const s
                       ORDER BY f.ordering_seq NULLS FIRST LIMIT 1)
                FROM unnest($1::text[], $2::text[]) AS k(endpoint, ordering_key)))
        AND m.ordering_seq IS NOT NULL
-    RETURNING m.id
+    RETURNING m.endpoint, m.ordering_key
   )sql",
                            {TEXTARRAYOID, TEXTARRAYOID});
-  return static_cast<int64_t>(promote.run({text_array(endpoints), text_array(keys)}, visibility).size());
+  return promote.run({text_array(endpoints), text_array(keys)}, visibility);
 }
 
 void lock_orderings(std::vector<int32_t> locks) {
@@ -318,25 +319,46 @@ PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
 
 namespace {
 
-// A key's head left the queue, or may have (by anyone but the worker, whose settle
-// promotes right after the statements that move the heads): if the key is left without a
-// head, its next message becomes the head. The follower picked may be leaving itself
+// These keys' heads left the queue, or may have (by anyone but the worker, whose settle
+// promotes right after the statements that move the heads): each key left without a
+// head gets its next message as the head. The follower picked may be leaving itself
 // (another DELETE, not yet committed): the UPDATE then waits for it and finds it gone, and
-// the next follower is looked for again. SPI connected; the key's lock taken.
-bool promote_after_head_left(const std::string& endpoint, const std::string& key) {
+// the keys still without a head and with a follower are looked at again. All the keys
+// in each statement: a pull reader's ack of 100 keyed messages looked at them one
+// statement or two each. SPI connected; the keys' locks taken.
+bool promote_after_heads_left(std::vector<std::string> endpoints, std::vector<std::string> keys) {
   using namespace pg_outbox::pg;
-  static Statement next_in_line(R"sql(
-    SELECT f.ordering_seq IS NOT NULL FROM outbox.messages f WHERE f.endpoint = $1 AND f.ordering_key = $2
-     ORDER BY f.ordering_seq NULLS FIRST LIMIT 1
+  // The keys whose first message (a head first) is a follower: left without a head.
+  static Statement headless(R"sql(
+    SELECT k.i FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(endpoint, ordering_key, i)
+     WHERE (SELECT f.ordering_seq IS NOT NULL FROM outbox.messages f
+             WHERE f.endpoint = k.endpoint AND f.ordering_key = k.ordering_key
+             ORDER BY f.ordering_seq NULLS FIRST LIMIT 1)
   )sql",
-                                {TEXTOID, TEXTOID});
-  const std::vector<std::string> endpoints = {endpoint}, keys = {key};
-  for (int tries = 0; tries < 100; ++tries) {
-    if (promote_next_in_order(endpoints, keys, Statement::Visibility::kLatest) > 0) return true;
-    Rows first = next_in_line.run_latest({text_datum(endpoint), text_datum(key)});
-    if (first.size() == 0 || !first.boolean(0, 0)) break;  // nobody waits, or a head remains
+                            {TEXTARRAYOID, TEXTARRAYOID});
+  bool promoted = false;
+  for (int tries = 0; tries < 100 && !keys.empty(); ++tries) {
+    Rows heads = promote_next_in_order(endpoints, keys, Statement::Visibility::kLatest);
+    promoted = promoted || heads.size() > 0;
+    std::set<std::pair<std::string, std::string>> done;
+    for (size_t r = 0; r < heads.size(); ++r) done.emplace(heads.text(r, 0), heads.text(r, 1));
+    std::vector<std::string> left_endpoints, left_keys;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (done.count({endpoints[i], keys[i]}) == 0) {
+        left_endpoints.push_back(endpoints[i]);
+        left_keys.push_back(keys[i]);
+      }
+    if (left_keys.empty()) break;
+    Rows waiting = headless.run_latest({text_array(left_endpoints), text_array(left_keys)});
+    endpoints.clear();
+    keys.clear();
+    for (size_t r = 0; r < waiting.size(); ++r) {
+      const size_t i = static_cast<size_t>(waiting.int64(r, 0)) - 1;
+      endpoints.push_back(left_endpoints[i]);
+      keys.push_back(left_keys[i]);
+    }
   }
-  return false;
+  return promoted;
 }
 
 }  // namespace
@@ -349,7 +371,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_next_in_order) {
   successors::reordered_at_commit(row.endpoint);
   lock_orderings({pg_outbox::core::ordering_lock(row.endpoint, row.key)});
   bool promoted = false;
-  with_spi([&] { promoted = promote_after_head_left(row.endpoint, row.key); });
+  with_spi([&] { promoted = promote_after_heads_left({row.endpoint}, {row.key}); });
   if (promoted) wake_worker_at_commit();
   return PointerGetDatum(nullptr);
 }
@@ -369,11 +391,14 @@ PG_OUTBOX_FUNCTION(pg_outbox_heads_gone) {
         if (keys.size() == 0) return;
         for (size_t r = 0; r < keys.size(); ++r) successors::reordered_at_commit(keys.text(r, 0));
         std::vector<int32_t> locks;
-        for (size_t r = 0; r < keys.size(); ++r)
+        std::vector<std::string> endpoints, names;
+        for (size_t r = 0; r < keys.size(); ++r) {
           locks.push_back(pg_outbox::core::ordering_lock(keys.text(r, 0), keys.text(r, 1)));
+          endpoints.push_back(keys.text(r, 0));
+          names.push_back(keys.text(r, 1));
+        }
         lock_orderings(std::move(locks));
-        for (size_t r = 0; r < keys.size(); ++r)
-          promoted = promote_after_head_left(keys.text(r, 0), keys.text(r, 1)) || promoted;
+        promoted = promote_after_heads_left(std::move(endpoints), std::move(names));
       },
       trigger);
   if (promoted) wake_worker_at_commit();

@@ -24,8 +24,9 @@ void order_at_commit(int64_t id, const std::string& endpoint, const std::string&
 void lock_orderings(std::vector<int32_t> locks);
 
 // These keys' heads left the queue (the caller holds their locks): each key's next
-// message becomes its head. Returns how many were promoted. SPI must be connected.
-int64_t promote_next_in_order(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys,
-                              Statement::Visibility visibility = Statement::Visibility::kStatement);
+// message becomes its head. Returns the (endpoint, ordering_key) of each promoted one.
+// SPI must be connected.
+Rows promote_next_in_order(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys,
+                           Statement::Visibility visibility = Statement::Visibility::kStatement);
 
 }  // namespace pg_outbox::pg

@@ -228,14 +228,10 @@ void settle(const Settlements& s, Keep keep, Succession succession) {
   if (!s.sent.empty()) settle_sent(s.sent, keep.history, left);
   if (!s.retry.empty()) settle_retry(s.retry);
   if (!s.dead.empty()) settle_dead(s.dead, left);
-  if (!left.keys.empty()) {
-    if (succession == Succession::kClaimedByWorker) {
-      successors::find(left.endpoints, left.keys);
-    } else {
-      promote_next_in_order(left.endpoints, left.keys);
-      for (const std::string& endpoint : left.endpoints) successors::reordered_at_commit(endpoint);
-    }
-  }
+  // In the table (a pull reader's answer), the statements that moved the heads made each
+  // key's next message its head already: their AFTER DELETE trigger (outbox._heads_gone,
+  // ordering/ordering.cpp), which fires for every session but the worker.
+  if (!left.keys.empty() && succession == Succession::kClaimedByWorker) successors::find(left.endpoints, left.keys);
   if (keep.attempts) log_attempts(s);
   if (!s.given_back.empty()) settle_given_back(s.given_back);
   if (!s.finished_claims.empty()) finish_claims(s.finished_claims);

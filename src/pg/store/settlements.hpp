@@ -76,8 +76,8 @@ struct Keep {
 };
 
 // Who takes a key's next message when its head leaves: the worker's settle claims it
-// itself (ordering/successors.hpp); any other (a pull reader's ack) makes it the head in
-// the table (ordering/ordering.hpp).
+// itself (ordering/successors.hpp); for any other (a pull reader's ack) the queue's AFTER
+// DELETE trigger makes it the head in the table (ordering/ordering.cpp).
 enum class Succession { kInTable, kClaimedByWorker };
 
 // The keyed heads that leave the queue hand their place to their key's next message,
