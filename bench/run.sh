@@ -353,24 +353,29 @@ case_7c() {
 }
 
 case_10() {
-  log "10. pull consumers: 4 readers, batches of 100, read + ack of $BACKLOG messages (also with nothing kept), beside the hand-written SKIP LOCKED consumer"
-  local pulls=() hands=() bares=() pull_cpus=() hand_cpus=() bare_cpus=() r
+  log "10. pull consumers: 4 readers, batches of 100, read + ack of $BACKLOG messages (also with nothing kept, and on an ordered endpoint), beside the hand-written SKIP LOCKED consumer"
+  local pulls=() hands=() bares=() ordered=() pull_cpus=() hand_cpus=() bare_cpus=() ordered_cpus=() r
   bench_sql -c "SELECT outbox.create_endpoint('pulled', pull => true)" \
+    -c "SELECT outbox.create_endpoint('pulled_ordered', pull => true, ordered => true)" \
     -c "CREATE TABLE hand_queue (id bigserial PRIMARY KEY, payload jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())" \
     >/dev/null
-  read_pulled() {  # a backlog, then the 4 readers: "msgs/s µs/msg"
-    fill pulled "$BACKLOG"
-    bench_sql -c "SELECT outbox.resume_endpoint('pulled')" -c "VACUUM ANALYZE outbox.messages" >/dev/null
-    /usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench pull pulled 4 100 "$BACKLOG"
+  read_pulled() {  # ENDPOINT [KEYS]: a backlog, then the 4 readers: "msgs/s µs/msg"
+    fill "$1" "$BACKLOG" "${2:-0}"
+    bench_sql -c "SELECT outbox.resume_endpoint('$1')" -c "VACUUM ANALYZE outbox.messages" >/dev/null
+    /usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench pull "$1" 4 100 "$BACKLOG"
   }
   for _ in $(seq "$RUNS"); do
-    r=$(read_pulled)
+    r=$(read_pulled pulled)
     pulls+=("${r% *}"); pull_cpus+=("${r#* }")
+    # An ordered pull endpoint, 10 messages per key: each read takes heads only, and
+    # each ack makes the acknowledged keys' next messages their heads.
+    r=$(read_pulled pulled_ordered $((BACKLOG / 10)))
+    ordered+=("${r% *}"); ordered_cpus+=("${r#* }")
     # The same with nothing kept, as the hand-written consumer keeps nothing: what the
     # history and the attempt log cost the readers.
     bench_sql -c "ALTER SYSTEM SET pg_outbox.sent_retention = 0" -c "ALTER SYSTEM SET pg_outbox.attempt_retention = 0" \
       -c "SELECT pg_reload_conf()" >/dev/null
-    r=$(read_pulled)
+    r=$(read_pulled pulled)
     bares+=("${r% *}"); bare_cpus+=("${r#* }")
     bench_sql -c "ALTER SYSTEM RESET pg_outbox.sent_retention" -c "ALTER SYSTEM RESET pg_outbox.attempt_retention" \
       -c "SELECT pg_reload_conf()" >/dev/null
@@ -384,6 +389,7 @@ case_10() {
   R[pull]="$(printf '%s\n' "${pulls[@]}" | median) $(printf '%s\n' "${pull_cpus[@]}" | median)"
   R[hand_pull]="$(printf '%s\n' "${hands[@]}" | median) $(printf '%s\n' "${hand_cpus[@]}" | median)"
   R[bare_pull]="$(printf '%s\n' "${bares[@]}" | median) $(printf '%s\n' "${bare_cpus[@]}" | median)"
+  R[ordered_pull]="$(printf '%s\n' "${ordered[@]}" | median) $(printf '%s\n' "${ordered_cpus[@]}" | median)"
 }
 
 case_11() {
@@ -480,6 +486,8 @@ want 10 && row "10. pull endpoint, 4 readers, read + ack by 100" "${R[pull]% *} 
   "hand-written SKIP LOCKED ${R[hand_pull]% *} msg/s, ${R[hand_pull]#* } µs/msg, ratio $(ratio "${R[pull]% *}" "${R[hand_pull]% *}"); PgQ 3b $(ratio "${R[pull]% *}" "${R[pgq_drain]% *}")"
 want 10 && row "10b. the same, nothing kept (both retentions 0)" "${R[bare_pull]% *} msg/s, ${R[bare_pull]#* } µs backend CPU/msg" \
   "hand-written: ratio $(ratio "${R[bare_pull]% *}" "${R[hand_pull]% *}")"
+want 10 && row "10c. ordered pull endpoint, $((BACKLOG / 10)) keys × 10" "${R[ordered_pull]% *} msg/s, ${R[ordered_pull]#* } µs backend CPU/msg" \
+  "case 10: ratio $(ratio "${R[ordered_pull]% *}" "${R[pull]% *}")"
 if want 11; then
   read -r pl_n pl_p50 pl_p95 pl_p99 pl_max <<<"${R[pull_latency]}"
   row "11. COMMIT -> read(wait) at 1,000 msg/s, 30 s" "p50 $pl_p50 ms, p95 $pl_p95 ms, p99 $pl_p99 ms" "max $pl_max ms, $pl_n samples"
