@@ -316,6 +316,24 @@ is( $node->safe_psql('postgres', q{SELECT string_agg(format('%s:%s:%s', ordering
 	'7. keys with and without a head in one transaction: one head each, the rest in commit order');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM outbox.messages WHERE endpoint = 's11'}),
 	15, '7. ... and the messages taken back are not there');
+# A message moved to another key before its transaction commits is no message of the key
+# it left (its neighbour there still follows the committed head) and heads its new key.
+# An enqueue with an idempotency key is one message of its key, not two: behind a
+# committed head it follows, and alone in its key it heads it.
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s13', url => '%s', ordered => true);
+	SELECT outbox.pause_endpoint('s13')}, $recv->url('/hooks/s13')));
+$node->safe_psql('postgres', enqueue_sql('s13', 'head', $_)) for 'left', 'idem';
+$node->safe_psql('postgres', join ';', 'BEGIN', enqueue_sql('s13', 'stays', 'left'),
+	enqueue_sql('s13', 'moved', 'left'), q{UPDATE outbox.messages SET ordering_key = 'new' WHERE payload->>'n' = 'moved'},
+	enqueue_sql('s13', 'plain', 'idem'),
+	q{SELECT outbox.enqueue('s13', '{}', ordering_key => 'idem', idempotency_key => 'i1')},
+	q{SELECT outbox.enqueue('s13', '{}', ordering_key => 'alone', idempotency_key => 'i2')}, 'COMMIT');
+is( $node->safe_psql('postgres', q{SELECT string_agg(format('%s:%s/%s', ordering_key, heads, n), ' ' ORDER BY ordering_key)
+	  FROM (SELECT ordering_key, count(*) FILTER (WHERE ordering_seq IS NULL) AS heads, count(*) AS n
+	          FROM outbox.messages WHERE endpoint = 's13' GROUP BY ordering_key) k}),
+	'alone:1/1 idem:1/3 left:1/2 new:1/1',
+	'7. a message moved before its commit, and enqueues with an idempotency key: one head per key');
+
 # An operator's DELETE of the six heads in one statement: each key's next message heads it
 # (the statement's keys are promoted together, ordering/ordering.cpp).
 $node->safe_psql('postgres', q{DELETE FROM outbox.messages WHERE endpoint = 's11' AND ordering_seq IS NULL});

@@ -136,7 +136,7 @@ std::vector<bool> keys_with_messages(const std::vector<std::string>& endpoints, 
                           {TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID});
   Rows rows = others.run_latest({text_array(endpoints), text_array(keys), int4_array(mine)});
   std::vector<bool> busy(keys.size(), false);
-  for (size_t r = 0; r < rows.size(); ++r) busy[static_cast<size_t>(rows.int64(r, 0)) - 1] = true;
+  for (size_t r = 0; r < rows.size(); ++r) busy.at(static_cast<size_t>(rows.int64(r, 0)) - 1) = true;
   return busy;
 }
 
@@ -163,6 +163,10 @@ void place(std::vector<Entry> batch) {
   std::sort(batch.begin(), batch.end(), [](const Entry& a, const Entry& b) {
     return std::tie(a.endpoint, a.key, a.preset, a.id) < std::tie(b.endpoint, b.key, b.preset, b.id);
   });
+  // A row noted twice is one message: counted twice, it would be taken for its key's other
+  // message (ordering/ordering.cpp, place_sorted).
+  batch.erase(std::unique(batch.begin(), batch.end(), [](const Entry& a, const Entry& b) { return a.id == b.id; }),
+              batch.end());
   with_index_plans([&] { with_spi([&] { place_sorted(batch); }); });
 }
 
@@ -170,7 +174,14 @@ void place(std::vector<Entry> batch) {
 // statistics say whatever it held when it was last analyzed (nothing, between two
 // bursts), and a plan that trusted them scanned the whole queue once per key.
 void place_sorted(const std::vector<Entry>& batch) {
-  static Statement existing("SELECT m.id FROM outbox.messages m WHERE m.id = ANY ($1)", {INT8ARRAYOID});
+  // The batch's rows still there and still in the key they were noted in: one taken back
+  // by a savepoint is gone, and one moved to another endpoint or key before the commit
+  // heads its new key already (outbox._moved_message) and is no message of the old one.
+  static Statement existing(R"sql(
+    SELECT m.id FROM unnest($1::bigint[], $2::text[], $3::text[]) AS b(id, endpoint, ordering_key)
+      JOIN outbox.messages m ON m.id = b.id AND m.endpoint = b.endpoint AND m.ordering_key = b.ordering_key
+  )sql",
+                            {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID});
   static Statement unnumber("UPDATE outbox.messages m SET ordering_seq = NULL WHERE m.id = ANY ($1)", {INT8ARRAYOID});
   // Followers in the order of their ids: the index scan of the primary key gives the
   // rows in that order (the array's is sorted), and each draws its number as it comes.
@@ -211,12 +222,17 @@ void place_sorted(const std::vector<Entry>& batch) {
   if (!ordered_keys.empty()) {
     std::vector<std::string> endpoints, keys;
     std::vector<int64_t> placing;
+    std::vector<std::string> placing_endpoints, placing_keys;
     for (const Key& k : ordered_keys) {
       endpoints.push_back(batch[k.first].endpoint);
       keys.push_back(batch[k.first].key);
-      for (size_t i = k.first; i < k.end; ++i) placing.push_back(batch[i].id);
+      for (size_t i = k.first; i < k.end; ++i) {
+        placing.push_back(batch[i].id);
+        placing_endpoints.push_back(batch[i].endpoint);
+        placing_keys.push_back(batch[i].key);
+      }
     }
-    Rows there = existing.run_latest({int8_array(placing)});
+    Rows there = existing.run_latest({int8_array(placing), text_array(placing_endpoints), text_array(placing_keys)});
     std::unordered_set<int64_t> exist;
     for (size_t r = 0; r < there.size(); ++r) exist.insert(there.int64(r, 0));
     std::vector<int32_t> mine;
@@ -229,7 +245,7 @@ void place_sorted(const std::vector<Entry>& batch) {
       bool follow = busy[n];
       std::vector<int64_t> followers;
       for (size_t i = ordered_keys[n].first; i < ordered_keys[n].end; ++i) {
-        if (exist.count(batch[i].id) == 0) continue;  // taken back by a savepoint
+        if (exist.count(batch[i].id) == 0) continue;  // taken back by a savepoint, or moved
         if (follow) {
           followers.push_back(batch[i].id);
         } else {
@@ -354,8 +370,8 @@ bool promote_after_heads_left(std::vector<std::string> endpoints, std::vector<st
     keys.clear();
     for (size_t r = 0; r < waiting.size(); ++r) {
       const size_t i = static_cast<size_t>(waiting.int64(r, 0)) - 1;
-      endpoints.push_back(left_endpoints[i]);
-      keys.push_back(left_keys[i]);
+      endpoints.push_back(left_endpoints.at(i));
+      keys.push_back(left_keys.at(i));
     }
   }
   return promoted;

@@ -320,7 +320,10 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
   // The INSERT statement of the idempotent path noted its row itself (or found the
   // message already queued): the reservation is not needed.
   if (reserved && key != nullptr) release_queued(name);
-  if (inserted != 0 && facts.ordered && !PG_ARGISNULL(kOrderingKey)) {
+  // Only the row inserted without a statement is noted here: the idempotent path's INSERT
+  // statement noted its row itself (outbox._note_inserts), and a row noted twice was
+  // taken for two messages of its key at commit.
+  if (inserted != 0 && key == nullptr && facts.ordered && !PG_ARGISNULL(kOrderingKey)) {
     const char* ordering_key =
         pg_call([&] { return static_cast<const char*>(TextDatumGetCString(PG_GETARG_DATUM(kOrderingKey))); });
     pg_outbox::pg::order_at_commit(inserted, name, ordering_key);

@@ -3,6 +3,7 @@
 #include "pg/boundary/spi.hpp"
 #include "pg/ordering/ordering.hpp"
 #include "pg/ordering/successors.hpp"
+#include "pg/runtime/process_role.hpp"
 #include "pg/runtime/settings.hpp"
 
 extern "C" {
@@ -11,6 +12,7 @@ extern "C" {
 }
 
 #include <iterator>
+#include <stdexcept>
 
 namespace pg_outbox::pg::store {
 
@@ -217,6 +219,9 @@ void Settlements::take_results(Settlements& from) {
 Keep kept() { return {settings.sent_retention_s > 0, settings.attempt_retention_s > 0}; }
 
 void settle(const Settlements& s, Keep keep, Succession succession) {
+  // The worker's moving statements fire no promoting trigger: it claims the next ones.
+  if (succession == Succession::kInTable && is_delivery_worker())
+    throw std::logic_error("the worker settles with Succession::kClaimedByWorker");
   // Before any head leaves: the keys' locks, under which its next message is promoted.
   std::vector<int32_t> locks;
   for (const auto& sent : s.sent)
@@ -230,7 +235,8 @@ void settle(const Settlements& s, Keep keep, Succession succession) {
   if (!s.dead.empty()) settle_dead(s.dead, left);
   // In the table (a pull reader's answer), the statements that moved the heads made each
   // key's next message its head already: their AFTER DELETE trigger (outbox._heads_gone,
-  // ordering/ordering.cpp), which fires for every session but the worker.
+  // ordering/ordering.cpp), which fires for every session but the worker. (With triggers
+  // off, session_replication_role = replica, no commit orders a key either.)
   if (!left.keys.empty() && succession == Succession::kClaimedByWorker) successors::find(left.endpoints, left.keys);
   if (keep.attempts) log_attempts(s);
   if (!s.given_back.empty()) settle_given_back(s.given_back);
