@@ -23,9 +23,11 @@
 // messages it settles before it moves them, in the same sorted order as a committing
 // producer.
 // A transaction's own keyed messages are known before its commit: outbox.enqueue notes
-// them, and a statement trigger (outbox._note_inserts, producer/queue_triggers.cpp) notes the
-// rows of plain INSERT statements. The first commit-time call places them all, after
-// taking all their locks: rows of the same transaction never take each other for a head.
+// the rows it inserts without a statement, and a statement trigger (outbox._note_inserts,
+// producer/queue_triggers.cpp) the rows of INSERT statements (enqueue's with an
+// idempotency key among them); a row is noted once. The first commit-time call places
+// them all, after taking all their locks: rows of the same transaction never take each
+// other for a head.
 #include "pg/ordering/ordering.hpp"
 
 #include "core/ordering_lock.hpp"
@@ -336,7 +338,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
 namespace {
 
 // These keys' heads left the queue, or may have (by anyone but the worker, whose settle
-// promotes right after the statements that move the heads): each key left without a
+// claims a key's next message itself: successors.cpp): each key left without a
 // head gets its next message as the head. The follower picked may be leaving itself
 // (another DELETE, not yet committed): the UPDATE then waits for it and finds it gone, and
 // the keys still without a head and with a follower are looked at again. All the keys
