@@ -155,7 +155,8 @@ CREATE TRIGGER messages_wake
 -- transaction's rows together (outbox.enqueue notes its own); so are its rows' counts
 -- for max_pending, kept in shared memory, which rows removed by anyone but the worker
 -- make the worker count again (src/pg/producer/queued_count.cpp).  A message moved to another
--- endpoint or key heads its new key (or none) rather than keep a place in the old one.
+-- endpoint or key keeps no place in the old one; it takes its place in the new one at the
+-- move's commit, as an inserted message does (behind the key's messages, or its head).
 CREATE TRIGGER messages_note_inserts
     AFTER INSERT ON outbox.messages REFERENCING NEW TABLE AS inserted
     FOR EACH STATEMENT EXECUTE FUNCTION outbox._note_inserts();
@@ -169,6 +170,11 @@ CREATE TRIGGER messages_moved
     BEFORE UPDATE OF endpoint, ordering_key ON outbox.messages
     FOR EACH ROW WHEN (OLD.endpoint IS DISTINCT FROM NEW.endpoint OR OLD.ordering_key IS DISTINCT FROM NEW.ordering_key)
     EXECUTE FUNCTION outbox._moved_message();
+CREATE CONSTRAINT TRIGGER messages_moved_at_commit
+    AFTER UPDATE OF endpoint, ordering_key ON outbox.messages DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (NEW.ordering_key IS NOT NULL
+                       AND (OLD.endpoint IS DISTINCT FROM NEW.endpoint OR OLD.ordering_key IS DISTINCT FROM NEW.ordering_key))
+    EXECUTE FUNCTION outbox._order_at_commit();
 CREATE TRIGGER messages_next_in_order
     AFTER UPDATE OF endpoint, ordering_key ON outbox.messages
     FOR EACH ROW WHEN (OLD.ordering_key IS NOT NULL AND outbox._trigger_promotes())

@@ -17,7 +17,8 @@
 #     messages waiting behind a head; alter_endpoint(ordered => ...) orders or releases
 #     what is queued.
 #  7. Several rows of one key in one transaction (one INSERT statement, requeue_all)
-#     keep their order.
+#     keep their order; a message moved into a key with messages follows them, and a
+#     key moved whole keeps its order.
 #  8. 20,000 messages behind a blocked head cost the claim nothing (claim index reads).
 use strict;
 use warnings;
@@ -355,6 +356,38 @@ my $mover = $node->safe_psql('postgres', q{SELECT id FROM outbox.messages WHERE 
 $node->safe_psql('postgres', "UPDATE outbox.messages SET ordering_key = 'elsewhere' WHERE id = $mover");
 is($node->safe_psql('postgres', "SELECT ordering_seq IS NULL FROM outbox.messages WHERE id = $mover"),
 	't', '7. a message moved to another key heads it');
+
+# A message moved into a key that has messages follows them, placed at the move's commit
+# as an insert is; messages moved together (a whole key) keep their commit order, which
+# is not their ids' order here (p2 committed before p1), the head first.
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s14', url => '%s', ordered => true);
+	SELECT outbox.pause_endpoint('s14')}, $recv->url('/hooks/s14')));
+my %mv;
+$mv{$_} = $node->safe_psql('postgres', enqueue_sql('s14', $_, 'full')) for 'f1', 'f2';
+my $sm = $node->background_psql('postgres');
+$sm->query_safe('BEGIN');
+$mv{p1} = $sm->query_safe(enqueue_sql('s14', 'p1', 'src'));
+$mv{p2} = $node->safe_psql('postgres', enqueue_sql('s14', 'p2', 'src'));
+$sm->query_safe('COMMIT');
+$sm->quit;
+$mv{p3} = $node->safe_psql('postgres', enqueue_sql('s14', 'p3', 'src'));
+$mv{x} = $node->safe_psql('postgres', enqueue_sql('s14', 'x', 'lone'));
+$node->safe_psql('postgres', "UPDATE outbox.messages SET ordering_key = 'full' WHERE id = $mv{x}");
+$node->safe_psql('postgres', q{UPDATE outbox.messages SET ordering_key = 'dst' WHERE ordering_key = 'src'});
+my $key_order = q{SELECT string_agg(format('%s:%s:%s', ordering_key, heads, ids), ' ' ORDER BY ordering_key)
+	FROM (SELECT ordering_key, count(*) FILTER (WHERE ordering_seq IS NULL) AS heads,
+	             string_agg(id::text, ',' ORDER BY ordering_seq NULLS FIRST) AS ids
+	        FROM outbox.messages WHERE endpoint = 's14' GROUP BY ordering_key) k};
+my $expected_order = "dst:1:$mv{p2},$mv{p1},$mv{p3} full:1:$mv{f1},$mv{f2},$mv{x}";
+is($node->safe_psql('postgres', $key_order), $expected_order,
+	'7. a message moved into a key with messages follows them; a key moved whole keeps its order');
+$node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s14')});
+ok(wait_sent('s14', 6), '7. the six moved and unmoved messages sent');
+my %key_of = map { ($mv{$_} => ($_ =~ /^p/ ? 'dst' : 'full')) } keys %mv;
+my %got;
+push @{ $got{ $key_of{$_} } }, $_ for grep { $key_of{$_} } delivered_ids('/hooks/s14');
+is("dst:1:" . join(',', @{ $got{dst} }) . " full:1:" . join(',', @{ $got{full} }), $expected_order,
+	'7. ... and each key is delivered in that order');
 
 # --- 8. A blocked key costs the claim nothing ------------------------------------------
 # 20,000 messages wait behind a head whose request hangs; 200 messages of other keys

@@ -18,6 +18,9 @@
 //   table (promote_next_in_order, the rule written once) by AFTER triggers
 //   (outbox._heads_gone per DELETE statement, all its keys together;
 //   outbox._next_in_order per row whose key changes).
+// - A message moved to another endpoint or key (an UPDATE) is noted like an inserted
+//   one, with the number it had, and placed in its new key at the move's commit by the
+//   same rule (outbox._moved_message; the deferred messages_moved_at_commit trigger).
 // The claim index thus never holds a follower: a blocked key costs the claim nothing,
 // however many messages wait behind the head. The worker takes the locks of the keyed
 // messages it settles before it moves them, in the same sorted order as a committing
@@ -87,9 +90,9 @@ void ordering_at_transaction_end(XactEvent event) {
 
 namespace {
 
-// The id, endpoint, ordering key and number of the trigger's row (the old row of a
-// DELETE or UPDATE), read by column name.
-Entry row_of(TriggerData* trigger) {
+// The id, endpoint, ordering key and number of a row of the trigger's table (its
+// tg_trigtuple: the old row of a DELETE or UPDATE), read by column name.
+Entry row_of(TriggerData* trigger, HeapTuple tuple) {
   int64 id = 0;
   int64 seq = 0;
   bool no_seq = true;
@@ -97,7 +100,6 @@ Entry row_of(TriggerData* trigger) {
   char* key = nullptr;
   pg_call([&] {
     TupleDesc desc = RelationGetDescr(trigger->tg_relation);
-    HeapTuple tuple = trigger->tg_trigtuple;
     bool isnull = false;
     id = DatumGetInt64(SPI_getbinval(tuple, desc, SPI_fnumber(desc, "id"), &isnull));
     endpoint = SPI_getvalue(tuple, desc, SPI_fnumber(desc, "endpoint"));
@@ -108,6 +110,12 @@ Entry row_of(TriggerData* trigger) {
   if (endpoint == nullptr || key == nullptr) throw std::logic_error("ordering trigger on a row without a key");
   return {id, endpoint, key, no_seq ? std::nullopt : std::optional<int64_t>(seq)};
 }
+Entry row_of(TriggerData* trigger) { return row_of(trigger, trigger->tg_trigtuple); }
+
+// The row a commit-time call places: the inserted row, or the moved row as it is now.
+HeapTuple placed_tuple(TriggerData* trigger) {
+  return TRIGGER_FIRED_BY_UPDATE(trigger->tg_event) ? trigger->tg_newtuple : trigger->tg_trigtuple;
+}
 
 // The id of the trigger's row: all a commit-time call after the first reads.
 int64_t id_of(TriggerData* trigger) {
@@ -115,7 +123,7 @@ int64_t id_of(TriggerData* trigger) {
     TupleDesc desc = RelationGetDescr(trigger->tg_relation);
     bool isnull = false;
     return static_cast<int64_t>(
-        DatumGetInt64(SPI_getbinval(trigger->tg_trigtuple, desc, SPI_fnumber(desc, "id"), &isnull)));
+        DatumGetInt64(SPI_getbinval(placed_tuple(trigger), desc, SPI_fnumber(desc, "id"), &isnull)));
   });
 }
 
@@ -178,7 +186,7 @@ void place(std::vector<Entry> batch) {
 void place_sorted(const std::vector<Entry>& batch) {
   // The batch's rows still there and still in the key they were noted in: one taken back
   // by a savepoint is gone, and one moved to another endpoint or key before the commit
-  // heads its new key already (outbox._moved_message) and is no message of the old one.
+  // is no message of the old one (it was noted again in its new key: outbox._moved_message).
   static Statement existing(R"sql(
     SELECT m.id FROM unnest($1::bigint[], $2::text[], $3::text[]) AS b(id, endpoint, ordering_key)
       JOIN outbox.messages m ON m.id = b.id AND m.endpoint = b.endpoint AND m.ordering_key = b.ordering_key
@@ -313,9 +321,10 @@ void lock_orderings(std::vector<int32_t> locks) {
 
 using pg_outbox::pg::Entry;
 
-// Deferred constraint trigger, AFTER INSERT of a row with an ordering key: at commit,
-// the row and every keyed message recorded in this transaction (on the first call) take
-// their place in their keys' order.
+// Deferred constraint trigger, AFTER INSERT of a row with an ordering key, or AFTER
+// UPDATE that moves a row into another key or endpoint: at commit, the row and every
+// keyed message recorded in this transaction (on the first call) take their place in
+// their keys' order.
 // The first call places them all, as the extension's owner (a producer has no right on
 // the table or the sequence); the other calls of the commit, one per keyed row (a bulk
 // INSERT, a replay: thousands), find their row placed and return at once. So the
@@ -325,7 +334,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
   using namespace pg_outbox::pg;
   TriggerData* trigger = trigger_data(fcinfo, "outbox._order_at_commit()");
   if (ordered_ids.count(id_of(trigger)) != 0) return PointerGetDatum(nullptr);
-  Entry row = row_of(trigger);
+  Entry row = row_of(trigger, placed_tuple(trigger));
   std::vector<Entry> batch;
   batch.swap(recorded);
   if (std::none_of(batch.begin(), batch.end(), [&](const Entry& e) { return e.id == row.id; }))
@@ -423,31 +432,41 @@ PG_OUTBOX_FUNCTION(pg_outbox_heads_gone) {
   return PointerGetDatum(nullptr);
 }
 
-// BEFORE UPDATE OF endpoint, ordering_key that moves a message: it heads its new key
-// (or none), rather than keep a place in a key it left.
+// BEFORE UPDATE OF endpoint, ordering_key that moves a message: it keeps no place in
+// the key it left. In its new key it is placed at the move's commit, as an inserted row
+// is (the deferred messages_moved_at_commit trigger): behind the key's messages if it
+// has any, else its head. Until then it is a head only to its own transaction.
 PG_OUTBOX_FUNCTION(pg_outbox_moved_message) {
   using namespace pg_outbox::pg;
   TriggerData* trigger = trigger_data(fcinfo, "outbox._moved_message()");
-  // A keyed message reorders the endpoint it leaves, and the one it goes to (where it
-  // heads its key now).
+  // A keyed message reorders the endpoint it leaves, and the one it goes to.
   char* from = nullptr;
   char* to = nullptr;
+  char* new_key = nullptr;
   bool keyed = false;
+  int64 id = 0;
+  std::optional<int64_t> old_seq;
   pg_call([&] {
     TupleDesc desc = RelationGetDescr(trigger->tg_relation);
     const int key = SPI_fnumber(desc, "ordering_key");
-    bool old_unkeyed = true, new_unkeyed = true;
+    bool old_unkeyed = true, isnull = false;
     (void)SPI_getbinval(trigger->tg_trigtuple, desc, key, &old_unkeyed);
-    (void)SPI_getbinval(trigger->tg_newtuple, desc, key, &new_unkeyed);
-    keyed = !old_unkeyed || !new_unkeyed;
+    new_key = SPI_getvalue(trigger->tg_newtuple, desc, key);
+    keyed = !old_unkeyed || new_key != nullptr;
     from = SPI_getvalue(trigger->tg_trigtuple, desc, SPI_fnumber(desc, "endpoint"));
     to = SPI_getvalue(trigger->tg_newtuple, desc, SPI_fnumber(desc, "endpoint"));
+    id = DatumGetInt64(SPI_getbinval(trigger->tg_newtuple, desc, SPI_fnumber(desc, "id"), &isnull));
+    Datum seq = SPI_getbinval(trigger->tg_trigtuple, desc, SPI_fnumber(desc, "ordering_seq"), &isnull);
+    if (!isnull) old_seq = DatumGetInt64(seq);
   });
   if (from == nullptr || to == nullptr) throw std::logic_error("a message without an endpoint");  // NOT NULL
   if (keyed) {
     successors::reordered_at_commit(from);
     successors::reordered_at_commit(to);
   }
+  // Noted with the number it had: messages moved together (a whole key) keep their
+  // order, its head first.
+  if (new_key != nullptr) order_at_commit(id, to, new_key, old_seq);
   HeapTuple moved = pg_call([&] {
     TupleDesc desc = RelationGetDescr(trigger->tg_relation);
     int column = SPI_fnumber(desc, "ordering_seq");

@@ -12,7 +12,8 @@
 namespace pg_outbox::pg {
 
 // This transaction inserted message `id` under an ordering key (outbox.enqueue, for an
-// ordered endpoint, or a plain INSERT, with the ordering_seq it came with): when the
+// ordered endpoint, or a plain INSERT, with the ordering_seq it came with), or moved it
+// into that key (an UPDATE of its endpoint or ordering_key): when the
 // transaction commits it takes its place in the key's commit order, together with the
 // transaction's other such messages (their locks taken in one sorted pass).
 void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key,
