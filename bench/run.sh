@@ -102,9 +102,12 @@ case_2c() {
 }
 
 case_3() {
-  log "3. NOTIFY drain with a listener connected"
+  log "3. NOTIFY drain with a listener connected, then the same with nothing kept"
   start_listener
   R[notify]=$(drain_case notify 0)
+  keep_nothing
+  R[notify_bare]=$(drain_case notify 0)
+  keep_defaults
   stop_listener
 }
 
@@ -304,6 +307,16 @@ set_worker_setting() {
   echo "the worker did not read $1 = $2" >&2
   return 1
 }
+# Both retentions 0 (no history, no attempt log), then back to their defaults: what
+# keeping them costs.
+keep_nothing() {
+  set_worker_setting pg_outbox.sent_retention 0
+  set_worker_setting pg_outbox.attempt_retention 0
+}
+keep_defaults() {
+  psql_cluster -c "ALTER SYSTEM RESET pg_outbox.sent_retention" -c "ALTER SYSTEM RESET pg_outbox.attempt_retention" \
+    -c "SELECT pg_reload_conf()" >/dev/null
+}
 # wal_drain ENDPOINT: fill, CHECKPOINT, drain; prints "msgs/s cpu_ms_per_1000 wal_records_per_msg".
 wal_drain() {
   local w0 w1 r
@@ -373,12 +386,10 @@ case_10() {
     ordered+=("${r% *}"); ordered_cpus+=("${r#* }")
     # The same with nothing kept, as the hand-written consumer keeps nothing: what the
     # history and the attempt log cost the readers.
-    bench_sql -c "ALTER SYSTEM SET pg_outbox.sent_retention = 0" -c "ALTER SYSTEM SET pg_outbox.attempt_retention = 0" \
-      -c "SELECT pg_reload_conf()" >/dev/null
+    keep_nothing
     r=$(read_pulled pulled)
     bares+=("${r% *}"); bare_cpus+=("${r#* }")
-    bench_sql -c "ALTER SYSTEM RESET pg_outbox.sent_retention" -c "ALTER SYSTEM RESET pg_outbox.attempt_retention" \
-      -c "SELECT pg_reload_conf()" >/dev/null
+    keep_defaults
     bench_sql -c "INSERT INTO hand_queue (payload)
                   SELECT jsonb_build_object('order_id', g, 'customer', 'c' || g, 'note', repeat('x', 120))
                     FROM generate_series(1, $BACKLOG) g" -c "VACUUM ANALYZE hand_queue" >/dev/null
@@ -442,7 +453,8 @@ want 2 && row "2. HTTP drain ($BACKLOG msgs)" "$http_rate msg/s, ${R[http]#* } m
 want 2b && row "2b. drain, VACUUM ANALYZE, idle, drain" "${R[flip]% *} then ${R[flip]#* } msg/s" \
   "ratio $(ratio "${R[flip]#* }" "${R[flip]% *}")"
 want 2c && row "2c. WAL per delivered message" "${R[wal]% *} records, ${R[wal]#* } bytes" "retention 1 day (history kept)"
-want 3 && row "3. NOTIFY drain ($BACKLOG msgs)" "${R[notify]% *} msg/s, ${R[notify]#* } ms CPU/1k" ""
+want 3 && row "3. NOTIFY drain ($BACKLOG msgs)" "${R[notify]% *} msg/s, ${R[notify]#* } ms CPU/1k" \
+  "nothing kept: ${R[notify_bare]% *} msg/s, ${R[notify_bare]#* } ms/1k"
 want 3b && row "3b. PgQ consumer, no-op ($BACKLOG events, batches of $PGQ_BATCH)" \
   "${R[pgq_drain]% *} ev/s, ${R[pgq_drain]#* } ms CPU/1k (backend + client)" \
   "case 2 / PgQ $(ratio "$http_rate" "${R[pgq_drain]% *}"), case 3 / PgQ $(ratio "${R[notify]% *}" "${R[pgq_drain]% *}")"
