@@ -362,15 +362,21 @@ is($node->safe_psql('postgres', "SELECT ordering_seq IS NULL FROM outbox.message
 # is not their ids' order here (p2 committed before p1), the head first.
 $node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s14', url => '%s', ordered => true);
 	SELECT outbox.pause_endpoint('s14')}, $recv->url('/hooks/s14')));
+# Three messages of key src of $endpoint, the second id committed first: returns their ids.
+sub committed_out_of_id_order
+{
+	my ($endpoint, @tags) = @_;
+	my $session = $node->background_psql('postgres');
+	$session->query_safe('BEGIN');
+	my $first = $session->query_safe(enqueue_sql($endpoint, $tags[0], 'src'));
+	my $second = $node->safe_psql('postgres', enqueue_sql($endpoint, $tags[1], 'src'));
+	$session->query_safe('COMMIT');
+	$session->quit;
+	return ($first, $second, $node->safe_psql('postgres', enqueue_sql($endpoint, $tags[2], 'src')));
+}
 my %mv;
 $mv{$_} = $node->safe_psql('postgres', enqueue_sql('s14', $_, 'full')) for 'f1', 'f2';
-my $sm = $node->background_psql('postgres');
-$sm->query_safe('BEGIN');
-$mv{p1} = $sm->query_safe(enqueue_sql('s14', 'p1', 'src'));
-$mv{p2} = $node->safe_psql('postgres', enqueue_sql('s14', 'p2', 'src'));
-$sm->query_safe('COMMIT');
-$sm->quit;
-$mv{p3} = $node->safe_psql('postgres', enqueue_sql('s14', 'p3', 'src'));
+@mv{qw(p1 p2 p3)} = committed_out_of_id_order('s14', qw(p1 p2 p3));
 $mv{x} = $node->safe_psql('postgres', enqueue_sql('s14', 'x', 'lone'));
 $node->safe_psql('postgres', "UPDATE outbox.messages SET ordering_key = 'full' WHERE id = $mv{x}");
 $node->safe_psql('postgres', q{UPDATE outbox.messages SET ordering_key = 'dst' WHERE ordering_key = 'src'});
@@ -388,6 +394,51 @@ my %got;
 push @{ $got{ $key_of{$_} } }, $_ for grep { $key_of{$_} } delivered_ids('/hooks/s14');
 is("dst:1:" . join(',', @{ $got{dst} }) . " full:1:" . join(',', @{ $got{full} }), $expected_order,
 	'7. ... and each key is delivered in that order');
+# A message placed early (SET CONSTRAINTS ALL IMMEDIATE) and then moved again in the same
+# transaction is placed again: it follows the head of the key it ends in.
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s15', url => '%s', ordered => true);
+	SELECT outbox.pause_endpoint('s15')}, $recv->url('/hooks/s15')));
+my $busy_head = $node->safe_psql('postgres', enqueue_sql('s15', 'h', 'busy'));
+my $twice = $node->safe_psql('postgres', enqueue_sql('s15', 'y', 'solo'));
+$node->safe_psql('postgres', join ';', 'BEGIN', "UPDATE outbox.messages SET ordering_key = 'tmp' WHERE id = $twice",
+	'SET CONSTRAINTS ALL IMMEDIATE', "UPDATE outbox.messages SET ordering_key = 'busy' WHERE id = $twice", 'COMMIT');
+is( $node->safe_psql('postgres', q{SELECT string_agg(format('%s:%s', id, ordering_seq IS NULL), ',' ORDER BY ordering_seq NULLS FIRST)
+	  FROM outbox.messages WHERE endpoint = 's15'}),
+	"$busy_head:t,$twice:f", '7. a message placed early and moved again follows the head of its last key');
+# A row noted twice (inserted in a key, then moved into one with a head) is placed where it
+# is at commit; rows moved twice keep the order they had before the first move; a message
+# the same transaction enqueues to a key it moved messages into comes after them.
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s16', url => '%s', ordered => true);
+	SELECT outbox.pause_endpoint('s16')}, $recv->url('/hooks/s16')));
+my %tw;
+$tw{h} = $node->safe_psql('postgres', enqueue_sql('s16', 'h', 'b'));
+@tw{qw(q1 q2 q3)} = committed_out_of_id_order('s16', qw(q1 q2 q3));
+my @tx16 = split /\n/, $node->safe_psql('postgres', join ';', 'BEGIN', enqueue_sql('s16', 'x', 'a'),
+	q{UPDATE outbox.messages SET ordering_key = 'b' WHERE endpoint = 's16' AND payload->>'n' = 'x'},
+	q{UPDATE outbox.messages SET ordering_key = 'mid' WHERE endpoint = 's16' AND ordering_key = 'src'},
+	q{UPDATE outbox.messages SET ordering_key = 'dst' WHERE endpoint = 's16' AND ordering_key = 'mid'},
+	enqueue_sql('s16', 'n', 'dst'), 'COMMIT');
+($tw{x}, $tw{n}) = ($tx16[0], $tx16[1]);
+is( $node->safe_psql('postgres', q{SELECT string_agg(format('%s:%s:%s', ordering_key, heads, ids), ' ' ORDER BY ordering_key)
+	FROM (SELECT ordering_key, count(*) FILTER (WHERE ordering_seq IS NULL) AS heads,
+	             string_agg(id::text, ',' ORDER BY ordering_seq NULLS FIRST) AS ids
+	        FROM outbox.messages WHERE endpoint = 's16' GROUP BY ordering_key) k}),
+	"b:1:$tw{h},$tw{x} dst:1:$tw{q2},$tw{q1},$tw{q3},$tw{n}",
+	'7. inserted then moved, moved twice, and enqueued behind moved messages: one head per key, commit order kept');
+
+# A message being delivered cannot change key (55006), and stays as it was.
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s17', url => '%s', ordered => true)},
+	$recv->url('/hooks/s17')));
+$recv->add_rule(path => '/hooks/s17', delay_ms => 3000);
+my $flying = $node->safe_psql('postgres', enqueue_sql('s17', 'f', 'k17'));
+ok(wait_sql($node, "SELECT EXISTS (SELECT FROM outbox.claims WHERE message_ids @> ARRAY[$flying]::bigint[])", 30),
+	'7. the message is in flight');
+my ($rc17, $o17, $e17) = $node->psql('postgres', "UPDATE outbox.messages SET ordering_key = 'other' WHERE id = $flying",
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($e17, qr/55006.*message $flying is being delivered/s, '7. moving a message in flight is refused with 55006');
+is($node->safe_psql('postgres', "SELECT ordering_key FROM outbox.messages WHERE id = $flying"), 'k17', '7. ... and it keeps its key');
+ok(wait_sent('s17', 1), '7. ... and is delivered');
+$recv->clear_rules;
 
 # --- 8. A blocked key costs the claim nothing ------------------------------------------
 # 20,000 messages wait behind a head whose request hangs; 200 messages of other keys

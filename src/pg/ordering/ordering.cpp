@@ -54,6 +54,7 @@ extern "C" {
 #include <set>
 #include <tuple>
 #include <stdexcept>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace pg_outbox::pg {
@@ -65,9 +66,10 @@ struct Entry {
   std::string endpoint;
   std::string key;
   std::optional<int64_t> preset;  // an ordering_seq the row was inserted with (a restored dump)
+  bool moved = false;             // committed before this transaction, moved into its key by it
 };
 
-std::vector<Entry> recorded;              // inserted in this transaction, not yet in order
+std::vector<Entry> recorded;              // inserted or moved in this transaction, not yet in order
 std::unordered_set<int64_t> ordered_ids;  // this transaction's messages already in order
 
 }  // namespace
@@ -150,6 +152,19 @@ std::vector<bool> keys_with_messages(const std::vector<std::string>& endpoints, 
   return busy;
 }
 
+// Whether the message is being delivered: in a batch the worker claimed (outbox.claims),
+// or held by a pull reader whose visibility has not passed (outbox.holds). Read with a
+// fresh snapshot: the mover has locked the row, so no later claim or read takes it.
+bool in_flight(int64_t id, const std::string& endpoint) {
+  static Statement statement(R"sql(
+    SELECT EXISTS (SELECT FROM outbox.claims c WHERE c.message_ids @> ARRAY[$1])
+        OR EXISTS (SELECT FROM outbox.holds h
+                    WHERE h.endpoint = $2 AND h.held_until > clock_timestamp() AND h.message_ids @> ARRAY[$1])
+  )sql",
+                             {INT8OID, TEXTOID});
+  return statement.run_latest({Int64GetDatum(id), text_datum(endpoint)}).boolean(0, 0);
+}
+
 bool is_ordered(const std::string& endpoint) {
   static Statement ordered("SELECT e.ordered FROM outbox.endpoints e WHERE e.name = $1", {TEXTOID});
   Rows rows = ordered.run_latest({text_datum(endpoint)});
@@ -159,39 +174,59 @@ bool is_ordered(const std::string& endpoint) {
 // Puts these messages of the committing transaction in their keys' commit order: all
 // locks first (lowest first), then the keys together. The messages of one key go in the
 // order of their numbers if they came with one (a restored dump: its head first), then
-// of their ids; the first that still exists (a savepoint may have taken one back) is the
-// head if the key has none, the others follow it, numbered in that order. The cost is
-// three statements whatever the number of keys: one look at which of the batch's rows
-// exist, one at the keys' other messages, one UPDATE that numbers the followers.
+// of their ids; the first is the head if the key has none, the others follow it,
+// numbered in that order. The cost is three statements whatever the number of keys: one
+// look at where the noted rows are, one at the keys' other messages, one UPDATE that
+// numbers the followers.
 void place_sorted(const std::vector<Entry>& batch);
 
-void place(std::vector<Entry> batch) {
-  std::vector<int32_t> locks;
-  locks.reserve(batch.size());
-  for (const Entry& e : batch) locks.push_back(core::ordering_lock(e.endpoint, e.key));
-  lock_orderings(std::move(locks));
-  std::sort(batch.begin(), batch.end(), [](const Entry& a, const Entry& b) {
-    return std::tie(a.endpoint, a.key, a.preset, a.id) < std::tie(b.endpoint, b.key, b.preset, b.id);
+// The noted rows where they are now, one entry each: a row noted more than once (inserted
+// then moved, moved twice, a move a savepoint took back) keeps its first note's number
+// and kind (what it was when this transaction first touched it), and its endpoint and key
+// are read from the table. Rows gone (deleted, or their INSERT taken back) or without a
+// key now are left out. The rows are this transaction's: nobody else changes them.
+std::vector<Entry> as_they_are(const std::vector<Entry>& notes) {
+  static Statement current(
+      "SELECT m.id, m.endpoint, m.ordering_key FROM outbox.messages m WHERE m.id = ANY ($1) AND m.ordering_key IS NOT "
+      "NULL",
+      {INT8ARRAYOID});
+  std::unordered_map<int64_t, const Entry*> first;
+  std::vector<int64_t> ids;
+  for (const Entry& e : notes)
+    if (first.emplace(e.id, &e).second) ids.push_back(e.id);
+  Rows rows = current.run_latest({int8_array(ids)});
+  std::vector<Entry> rows_now(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const Entry& note = *first.at(rows.int64(r, 0));
+    rows_now[r] = {note.id, rows.text(r, 1), rows.text(r, 2), note.preset, note.moved};
+  }
+  return rows_now;
+}
+
+void place(const std::vector<Entry>& notes) {
+  with_index_plans([&] {
+    with_spi([&] {
+      std::vector<Entry> batch = as_they_are(notes);
+      std::vector<int32_t> locks;
+      locks.reserve(batch.size());
+      for (const Entry& e : batch) locks.push_back(core::ordering_lock(e.endpoint, e.key));
+      lock_orderings(std::move(locks));
+      // In a key, the messages moved into it come first (they committed before this
+      // transaction: a key's head, then its followers in their order), then those this
+      // transaction inserted.
+      std::sort(batch.begin(), batch.end(), [](const Entry& a, const Entry& b) {
+        return std::tie(a.endpoint, a.key, b.moved, a.preset, a.id) <
+               std::tie(b.endpoint, b.key, a.moved, b.preset, b.id);
+      });
+      place_sorted(batch);
+    });
   });
-  // A row noted twice is one message: counted twice, it would be taken for its key's other
-  // message (ordering/ordering.cpp, place_sorted).
-  batch.erase(std::unique(batch.begin(), batch.end(), [](const Entry& a, const Entry& b) { return a.id == b.id; }),
-              batch.end());
-  with_index_plans([&] { with_spi([&] { place_sorted(batch); }); });
 }
 
 // place() for a batch sorted by key, with SPI connected and only index paths: the queue's
 // statistics say whatever it held when it was last analyzed (nothing, between two
 // bursts), and a plan that trusted them scanned the whole queue once per key.
 void place_sorted(const std::vector<Entry>& batch) {
-  // The batch's rows still there and still in the key they were noted in: one taken back
-  // by a savepoint is gone, and one moved to another endpoint or key before the commit
-  // is no message of the old one (it was noted again in its new key: outbox._moved_message).
-  static Statement existing(R"sql(
-    SELECT m.id FROM unnest($1::bigint[], $2::text[], $3::text[]) AS b(id, endpoint, ordering_key)
-      JOIN outbox.messages m ON m.id = b.id AND m.endpoint = b.endpoint AND m.ordering_key = b.ordering_key
-  )sql",
-                            {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID});
   static Statement unnumber("UPDATE outbox.messages m SET ordering_seq = NULL WHERE m.id = ANY ($1)", {INT8ARRAYOID});
   // Followers in the order of their ids: the index scan of the primary key gives the
   // rows in that order (the array's is sorted), and each draws its number as it comes.
@@ -223,44 +258,32 @@ void place_sorted(const std::vector<Entry>& batch) {
     if (ordered) {
       ordered_keys.push_back({first, end});
     } else {
-      // No order to keep: only a number the row came with goes.
+      // No order to keep: only a number the row came with goes (a moved row's went
+      // when it moved: outbox._moved_message).
       for (size_t i = first; i < end; ++i)
-        if (batch[i].preset) heads_with_numbers.push_back(batch[i].id);
+        if (batch[i].preset && !batch[i].moved) heads_with_numbers.push_back(batch[i].id);
     }
     first = end;
   }
   if (!ordered_keys.empty()) {
     std::vector<std::string> endpoints, keys;
-    std::vector<int64_t> placing;
-    std::vector<std::string> placing_endpoints, placing_keys;
+    std::vector<int32_t> mine;
     for (const Key& k : ordered_keys) {
       endpoints.push_back(batch[k.first].endpoint);
       keys.push_back(batch[k.first].key);
-      for (size_t i = k.first; i < k.end; ++i) {
-        placing.push_back(batch[i].id);
-        placing_endpoints.push_back(batch[i].endpoint);
-        placing_keys.push_back(batch[i].key);
-      }
+      mine.push_back(static_cast<int32_t>(k.end - k.first));
     }
-    Rows there = existing.run_latest({int8_array(placing), text_array(placing_endpoints), text_array(placing_keys)});
-    std::unordered_set<int64_t> exist;
-    for (size_t r = 0; r < there.size(); ++r) exist.insert(there.int64(r, 0));
-    std::vector<int32_t> mine;
-    for (const Key& k : ordered_keys)
-      mine.push_back(static_cast<int32_t>(std::count_if(batch.begin() + k.first, batch.begin() + k.end,
-                                                        [&](const Entry& e) { return exist.count(e.id); })));
     const std::vector<bool> busy = keys_with_messages(endpoints, keys, mine);
     std::vector<int64_t> by_id;  // the followers of keys whose followers are in id order
     for (size_t n = 0; n < ordered_keys.size(); ++n) {
       bool follow = busy[n];
       std::vector<int64_t> followers;
       for (size_t i = ordered_keys[n].first; i < ordered_keys[n].end; ++i) {
-        if (exist.count(batch[i].id) == 0) continue;  // taken back by a savepoint, or moved
         if (follow) {
           followers.push_back(batch[i].id);
         } else {
           // The key's head: one that came without a number needs no write.
-          if (batch[i].preset) heads_with_numbers.push_back(batch[i].id);
+          if (batch[i].preset && !batch[i].moved) heads_with_numbers.push_back(batch[i].id);
           follow = true;  // the others go behind it
         }
       }
@@ -340,7 +363,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
   if (std::none_of(batch.begin(), batch.end(), [&](const Entry& e) { return e.id == row.id; }))
     batch.push_back(std::move(row));
   const Oid owner = pg_call([&] { return function_owner(fcinfo->flinfo->fn_oid); });
-  as_owner(owner, [&] { place(std::move(batch)); });
+  as_owner(owner, [&] { place(batch); });
   return PointerGetDatum(nullptr);
 }
 
@@ -461,12 +484,22 @@ PG_OUTBOX_FUNCTION(pg_outbox_moved_message) {
   });
   if (from == nullptr || to == nullptr) throw std::logic_error("a message without an endpoint");  // NOT NULL
   if (keyed) {
+    const Oid owner = pg_call([&] { return function_owner(fcinfo->flinfo->fn_oid); });
+    bool delivering = false;
+    as_owner(owner, [&] { with_spi([&] { delivering = in_flight(id, from); }); });
+    if (delivering)
+      throw SqlError(
+          ERRCODE_OBJECT_IN_USE,
+          "message " + std::to_string(id) + " is being delivered: its endpoint and ordering key cannot change now",
+          "Change it once its delivery is settled (outbox.message() shows its state).");
     successors::reordered_at_commit(from);
     successors::reordered_at_commit(to);
   }
   // Noted with the number it had: messages moved together (a whole key) keep their
-  // order, its head first.
-  if (new_key != nullptr) order_at_commit(id, to, new_key, old_seq);
+  // order, its head first. One placed already in this transaction (its constraint
+  // triggers fired early: SET CONSTRAINTS ALL IMMEDIATE) is placed again.
+  ordered_ids.erase(id);
+  if (new_key != nullptr) recorded.push_back({id, to, new_key, old_seq, true});
   HeapTuple moved = pg_call([&] {
     TupleDesc desc = RelationGetDescr(trigger->tg_relation);
     int column = SPI_fnumber(desc, "ordering_seq");
