@@ -426,6 +426,16 @@ is( $node->safe_psql('postgres', q{SELECT string_agg(format('%s:%s:%s', ordering
 	"b:1:$tw{h},$tw{x} dst:1:$tw{q2},$tw{q1},$tw{q3},$tw{n}",
 	'7. inserted then moved, moved twice, and enqueued behind moved messages: one head per key, commit order kept');
 
+# A move a savepoint took back leaves the message where it was: its key keeps its head.
+my @kept = map { $node->safe_psql('postgres', enqueue_sql('s16', "k$_", 'back')) } 1, 2;
+$node->safe_psql('postgres', join ';', 'BEGIN', 'SAVEPOINT s',
+	"UPDATE outbox.messages SET ordering_key = 'elsewhere' WHERE id = $kept[0]", 'ROLLBACK TO SAVEPOINT s',
+	enqueue_sql('s16', 'other', 'z'), 'COMMIT');
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(format('%s:%s', id, ordering_seq IS NULL), ',' ORDER BY ordering_seq NULLS FIRST)
+		    FROM outbox.messages WHERE ordering_key = 'back'}),
+	"$kept[0]:t,$kept[1]:f", '7. a move taken back by a savepoint leaves the key as it was');
+
 # A message being delivered cannot change key (55006), and stays as it was.
 $node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s17', url => '%s', ordered => true)},
 	$recv->url('/hooks/s17')));
