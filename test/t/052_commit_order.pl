@@ -436,6 +436,26 @@ is( $node->safe_psql('postgres',
 		    FROM outbox.messages WHERE ordering_key = 'back'}),
 	"$kept[0]:t,$kept[1]:f", '7. a move taken back by a savepoint leaves the key as it was');
 
+# The worker holds a key's next message to claim it itself once the head is sent; moved
+# meanwhile behind another key's head (not due for an hour), it is not sent.
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s18', url => '%s', ordered => true);
+	SELECT outbox.pause_endpoint('s18')}, $recv->url('/hooks/s18')));
+my ($lead, $next18) = map { $node->safe_psql('postgres', enqueue_sql('s18', $_, 'a18')) } 'lead', 'next';
+my $later = $node->safe_psql('postgres',
+	q{SELECT outbox.enqueue('s18', '{"n": "later"}', ordering_key => 'b18', deliver_at => now() + interval '1 hour')});
+my $s18 = $node->background_psql('postgres');
+$s18->query_safe('BEGIN');
+$s18->query_safe("SELECT 1 FROM outbox.messages WHERE id = $next18 FOR UPDATE");
+$node->safe_psql('postgres', q{SELECT outbox.resume_endpoint('s18')});
+ok(wait_sent('s18', 1), '7. the head is sent while its next message is locked');
+$s18->query_safe("UPDATE outbox.messages SET ordering_key = 'b18' WHERE id = $next18");
+$s18->query_safe('COMMIT');
+$s18->quit;
+sleep 3;
+is( $node->safe_psql('postgres', "SELECT count(*) FROM outbox.history WHERE id = $next18")
+	  . ':' . scalar(grep { $_ == $next18 } delivered_ids('/hooks/s18')),
+	'0:0', '7. a next message moved behind a head that is not due is not sent');
+
 # A message being delivered cannot change key (55006), and stays as it was.
 $node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s17', url => '%s', ordered => true)},
 	$recv->url('/hooks/s17')));

@@ -71,15 +71,23 @@ int group_of(const std::string& endpoint) {
   return static_cast<int>(core::ordering_hash(endpoint, "") % kSuccessionGroups);
 }
 
+// A waiting message as the lookup found it: its number (ordering_seq) tells whether it is
+// still where it was found (a move gives it a new one, or none).
+struct Waiting {
+  int64_t id;
+  int64_t seq;
+  TimestampTz due;  // PostgreSQL microseconds
+};
+
 struct Held {
   int64_t id;
+  int64_t seq;
   Versions found;
 };
 
-// A key's messages after the one the worker claims next, in order, each with its due
-// time (PostgreSQL microseconds).
+// A key's messages after the one the worker claims next, in order.
 struct Line {
-  std::deque<std::pair<int64_t, TimestampTz>> rest;
+  std::deque<Waiting> rest;
   Versions found;
   int group;  // of its endpoint
 };
@@ -229,7 +237,8 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
   // after): interleaved with writes, they would not mark the index entries of the
   // messages that left as dead (ordering/README.md).
   static Statement lookup(R"sql(
-    SELECT k.i, f.id, f.ordering_seq IS NULL, (extract(epoch FROM f.next_attempt_at - now()) * 1000000)::bigint
+    SELECT k.i, f.id, f.ordering_seq IS NULL, (extract(epoch FROM f.next_attempt_at - now()) * 1000000)::bigint,
+           f.ordering_seq
       FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(endpoint, ordering_key, i) CROSS JOIN LATERAL (
         SELECT f.id, f.ordering_seq, f.next_attempt_at FROM outbox.messages f
          WHERE f.endpoint = k.endpoint AND f.ordering_key = k.ordering_key
@@ -245,11 +254,11 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
     if (versions.count(endpoint) == 0) versions.emplace(endpoint, versions_of(endpoint));
   const TimestampTz now = pg_call([] { return GetCurrentTransactionStartTimestamp(); });
   std::vector<int64_t> not_due;
-  auto take = [&](const std::string& endpoint, int64_t id, TimestampTz due) {
-    if (due <= now) {
-      found_now.push_back({endpoint, {id, versions.at(endpoint)}});
+  auto take = [&](const std::string& endpoint, const Waiting& next) {
+    if (next.due <= now) {
+      found_now.push_back({endpoint, {next.id, next.seq, versions.at(endpoint)}});
     } else {
-      not_due.push_back(id);  // a head in the table: the claim index knows when it comes due
+      not_due.push_back(next.id);  // a head in the table: the claim index knows when it comes due
     }
   };
   std::vector<std::string> look_endpoints, look_keys;
@@ -264,10 +273,10 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
       continue;
     }
     Line next = *line;
-    auto [id, due] = next.rest.front();
+    const Waiting first = next.rest.front();
     next.rest.pop_front();
-    take(key.first, id, due);
-    lines_now[key] = due <= now ? std::optional<Line>(std::move(next)) : std::nullopt;
+    take(key.first, first);
+    lines_now[key] = first.due <= now ? std::optional<Line>(std::move(next)) : std::nullopt;
   }
   if (!look_keys.empty()) {
     Rows rows = lookup.run({text_array(look_endpoints), text_array(look_keys), Int32GetDatum(kLookAhead)});
@@ -278,9 +287,9 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
       // A head in the table first: the claim index has it, and this key needs no line.
       const bool head = rows.boolean(r, 2);
       const bool due = rows.int64(r, 3) <= 0;
-      if (!head) take(key.first, rows.int64(r, 1), now + rows.int64(r, 3));
+      if (!head) take(key.first, {rows.int64(r, 1), rows.int64(r, 4), now + rows.int64(r, 3)});
       for (++r; r < rows.size() && static_cast<size_t>(rows.int64(r, 0)) - 1 == k; ++r)
-        line.rest.emplace_back(rows.int64(r, 1), now + rows.int64(r, 3));
+        line.rest.push_back({rows.int64(r, 1), rows.int64(r, 4), now + rows.int64(r, 3)});
       lines_now[key] = !head && due ? std::optional<Line>(std::move(line)) : std::nullopt;
     }
   }
@@ -295,6 +304,7 @@ Ready ready(const std::vector<std::string>& endpoints) {
     for (const Held& h : it->second) {
       if (leaving_now.count(h.id) != 0) continue;  // written into the table by settle_stale just now
       out.ids.push_back(h.id);
+      out.seqs.push_back(h.seq);
       out.endpoints.push_back(endpoint);
     }
   }

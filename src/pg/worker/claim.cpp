@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace pg_outbox::pg::worker {
@@ -86,8 +87,21 @@ std::vector<store::ClaimedMessage> claim_messages(const WorkerState& state, cons
                   claimed.end());
     return claimed;
   }
+  // A held message found waiting with another number than it waited with was moved (an
+  // UPDATE of its key or endpoint placed it behind another key's messages at its commit):
+  // it is not its key's next message any more. It stays in the queue, unsent, and is
+  // forgotten as if taken. (One found as a head, number 0, heads its key: it goes.)
+  std::unordered_map<int64_t, int64_t> waited_with;
+  for (size_t i = 0; i < next_in_line.ids.size(); ++i) waited_with.emplace(next_in_line.ids[i], next_in_line.seqs[i]);
   std::vector<int64_t> taken;
   for (const store::ClaimedMessage& m : claimed) taken.push_back(m.id);
+  claimed.erase(std::remove_if(claimed.begin(), claimed.end(),
+                               [&](const store::ClaimedMessage& m) {
+                                 auto held = waited_with.find(m.id);
+                                 return held != waited_with.end() && m.ordering_seq != 0 &&
+                                        held->second != m.ordering_seq;
+                               }),
+                claimed.end());
   successors::after_claim(next_in_line.ids, taken);
   return claimed;
 }
