@@ -216,6 +216,10 @@ Oid function_owner(Oid function) {
   return owner;
 }
 
+Oid called_function_owner(FunctionCallInfo fcinfo) {
+  return pg_call([&] { return function_owner(fcinfo->flinfo->fn_oid); });
+}
+
 namespace {
 
 // Runs body, then restore: also when body throws (the exception goes on).

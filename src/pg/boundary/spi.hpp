@@ -105,5 +105,7 @@ void with_index_plans(const std::function<void()>& body);
 // The owner of a function (the extension's owner, for the extension's functions): whom
 // as_owner acts as. May raise an ERROR: call it inside pg_call.
 Oid function_owner(Oid function);
+// The owner of the function being called (a C function of the extension: its owner).
+Oid called_function_owner(FunctionCallInfo fcinfo);
 
 }  // namespace pg_outbox::pg

@@ -29,7 +29,7 @@ namespace {
 Datum call_as_owner(FunctionCallInfo fcinfo, const char* sql, const Oid* types, int nargs, ReturnSetInfo* rsinfo,
                     bool* isnull) {
   const Oid caller = GetUserId();
-  const Oid owner = pg_call([&] { return function_owner(fcinfo->flinfo->fn_oid); });
+  const Oid owner = called_function_owner(fcinfo);
   Datum result = 0;
   bool result_null = true;
   as_owner(owner, [&] {

@@ -20,7 +20,7 @@
 //   outbox._next_in_order per row whose key changes).
 // - A message moved to another endpoint or key (an UPDATE) is noted like an inserted
 //   one, with the number it had, and placed in its new key at the move's commit by the
-//   same rule (outbox._moved_message; the deferred messages_moved_at_commit trigger).
+//   same rule (moves.cpp; the deferred messages_moved_at_commit trigger).
 // The claim index thus never holds a follower: a blocked key costs the claim nothing,
 // however many messages wait behind the head. The worker takes the locks of the keyed
 // messages it settles before it moves them, in the same sorted order as a committing
@@ -150,19 +150,6 @@ std::vector<bool> keys_with_messages(const std::vector<std::string>& endpoints, 
   std::vector<bool> busy(keys.size(), false);
   for (size_t r = 0; r < rows.size(); ++r) busy.at(static_cast<size_t>(rows.int64(r, 0)) - 1) = true;
   return busy;
-}
-
-// Whether the message is being delivered: in a batch the worker claimed (outbox.claims),
-// or held by a pull reader whose visibility has not passed (outbox.holds). Read with a
-// fresh snapshot: the mover has locked the row, so no later claim or read takes it.
-bool in_flight(int64_t id, const std::string& endpoint) {
-  static Statement statement(R"sql(
-    SELECT EXISTS (SELECT FROM outbox.claims c WHERE c.message_ids @> ARRAY[$1])
-        OR EXISTS (SELECT FROM outbox.holds h
-                    WHERE h.endpoint = $2 AND h.held_until > clock_timestamp() AND h.message_ids @> ARRAY[$1])
-  )sql",
-                             {INT8OID, TEXTOID});
-  return statement.run_latest({Int64GetDatum(id), text_datum(endpoint)}).boolean(0, 0);
 }
 
 bool is_ordered(const std::string& endpoint) {
@@ -312,6 +299,12 @@ void order_at_commit(int64_t id, const std::string& endpoint, const std::string&
   recorded.push_back({id, endpoint, key, preset});
 }
 
+void order_moved_at_commit(int64_t id, const std::string& endpoint, const std::string& key,
+                           std::optional<int64_t> seq) {
+  ordered_ids.erase(id);  // placed already (SET CONSTRAINTS ALL IMMEDIATE): placed again
+  recorded.push_back({id, endpoint, key, seq, true});
+}
+
 // The rule of a key's succession, for the worker's settle and for the trigger alike: the
 // follower with the lowest number becomes the head, unless the key still has a head
 // (NULLS FIRST puts a remaining head first, and the UPDATE then changes nothing).
@@ -369,7 +362,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
   batch.swap(recorded);
   if (std::none_of(batch.begin(), batch.end(), [&](const Entry& e) { return e.id == row.id; }))
     batch.push_back(std::move(row));
-  const Oid owner = pg_call([&] { return function_owner(fcinfo->flinfo->fn_oid); });
+  const Oid owner = called_function_owner(fcinfo);
   as_owner(owner, [&] { place(batch); });
   return PointerGetDatum(nullptr);
 }
@@ -460,61 +453,6 @@ PG_OUTBOX_FUNCTION(pg_outbox_heads_gone) {
       trigger);
   if (promoted) wake_worker_at_commit();
   return PointerGetDatum(nullptr);
-}
-
-// BEFORE UPDATE OF endpoint, ordering_key that moves a message: it keeps no place in
-// the key it left. In its new key it is placed at the move's commit, as an inserted row
-// is (the deferred messages_moved_at_commit trigger): behind the key's messages if it
-// has any, else its head. Until then it is a head only to its own transaction.
-PG_OUTBOX_FUNCTION(pg_outbox_moved_message) {
-  using namespace pg_outbox::pg;
-  TriggerData* trigger = trigger_data(fcinfo, "outbox._moved_message()");
-  // A keyed message reorders the endpoint it leaves, and the one it goes to.
-  char* from = nullptr;
-  char* to = nullptr;
-  char* new_key = nullptr;
-  bool keyed = false;
-  int64 id = 0;
-  std::optional<int64_t> old_seq;
-  pg_call([&] {
-    TupleDesc desc = RelationGetDescr(trigger->tg_relation);
-    const int key = SPI_fnumber(desc, "ordering_key");
-    bool old_unkeyed = true, isnull = false;
-    (void)SPI_getbinval(trigger->tg_trigtuple, desc, key, &old_unkeyed);
-    new_key = SPI_getvalue(trigger->tg_newtuple, desc, key);
-    keyed = !old_unkeyed || new_key != nullptr;
-    from = SPI_getvalue(trigger->tg_trigtuple, desc, SPI_fnumber(desc, "endpoint"));
-    to = SPI_getvalue(trigger->tg_newtuple, desc, SPI_fnumber(desc, "endpoint"));
-    id = DatumGetInt64(SPI_getbinval(trigger->tg_newtuple, desc, SPI_fnumber(desc, "id"), &isnull));
-    Datum seq = SPI_getbinval(trigger->tg_trigtuple, desc, SPI_fnumber(desc, "ordering_seq"), &isnull);
-    if (!isnull) old_seq = DatumGetInt64(seq);
-  });
-  if (from == nullptr || to == nullptr) throw std::logic_error("a message without an endpoint");  // NOT NULL
-  if (keyed) {
-    const Oid owner = pg_call([&] { return function_owner(fcinfo->flinfo->fn_oid); });
-    bool delivering = false;
-    as_owner(owner, [&] { with_spi([&] { delivering = in_flight(id, from); }); });
-    if (delivering)
-      throw SqlError(
-          ERRCODE_OBJECT_IN_USE,
-          "message " + std::to_string(id) + " is being delivered: its endpoint and ordering key cannot change now",
-          "Change it once its delivery is settled (outbox.message() shows its state).");
-    successors::reordered_at_commit(from);
-    successors::reordered_at_commit(to);
-  }
-  // Noted with the number it had: messages moved together (a whole key) keep their
-  // order, its head first. One placed already in this transaction (its constraint
-  // triggers fired early: SET CONSTRAINTS ALL IMMEDIATE) is placed again.
-  ordered_ids.erase(id);
-  if (new_key != nullptr) recorded.push_back({id, to, new_key, old_seq, true});
-  HeapTuple moved = pg_call([&] {
-    TupleDesc desc = RelationGetDescr(trigger->tg_relation);
-    int column = SPI_fnumber(desc, "ordering_seq");
-    Datum value = 0;
-    bool isnull = true;
-    return heap_modify_tuple_by_cols(trigger->tg_newtuple, desc, 1, &column, &value, &isnull);
-  });
-  return PointerGetDatum(moved);
 }
 
 // The WHEN of that trigger: false in the worker.

@@ -19,6 +19,11 @@ namespace pg_outbox::pg {
 void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key,
                      std::optional<int64_t> preset = std::nullopt);
 
+// This transaction moved committed message `id` into this key (moves.cpp), from the
+// number `seq` it waited with (none: it was a head): placed at commit like an inserted
+// row, before the transaction's own inserts of the key, moved rows in their old order.
+void order_moved_at_commit(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> seq);
+
 // Takes the advisory locks of these ordering keys (core::ordering_lock) until the end of
 // the transaction, lowest first: everyone takes them in that order, so that two
 // transactions with several keys in common never wait for each other in a circle.

@@ -253,7 +253,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
 
   const Datum endpoint = PG_GETARG_DATUM(kEndpoint);
   const Oid caller = pg_call([] { return GetUserId(); });
-  const Oid owner = pg_call([&] { return function_owner(fcinfo->flinfo->fn_oid); });
+  const Oid owner = pg_outbox::pg::called_function_owner(fcinfo);
   // Superusers and the extension's owner need no send right: decided from the role
   // caches, so that their enqueues skip the lookup of endpoint_senders.
   const bool privileged = caller == owner || pg_call([&] { return superuser_arg(caller); });

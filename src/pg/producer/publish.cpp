@@ -152,7 +152,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_publish) {
   }
 
   const Oid caller = pg_call([] { return GetUserId(); });
-  const Oid owner = pg_call([&] { return function_owner(fcinfo->flinfo->fn_oid); });
+  const Oid owner = called_function_owner(fcinfo);
   const bool privileged = caller == owner || pg_call([&] { return superuser_arg(caller); });
   const std::string event_type =
       pg_call([&] { return static_cast<const char*>(TextDatumGetCString(PG_GETARG_DATUM(kEventType))); });
