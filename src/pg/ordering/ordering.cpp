@@ -174,9 +174,13 @@ void place_sorted(const std::vector<Entry>& batch);
 // savepoint took back (the row is the committed version again, not this transaction's)
 // are left out. The rows are this transaction's: nobody else changes them.
 std::vector<Entry> as_they_are(const std::vector<Entry>& notes) {
+  // By id alone, so that the only index path is the primary key's with the array as its
+  // condition. With "ordering_key IS NOT NULL" beside it, the partial ordering index
+  // matched too, and statistics that showed few keyed messages (the queue analyzed while
+  // it held unkeyed ones) made it look the cheaper: every keyed message was then
+  // compared with each noted id (a replay's move of 100,000 keyed rows: 26 s, not 1.6).
   static Statement current(
-      "SELECT m.id, m.endpoint, m.ordering_key, m.xmin::text::bigint FROM outbox.messages m "
-      "WHERE m.id = ANY ($1) AND m.ordering_key IS NOT NULL",
+      "SELECT m.id, m.endpoint, m.ordering_key, m.xmin::text::bigint FROM outbox.messages m WHERE m.id = ANY ($1)",
       {INT8ARRAYOID});
   std::unordered_map<int64_t, const Entry*> first;
   std::vector<int64_t> ids;
@@ -186,6 +190,7 @@ std::vector<Entry> as_they_are(const std::vector<Entry>& notes) {
   std::vector<Entry> rows_now;
   rows_now.reserve(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
+    if (rows.is_null(r, 2)) continue;  // its key taken away
     const Entry& note = *first.at(rows.int64(r, 0));
     const auto writer = static_cast<TransactionId>(rows.int64(r, 3));
     if (note.moved && !pg_call([&] { return TransactionIdIsCurrentTransactionId(writer); })) continue;
