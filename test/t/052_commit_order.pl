@@ -18,7 +18,8 @@
 #     what is queued.
 #  7. Several rows of one key in one transaction (one INSERT statement, requeue_all)
 #     keep their order; a message moved into a key with messages follows them, and a
-#     key moved whole keeps its order.
+#     key moved whole keeps its order; places a rolled-back savepoint took back are
+#     given again at commit.
 #  8. 20,000 messages behind a blocked head cost the claim nothing (claim index reads).
 use strict;
 use warnings;
@@ -435,6 +436,19 @@ is( $node->safe_psql('postgres',
 		q{SELECT string_agg(format('%s:%s', id, ordering_seq IS NULL), ',' ORDER BY ordering_seq NULLS FIRST)
 		    FROM outbox.messages WHERE ordering_key = 'back'}),
 	"$kept[0]:t,$kept[1]:f", '7. a move taken back by a savepoint leaves the key as it was');
+
+# Messages placed early (SET CONSTRAINTS ALL IMMEDIATE) inside a savepoint rolled back
+# lose their places with it and are placed again at commit: an enqueue and a move into a
+# key with a head both follow it, the moved message first (it committed before).
+my $sp_head = $node->safe_psql('postgres', enqueue_sql('s16', 'sh', 'spk'));
+my $sp_moved = $node->safe_psql('postgres', enqueue_sql('s16', 'sm', 'spsrc'));
+my ($sp_new) = split /\n/, $node->safe_psql('postgres', join ';', 'BEGIN', enqueue_sql('s16', 'sn', 'spk'),
+	"UPDATE outbox.messages SET ordering_key = 'spk' WHERE id = $sp_moved", 'SAVEPOINT p',
+	'SET CONSTRAINTS ALL IMMEDIATE', 'ROLLBACK TO SAVEPOINT p', 'COMMIT');
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(format('%s:%s', id, ordering_seq IS NULL), ',' ORDER BY ordering_seq NULLS FIRST, id)
+		    FROM outbox.messages WHERE ordering_key = 'spk'}),
+	"$sp_head:t,$sp_moved:f,$sp_new:f", '7. places taken back by a savepoint are given again at commit');
 
 # The worker holds a key's next message to claim it itself once the head is sent; moved
 # meanwhile behind another key's head (not due for an hour), it is not sent.

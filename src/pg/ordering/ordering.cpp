@@ -71,6 +71,14 @@ struct Entry {
 
 std::vector<Entry> recorded;              // inserted or moved in this transaction, not yet in order
 std::unordered_set<int64_t> ordered_ids;  // this transaction's messages already in order
+// Notes placed inside a subtransaction (SET CONSTRAINTS ALL IMMEDIATE in a savepoint).
+// Its rollback takes back the numbers the placement wrote, and PostgreSQL fires the
+// rows' commit-time triggers again at commit: the notes go back to be placed then.
+struct PlacedInSubtransaction {
+  SubTransactionId sub;
+  Entry note;
+};
+std::vector<PlacedInSubtransaction> placed_in_subtransactions;
 
 }  // namespace
 
@@ -84,10 +92,27 @@ void ordering_at_transaction_end(XactEvent event) {
     case XACT_EVENT_PARALLEL_ABORT:
       recorded.clear();
       ordered_ids.clear();
+      placed_in_subtransactions.clear();
       break;
     default:
       break;
   }
+}
+
+// Subtransactions are numbered in the order they start: the placements taken back are
+// those of the aborted one and of its children, numbered from it up. Back in front of
+// the notes made since, they keep their first notes' numbers and kinds (as_they_are).
+void ordering_at_subtransaction_end(SubXactEvent event, SubTransactionId sub) {
+  if (event != SUBXACT_EVENT_ABORT_SUB || placed_in_subtransactions.empty()) return;
+  auto taken_back = std::stable_partition(placed_in_subtransactions.begin(), placed_in_subtransactions.end(),
+                                          [&](const PlacedInSubtransaction& p) { return p.sub < sub; });
+  std::vector<Entry> notes;
+  for (auto it = taken_back; it != placed_in_subtransactions.end(); ++it) {
+    ordered_ids.erase(it->note.id);
+    notes.push_back(std::move(it->note));
+  }
+  placed_in_subtransactions.erase(taken_back, placed_in_subtransactions.end());
+  recorded.insert(recorded.begin(), std::make_move_iterator(notes.begin()), std::make_move_iterator(notes.end()));
 }
 
 namespace {
@@ -202,7 +227,11 @@ std::vector<Entry> as_they_are(const std::vector<Entry>& notes) {
 void place(const std::vector<Entry>& notes) {
   // Every noted row is placed now, or needs no place: the commit-time calls of the others
   // return at once (a bulk INSERT's rows deleted again before the commit are 100,000 calls).
-  for (const Entry& e : notes) ordered_ids.insert(e.id);
+  const SubTransactionId sub = GetCurrentSubTransactionId();
+  for (const Entry& e : notes) {
+    ordered_ids.insert(e.id);
+    if (sub != TopSubTransactionId) placed_in_subtransactions.push_back({sub, e});
+  }
   with_index_plans([&] {
     with_spi([&] {
       std::vector<Entry> batch = as_they_are(notes);
@@ -253,7 +282,6 @@ void place_sorted(const std::vector<Entry>& batch) {
       endpoint = batch[first].endpoint;
       ordered = is_ordered(endpoint);
     }
-    for (size_t i = first; i < end; ++i) ordered_ids.insert(batch[i].id);
     if (ordered) {
       ordered_keys.push_back({first, end});
     } else {

@@ -19,6 +19,7 @@ void on_transaction_event(XactEvent event, void*) {
 
 void on_subtransaction_event(SubXactEvent event, SubTransactionId sub, SubTransactionId parent, void*) {
   queued_count_at_subtransaction_end(event, sub, parent);
+  ordering_at_subtransaction_end(event, sub);
 }
 
 }  // namespace

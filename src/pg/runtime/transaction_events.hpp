@@ -18,7 +18,8 @@ void register_transaction_events();
 void database_hold_at_transaction_end(XactEvent event);  // launcher/database_hold.cpp
 void queued_count_at_transaction_end(XactEvent event);   // producer/queued_count.cpp
 void queued_count_at_subtransaction_end(SubXactEvent event, SubTransactionId sub, SubTransactionId parent);
-void ordering_at_transaction_end(XactEvent event);     // ordering/ordering.cpp
+void ordering_at_transaction_end(XactEvent event);  // ordering/ordering.cpp
+void ordering_at_subtransaction_end(SubXactEvent event, SubTransactionId sub);
 void successors_at_transaction_end(XactEvent event);   // ordering/successors.cpp
 void commit_wake_at_transaction_end(XactEvent event);  // runtime/commit_wake.cpp
 
