@@ -38,7 +38,8 @@ NGINX
 nginx -c "$work/nginx.conf"
 
 start_cluster "$work/pg" "pg_outbox.database = 'bench'" "shared_buffers = '1GB'" "max_wal_size = '8GB'" \
-  "checkpoint_timeout = '30min'" "pg_outbox.breaker_threshold = 1000000"
+  "checkpoint_timeout = '30min'" "pg_outbox.breaker_threshold = 1000000" \
+  "log_checkpoints = on" "log_autovacuum_min_duration = 0" "log_lock_waits = on"
 psql_cluster -c "CREATE DATABASE bench"
 bench_sql() { psql_cluster -d bench -At "$@"; }
 bench_sql -c "CREATE EXTENSION pg_outbox" -c "CREATE EXTENSION pgq" -c "SELECT pgq.create_queue('bench_insert')" \
