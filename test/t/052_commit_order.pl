@@ -19,7 +19,8 @@
 #  7. Several rows of one key in one transaction (one INSERT statement, requeue_all)
 #     keep their order; a message moved into a key with messages follows them, and a
 #     key moved whole keeps its order; places a rolled-back savepoint took back are
-#     given again at commit.
+#     given again at commit; a follower picked to head its key but being deleted is
+#     passed over for the next one.
 #  8. 20,000 messages behind a blocked head cost the claim nothing (claim index reads).
 use strict;
 use warnings;
@@ -357,6 +358,27 @@ my $mover = $node->safe_psql('postgres', q{SELECT id FROM outbox.messages WHERE 
 $node->safe_psql('postgres', "UPDATE outbox.messages SET ordering_key = 'elsewhere' WHERE id = $mover");
 is($node->safe_psql('postgres', "SELECT ordering_seq IS NULL FROM outbox.messages WHERE id = $mover"),
 	't', '7. a message moved to another key heads it');
+# The follower picked to head a key may be leaving itself (a DELETE not yet committed)
+# without holding its key's lock (session_replication_role = replica fires no trigger, as
+# in a logical replication apply): the promotion waits for it, finds it gone, and picks
+# the next one.
+my @race = map { $node->safe_psql('postgres', enqueue_sql('s10', "r$_", 'race')) } 1 .. 3;
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('SET session_replication_role = replica');
+$holder->query_safe('BEGIN');
+$holder->query_safe("DELETE FROM outbox.messages WHERE id = $race[1]");
+my $deleter = $node->background_psql('postgres');
+$deleter->query_until(qr/deleting/, "\\echo deleting\nDELETE FROM outbox.messages WHERE id = $race[0];\n");
+ok( wait_sql(
+		$node, "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%id = $race[0];%')",
+		30),
+	"7. the head's DELETE waits for the follower it picked, being deleted");
+$holder->query_safe('COMMIT');
+$holder->quit;
+$deleter->quit;
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(format('%s:%s', id, ordering_seq IS NULL), ',') FROM outbox.messages WHERE ordering_key = 'race'}),
+	"$race[2]:t", '7. ... and then heads the key with the next one');
 
 # A message moved into a key that has messages follows them, placed at the move's commit
 # as an insert is; messages moved together (a whole key) keep their commit order, which
