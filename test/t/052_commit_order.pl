@@ -19,7 +19,8 @@
 #  7. Several rows of one key in one transaction (one INSERT statement, requeue_all)
 #     keep their order; a message moved into a key with messages follows them, and a
 #     key moved whole keeps its order; places a rolled-back savepoint took back are
-#     given again at commit; a follower picked to head its key but being deleted is
+#     given again at commit (not those of a move it took back too), and with the
+#     constraints immediate a message is placed once; a follower picked to head its key but being deleted is
 #     passed over for the next one.
 #  8. 20,000 messages behind a blocked head cost the claim nothing (claim index reads).
 use strict;
@@ -471,6 +472,27 @@ is( $node->safe_psql('postgres',
 		q{SELECT string_agg(format('%s:%s', id, ordering_seq IS NULL), ',' ORDER BY ordering_seq NULLS FIRST, id)
 		    FROM outbox.messages WHERE ordering_key = 'spk'}),
 	"$sp_head:t,$sp_moved:f,$sp_new:f", '7. places taken back by a savepoint are given again at commit');
+# A move made and placed inside a savepoint that is rolled back is not placed again at
+# commit, even when the transaction wrote the row before (its payload here): the message
+# keeps its place ahead of the key's later messages.
+my @pay = map { $node->safe_psql('postgres', enqueue_sql('s16', "p$_", 'pay')) } 1 .. 3;
+$node->safe_psql('postgres', join ';', 'BEGIN',
+	"UPDATE outbox.messages SET payload = '{\"n\": \"p2-fixed\"}' WHERE id = $pay[1]", 'SAVEPOINT p',
+	"UPDATE outbox.messages SET ordering_key = 'pay-tmp' WHERE id = $pay[1]", 'SET CONSTRAINTS ALL IMMEDIATE',
+	'ROLLBACK TO SAVEPOINT p', enqueue_sql('s16', 'o', 'pay-other'), 'COMMIT');
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(format('%s:%s', id, ordering_seq IS NULL), ',' ORDER BY ordering_seq NULLS FIRST, id)
+		    FROM outbox.messages WHERE ordering_key = 'pay'}),
+	"$pay[0]:t,$pay[1]:f,$pay[2]:f", '7. a move placed and taken back inside a savepoint is not placed again');
+# With the constraints immediate each message is placed at the end of its statement, once:
+# the next one's placement does not number it again.
+my $imm_head = $node->safe_psql('postgres', enqueue_sql('s16', 'ih', 'imm'));
+my @imm = split /\n/, $node->safe_psql('postgres', join ';', 'BEGIN', 'SET CONSTRAINTS ALL IMMEDIATE',
+	enqueue_sql('s16', 'i1', 'imm'),
+	q{SELECT ordering_seq FROM outbox.messages WHERE endpoint = 's16' AND payload->>'n' = 'i1'},
+	enqueue_sql('s16', 'i2', 'imm'),
+	q{SELECT ordering_seq FROM outbox.messages WHERE endpoint = 's16' AND payload->>'n' = 'i1'}, 'COMMIT');
+is($imm[3], $imm[1], '7. with the constraints immediate, a placed message is not numbered again');
 
 # The worker holds a key's next message to claim it itself once the head is sent; moved
 # meanwhile behind another key's head (not due for an hour), it is not sent.

@@ -65,8 +65,9 @@ struct Entry {
   int64_t id;
   std::string endpoint;
   std::string key;
-  std::optional<int64_t> preset;  // an ordering_seq the row was inserted with (a restored dump)
-  bool moved = false;             // committed before this transaction, moved into its key by it
+  std::optional<int64_t> preset;                        // an ordering_seq the row was inserted with (a restored dump)
+  bool moved = false;                                   // committed before this transaction, moved into its key by it
+  SubTransactionId noted_in = InvalidSubTransactionId;  // where it was inserted or moved
 };
 
 std::vector<Entry> recorded;              // inserted or moved in this transaction, not yet in order
@@ -102,6 +103,7 @@ void ordering_at_transaction_end(XactEvent event) {
 // Subtransactions are numbered in the order they start: the placements taken back are
 // those of the aborted one and of its children, numbered from it up. Back in front of
 // the notes made since, they keep their first notes' numbers and kinds (as_they_are).
+// A note of an insert or a move made there goes: the change is taken back with it.
 void ordering_at_subtransaction_end(SubXactEvent event, SubTransactionId sub) {
   if (event != SUBXACT_EVENT_ABORT_SUB || placed_in_subtransactions.empty()) return;
   auto taken_back = std::stable_partition(placed_in_subtransactions.begin(), placed_in_subtransactions.end(),
@@ -109,7 +111,7 @@ void ordering_at_subtransaction_end(SubXactEvent event, SubTransactionId sub) {
   std::vector<Entry> notes;
   for (auto it = taken_back; it != placed_in_subtransactions.end(); ++it) {
     ordered_ids.erase(it->note.id);
-    notes.push_back(std::move(it->note));
+    if (it->note.noted_in == InvalidSubTransactionId || it->note.noted_in < sub) notes.push_back(std::move(it->note));
   }
   placed_in_subtransactions.erase(taken_back, placed_in_subtransactions.end());
   recorded.insert(recorded.begin(), std::make_move_iterator(notes.begin()), std::make_move_iterator(notes.end()));
@@ -329,13 +331,17 @@ void place_sorted(const std::vector<Entry>& batch) {
 }  // namespace
 
 void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> preset) {
-  recorded.push_back({id, endpoint, key, preset});
+  // With the constraints immediate, a new row's commit-time trigger may have placed it
+  // before it is noted (at the end of the INSERT, ahead of the statement trigger that
+  // notes it): noted anyway, it was placed a second time at the next placement.
+  if (ordered_ids.count(id) != 0) return;
+  recorded.push_back({id, endpoint, key, preset, false, GetCurrentSubTransactionId()});
 }
 
 void order_moved_at_commit(int64_t id, const std::string& endpoint, const std::string& key,
                            std::optional<int64_t> seq) {
   ordered_ids.erase(id);  // placed already (SET CONSTRAINTS ALL IMMEDIATE): placed again
-  recorded.push_back({id, endpoint, key, seq, true});
+  recorded.push_back({id, endpoint, key, seq, true, GetCurrentSubTransactionId()});
 }
 
 // The rule of a key's succession, for the worker's settle and for the trigger alike: the
