@@ -104,17 +104,25 @@ void ordering_at_transaction_end(XactEvent event) {
 // those of the aborted one and of its children, numbered from it up. Back in front of
 // the notes made since, they keep their first notes' numbers and kinds (as_they_are).
 // A note of an insert or a move made there goes: the change is taken back with it.
+// Called by PostgreSQL during the abort: nothing may throw out of it.
 void ordering_at_subtransaction_end(SubXactEvent event, SubTransactionId sub) {
   if (event != SUBXACT_EVENT_ABORT_SUB || placed_in_subtransactions.empty()) return;
-  auto taken_back = std::stable_partition(placed_in_subtransactions.begin(), placed_in_subtransactions.end(),
-                                          [&](const PlacedInSubtransaction& p) { return p.sub < sub; });
-  std::vector<Entry> notes;
-  for (auto it = taken_back; it != placed_in_subtransactions.end(); ++it) {
-    ordered_ids.erase(it->note.id);
-    if (it->note.noted_in == InvalidSubTransactionId || it->note.noted_in < sub) notes.push_back(std::move(it->note));
+  auto& placed = placed_in_subtransactions;
+  auto taken_back =
+      std::stable_partition(placed.begin(), placed.end(), [&](const PlacedInSubtransaction& p) { return p.sub < sub; });
+  for (auto it = taken_back; it != placed.end(); ++it) ordered_ids.erase(it->note.id);
+  auto changes_undone = std::stable_partition(taken_back, placed.end(), [&](const PlacedInSubtransaction& p) {
+    return p.note.noted_in == InvalidSubTransactionId || p.note.noted_in < sub;
+  });
+  try {
+    std::vector<Entry> notes;
+    notes.reserve(static_cast<size_t>(changes_undone - taken_back));
+    for (auto it = taken_back; it != changes_undone; ++it) notes.push_back(std::move(it->note));
+    recorded.insert(recorded.begin(), std::make_move_iterator(notes.begin()), std::make_move_iterator(notes.end()));
+  } catch (...) {
+    // Out of memory: the rows' triggers, fired again at commit, each place their own row.
   }
-  placed_in_subtransactions.erase(taken_back, placed_in_subtransactions.end());
-  recorded.insert(recorded.begin(), std::make_move_iterator(notes.begin()), std::make_move_iterator(notes.end()));
+  placed.erase(taken_back, placed.end());
 }
 
 namespace {
