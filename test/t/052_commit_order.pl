@@ -20,7 +20,9 @@
 #     keep their order; a message moved into a key with messages follows them, and a
 #     key moved whole keeps its order; places a rolled-back savepoint took back are
 #     given again at commit (not those of a move it took back too), and with the
-#     constraints immediate a message is placed once; a follower picked to head its key but being deleted is
+#     constraints immediate a message is placed once; nested savepoints, placed rows
+#     moved and taken back, and a head deleted after an enqueue to its key keep one
+#     head per key; a follower picked to head its key but being deleted is
 #     passed over for the next one.
 #  8. 20,000 messages behind a blocked head cost the claim nothing (claim index reads).
 use strict;
@@ -493,6 +495,51 @@ my @imm = split /\n/, $node->safe_psql('postgres', join ';', 'BEGIN', 'SET CONST
 	enqueue_sql('s16', 'i2', 'imm'),
 	q{SELECT ordering_seq FROM outbox.messages WHERE endpoint = 's16' AND payload->>'n' = 'i1'}, 'COMMIT');
 is($imm[3], $imm[1], '7. with the constraints immediate, a placed message is not numbered again');
+
+# Savepoints and the heads a transaction takes away (helper-29's review): each key below
+# must end with one head and its messages in commit order.
+sub key_line
+{
+	my ($key) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT string_agg(format('%s:%s', id, ordering_seq IS NULL), ',' ORDER BY ordering_seq NULLS FIRST, id)
+		   FROM outbox.messages WHERE endpoint = 's16' AND ordering_key = '$key'");
+}
+sub id_of_tag
+{
+	my ($tag) = @_;
+	return "(SELECT id FROM outbox.messages WHERE endpoint = 's16' AND payload->>'n' = '$tag')";
+}
+# A move rolled back by an outer savepoint, after an inner one took back its placement.
+my @n1 = map { $node->safe_psql('postgres', enqueue_sql('s16', "n1$_", 'n1')) } qw(h f g);
+my ($n1x) = split /\n/, $node->safe_psql('postgres', join ';', 'BEGIN', "DELETE FROM outbox.messages WHERE id = $n1[0]",
+	'SAVEPOINT a', "UPDATE outbox.messages SET ordering_key = 'n1-tmp' WHERE id = $n1[1]", 'SAVEPOINT b',
+	'SET CONSTRAINTS ALL IMMEDIATE', 'ROLLBACK TO SAVEPOINT b', 'ROLLBACK TO SAVEPOINT a',
+	enqueue_sql('s16', 'n1x', 'n1'), 'COMMIT');
+is(key_line('n1'), "$n1[1]:t,$n1[2]:f,$n1x:f", '7. a move rolled back by an outer savepoint is not placed');
+# A message placed at the top level, then moved and placed inside a savepoint rolled back:
+# it keeps its first place (its insert's trigger, still pending, finds it placed).
+$node->safe_psql('postgres', enqueue_sql('s16', 'n2m', 'n2m'));
+$node->safe_psql('postgres', join ';', 'BEGIN', enqueue_sql('s16', 'n2x', 'n2'), enqueue_sql('s16', 'n2y', 'n2'),
+	q{UPDATE outbox.messages SET ordering_key = 'n2m-b' WHERE endpoint = 's16' AND ordering_key = 'n2m'},
+	'SET CONSTRAINTS outbox.messages_moved_at_commit IMMEDIATE', 'SAVEPOINT s',
+	"UPDATE outbox.messages SET ordering_key = 'n2-tmp' WHERE id = " . id_of_tag('n2x'), 'ROLLBACK TO SAVEPOINT s',
+	'COMMIT');
+my ($n2x, $n2y) = map { $node->safe_psql('postgres', "SELECT " . id_of_tag($_)) } 'n2x', 'n2y';
+is(key_line('n2'), "$n2x:t,$n2y:f", '7. a placed message moved in a savepoint rolled back keeps its place');
+# A move a savepoint takes back, of a row the transaction wrote before (it became the head
+# when the transaction deleted the head): not placed at commit.
+my @n3 = map { $node->safe_psql('postgres', enqueue_sql('s16', "n3$_", 'n3')) } qw(h f g);
+my ($n3x) = split /\n/, $node->safe_psql('postgres', join ';', 'BEGIN', "DELETE FROM outbox.messages WHERE id = $n3[0]",
+	'SAVEPOINT s', "UPDATE outbox.messages SET ordering_key = 'n3-tmp' WHERE id = $n3[1]", 'ROLLBACK TO SAVEPOINT s',
+	enqueue_sql('s16', 'n3x', 'n3'), 'COMMIT');
+is(key_line('n3'), "$n3[1]:t,$n3[2]:f,$n3x:f", '7. a move a savepoint took back is not placed, the head it got kept');
+# A transaction that enqueues to a key and then deletes its head: the key's next message
+# heads it (the new row, not placed yet, looked like a head when the head left).
+my @n4 = map { $node->safe_psql('postgres', enqueue_sql('s16', "n4$_", 'n4')) } qw(h f);
+my ($n4x) = split /\n/, $node->safe_psql('postgres', join ';', 'BEGIN', enqueue_sql('s16', 'n4x', 'n4'),
+	"DELETE FROM outbox.messages WHERE id = $n4[0]", 'COMMIT');
+is(key_line('n4'), "$n4[1]:t,$n4x:f", '7. enqueue to a key, then delete its head: the next message heads it');
 
 # The worker holds a key's next message to claim it itself once the head is sent; moved
 # meanwhile behind another key's head (not due for an hour), it is not sent.

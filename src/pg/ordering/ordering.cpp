@@ -28,15 +28,19 @@
 // A transaction's own keyed messages are known before its commit: outbox.enqueue notes
 // the rows it inserts without a statement, and a statement trigger (outbox._note_inserts,
 // producer/queue_triggers.cpp) the rows of INSERT statements (enqueue's with an
-// idempotency key among them); a row is noted once. The first commit-time call places
-// them all, after taking all their locks: rows of the same transaction never take each
-// other for a head.
+// idempotency key among them); a row is noted once (notes.cpp keeps the notes, and what a
+// rolled-back savepoint takes back of them). The first commit-time call places them all,
+// after taking all their locks: rows of the same transaction never take each other for
+// a head. Until then a row of its own has no number and looks like a head to the
+// transaction's promotions: a key whose head it took away is looked at again once its
+// rows are numbered.
 #include "pg/ordering/ordering.hpp"
 
 #include "core/ordering_lock.hpp"
 #include "pg/boundary/boundary.hpp"
 #include "pg/runtime/commit_wake.hpp"
 #include "pg/boundary/trigger_data.hpp"
+#include "pg/ordering/notes.hpp"
 #include "pg/ordering/successors.hpp"
 #include "pg/runtime/process_role.hpp"
 #include "pg/runtime/transaction_events.hpp"
@@ -55,31 +59,12 @@ extern "C" {
 #include <tuple>
 #include <stdexcept>
 #include <unordered_map>
-#include <unordered_set>
 
 namespace pg_outbox::pg {
 
 namespace {
 
-struct Entry {
-  int64_t id;
-  std::string endpoint;
-  std::string key;
-  std::optional<int64_t> preset;                        // an ordering_seq the row was inserted with (a restored dump)
-  bool moved = false;                                   // committed before this transaction, moved into its key by it
-  SubTransactionId noted_in = InvalidSubTransactionId;  // where it was inserted or moved
-};
-
-std::vector<Entry> recorded;              // inserted or moved in this transaction, not yet in order
-std::unordered_set<int64_t> ordered_ids;  // this transaction's messages already in order
-// Notes placed inside a subtransaction (SET CONSTRAINTS ALL IMMEDIATE in a savepoint).
-// Its rollback takes back the numbers the placement wrote, and PostgreSQL fires the
-// rows' commit-time triggers again at commit: the notes go back to be placed then.
-struct PlacedInSubtransaction {
-  SubTransactionId sub;
-  Entry note;
-};
-std::vector<PlacedInSubtransaction> placed_in_subtransactions;
+using Entry = ordering_notes::Note;
 
 }  // namespace
 
@@ -91,38 +76,15 @@ void ordering_at_transaction_end(XactEvent event) {
     case XACT_EVENT_PREPARE:
     case XACT_EVENT_PARALLEL_COMMIT:
     case XACT_EVENT_PARALLEL_ABORT:
-      recorded.clear();
-      ordered_ids.clear();
-      placed_in_subtransactions.clear();
+      ordering_notes::at_transaction_end();
       break;
     default:
       break;
   }
 }
 
-// Subtransactions are numbered in the order they start: the placements taken back are
-// those of the aborted one and of its children, numbered from it up. Back in front of
-// the notes made since, they keep their first notes' numbers and kinds (as_they_are).
-// A note of an insert or a move made there goes: the change is taken back with it.
-// Called by PostgreSQL during the abort: nothing may throw out of it.
 void ordering_at_subtransaction_end(SubXactEvent event, SubTransactionId sub) {
-  if (event != SUBXACT_EVENT_ABORT_SUB || placed_in_subtransactions.empty()) return;
-  auto& placed = placed_in_subtransactions;
-  auto taken_back =
-      std::stable_partition(placed.begin(), placed.end(), [&](const PlacedInSubtransaction& p) { return p.sub < sub; });
-  for (auto it = taken_back; it != placed.end(); ++it) ordered_ids.erase(it->note.id);
-  auto changes_undone = std::stable_partition(taken_back, placed.end(), [&](const PlacedInSubtransaction& p) {
-    return p.note.noted_in == InvalidSubTransactionId || p.note.noted_in < sub;
-  });
-  try {
-    std::vector<Entry> notes;
-    notes.reserve(static_cast<size_t>(changes_undone - taken_back));
-    for (auto it = taken_back; it != changes_undone; ++it) notes.push_back(std::move(it->note));
-    recorded.insert(recorded.begin(), std::make_move_iterator(notes.begin()), std::make_move_iterator(notes.end()));
-  } catch (...) {
-    // Out of memory: the rows' triggers, fired again at commit, each place their own row.
-  }
-  placed.erase(taken_back, placed.end());
+  if (event == SUBXACT_EVENT_ABORT_SUB) ordering_notes::at_subtransaction_abort(sub);
 }
 
 namespace {
@@ -235,13 +197,6 @@ std::vector<Entry> as_they_are(const std::vector<Entry>& notes) {
 }
 
 void place(const std::vector<Entry>& notes) {
-  // Every noted row is placed now, or needs no place: the commit-time calls of the others
-  // return at once (a bulk INSERT's rows deleted again before the commit are 100,000 calls).
-  const SubTransactionId sub = GetCurrentSubTransactionId();
-  for (const Entry& e : notes) {
-    ordered_ids.insert(e.id);
-    if (sub != TopSubTransactionId) placed_in_subtransactions.push_back({sub, e});
-  }
   with_index_plans([&] {
     with_spi([&] {
       std::vector<Entry> batch = as_they_are(notes);
@@ -259,6 +214,23 @@ void place(const std::vector<Entry>& notes) {
       place_sorted(batch);
     });
   });
+}
+
+// The keys found busy whose head this transaction took away: a row of its own, not placed
+// then, looked like their head, and their next message stayed behind it. Now numbered, it
+// no longer does, and the key's first message becomes its head (the promotion changes
+// nothing in a key that has one). One statement, only in a transaction that took a head.
+void promote_where_a_head_left(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys,
+                               const std::vector<bool>& busy) {
+  if (!ordering_notes::any_head_left()) return;
+  std::vector<std::string> busy_endpoints, busy_keys;
+  for (size_t n = 0; n < keys.size(); ++n)
+    if (busy[n]) {
+      busy_endpoints.push_back(endpoints[n]);
+      busy_keys.push_back(keys[n]);
+    }
+  if (!busy_keys.empty() && promote_next_in_order(busy_endpoints, busy_keys, Statement::Visibility::kLatest).size() > 0)
+    wake_worker_at_commit();
 }
 
 // place() for a batch sorted by key, with SPI connected and only index paths: the queue's
@@ -332,6 +304,7 @@ void place_sorted(const std::vector<Entry>& batch) {
     }
     std::sort(by_id.begin(), by_id.end());
     if (!by_id.empty()) number_by_id.run_latest({int8_array(by_id)});
+    promote_where_a_head_left(endpoints, keys, busy);
   }
   if (!heads_with_numbers.empty()) unnumber.run_latest({int8_array(heads_with_numbers)});
 }
@@ -339,17 +312,12 @@ void place_sorted(const std::vector<Entry>& batch) {
 }  // namespace
 
 void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> preset) {
-  // With the constraints immediate, a new row's commit-time trigger may have placed it
-  // before it is noted (at the end of the INSERT, ahead of the statement trigger that
-  // notes it): noted anyway, it was placed a second time at the next placement.
-  if (ordered_ids.count(id) != 0) return;
-  recorded.push_back({id, endpoint, key, preset, false, GetCurrentSubTransactionId()});
+  ordering_notes::inserted(id, endpoint, key, preset);
 }
 
 void order_moved_at_commit(int64_t id, const std::string& endpoint, const std::string& key,
                            std::optional<int64_t> seq) {
-  ordered_ids.erase(id);  // placed already (SET CONSTRAINTS ALL IMMEDIATE): placed again
-  recorded.push_back({id, endpoint, key, seq, true, GetCurrentSubTransactionId()});
+  ordering_notes::moved(id, endpoint, key, seq);
 }
 
 // The rule of a key's succession, for the worker's settle and for the trigger alike: the
@@ -403,12 +371,8 @@ using pg_outbox::pg::Entry;
 PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
   using namespace pg_outbox::pg;
   TriggerData* trigger = trigger_data(fcinfo, "outbox._order_at_commit()");
-  if (ordered_ids.count(id_of(trigger)) != 0) return PointerGetDatum(nullptr);
-  Entry row = row_of(trigger, placed_tuple(trigger));
-  std::vector<Entry> batch;
-  batch.swap(recorded);
-  if (std::none_of(batch.begin(), batch.end(), [&](const Entry& e) { return e.id == row.id; }))
-    batch.push_back(std::move(row));
+  if (ordering_notes::is_placed(id_of(trigger))) return PointerGetDatum(nullptr);
+  const std::vector<Entry> batch = ordering_notes::take_for_placing(row_of(trigger, placed_tuple(trigger)));
   const Oid owner = called_function_owner(fcinfo);
   as_owner(owner, [&] { place(batch); });
   return PointerGetDatum(nullptr);
@@ -425,6 +389,7 @@ namespace {
 // statement or two each. SPI connected; the keys' locks taken.
 bool promote_after_heads_left(std::vector<std::string> endpoints, std::vector<std::string> keys) {
   using namespace pg_outbox::pg;
+  ordering_notes::head_left();
   // The keys whose first message (a head first) is a follower: left without a head.
   static Statement headless(R"sql(
     SELECT k.i FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(endpoint, ordering_key, i)

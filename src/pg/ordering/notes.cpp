@@ -1,0 +1,115 @@
+// A transaction's notes of order (notes.hpp). Savepoints: a subtransaction that aborts
+// takes back the changes made in it, and PostgreSQL, at the same time, discards the
+// commit-time trigger events queued in it and fires again at commit those it fired
+// (SET CONSTRAINTS ALL IMMEDIATE). The notes follow: notes of inserts and moves made
+// in it go; a placement made in it is undone (the numbers it wrote are rolled back): its
+// rows count as not placed and their notes come back, to be placed at commit; a move
+// made in it gives back the place its row had. Changes made inside subtransactions are
+// logged for that; those of the top transaction need no log.
+#include "pg/ordering/notes.hpp"
+
+#include <algorithm>
+#include <iterator>
+#include <unordered_set>
+#include <utility>
+
+namespace pg_outbox::pg::ordering_notes {
+
+namespace {
+
+std::vector<Note> recorded;          // inserted or moved, not placed yet
+std::unordered_set<int64_t> placed;  // placed already
+bool a_head_left = false;
+
+// A change to `placed` made inside a subtransaction, undone if it aborts.
+struct Undo {
+  SubTransactionId sub;
+  bool was_placing;  // place: the note's row was placed (else a move took its place away)
+  Note note;
+};
+// In the order they were made. While a subtransaction runs, every change logged since it
+// started was made in it or in its children, numbered from it up: its abort undoes a
+// suffix of the log.
+std::vector<Undo> undo_log;
+
+void log_change(bool placing, const Note& note) {
+  const SubTransactionId sub = GetCurrentSubTransactionId();
+  if (sub != TopSubTransactionId) undo_log.push_back({sub, placing, note});
+}
+
+bool made_in(const Note& note, SubTransactionId sub) {
+  return note.noted_in != InvalidSubTransactionId && note.noted_in >= sub;
+}
+
+}  // namespace
+
+void inserted(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> preset) {
+  if (placed.count(id) != 0) return;
+  recorded.push_back({id, endpoint, key, preset, false, GetCurrentSubTransactionId()});
+}
+
+void moved(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> seq) {
+  Note note{id, endpoint, key, seq, true, GetCurrentSubTransactionId()};
+  if (placed.erase(id) != 0) log_change(false, note);  // placed already: placed again
+  recorded.push_back(std::move(note));
+}
+
+bool is_placed(int64_t id) { return placed.count(id) != 0; }
+
+std::vector<Note> take_for_placing(std::optional<Note> also) {
+  std::vector<Note> notes;
+  notes.swap(recorded);
+  if (also && std::none_of(notes.begin(), notes.end(), [&](const Note& n) { return n.id == also->id; }))
+    notes.push_back(std::move(*also));
+  for (const Note& n : notes) {
+    placed.insert(n.id);
+    log_change(true, n);
+  }
+  return notes;
+}
+
+void head_left() { a_head_left = true; }
+bool any_head_left() { return a_head_left; }
+
+void at_transaction_end() {
+  recorded.clear();
+  placed.clear();
+  a_head_left = false;
+  undo_log.clear();
+}
+
+void at_subtransaction_abort(SubTransactionId sub) {
+  // Moves of elements in place: no allocation.
+  recorded.erase(std::remove_if(recorded.begin(), recorded.end(), [&](const Note& n) { return made_in(n, sub); }),
+                 recorded.end());
+  auto first = undo_log.end();
+  while (first != undo_log.begin() && std::prev(first)->sub >= sub) --first;
+  if (first == undo_log.end()) return;
+  // Everything that allocates first; the undo itself cannot fail.
+  std::vector<Note> back;  // notes of the placements undone, in the order they were noted
+  try {
+    const auto n = static_cast<size_t>(undo_log.end() - first);
+    back.reserve(n);
+    placed.reserve(placed.size() + n);
+    recorded.reserve(recorded.size() + n);
+  } catch (...) {
+    // Out of memory: nothing is undone. The rows of the placements made in the aborted
+    // subtransaction count as placed; their keys may be left without a head.
+    undo_log.erase(first, undo_log.end());
+    return;
+  }
+  for (auto it = undo_log.end(); it != first;) {  // the newest first
+    --it;
+    if (it->was_placing) {
+      placed.erase(it->note.id);
+      if (!made_in(it->note, sub)) back.push_back(std::move(it->note));
+    } else {
+      placed.insert(it->note.id);
+    }
+  }
+  std::reverse(back.begin(), back.end());
+  recorded.insert(recorded.begin(), std::make_move_iterator(back.begin()), std::make_move_iterator(back.end()));
+  undo_log.erase(first, undo_log.end());
+}
+
+}  // namespace pg_outbox::pg::ordering_notes

@@ -1,0 +1,52 @@
+// What the current transaction has done to the order of ordered keys (ordering.cpp places,
+// this file remembers): the keyed messages it inserted or moved and has not placed yet,
+// those it has placed, whether it took a key's head away, and what a savepoint rolled
+// back takes back of all that. Backend-local; forgotten at the end of the transaction.
+#pragma once
+
+#include "pg/boundary/postgres.hpp"
+
+extern "C" {
+#include "access/xact.h"
+}
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pg_outbox::pg::ordering_notes {
+
+struct Note {
+  int64_t id;
+  std::string endpoint;
+  std::string key;
+  std::optional<int64_t> preset;                        // an ordering_seq the row was inserted with (a restored dump)
+  bool moved = false;                                   // committed before this transaction, moved into its key by it
+  SubTransactionId noted_in = InvalidSubTransactionId;  // where it was inserted or moved
+};
+
+// A row inserted under a key, unless its own commit-time trigger has placed it already
+// (the constraints immediate: that trigger fires at the end of the INSERT, ahead of the
+// statement trigger that notes the row).
+void inserted(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> preset);
+
+// A row moved into a key: placed (again) at commit.
+void moved(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> seq);
+
+bool is_placed(int64_t id);
+
+// The notes not placed yet, taken to be placed now; they and `also` count as placed.
+std::vector<Note> take_for_placing(std::optional<Note> also);
+
+// A key's head left the queue by this transaction's hand (a DELETE or a move). A row of
+// its own in that key, not placed yet, looked like the head then (it has no number), and
+// the key's next message was not promoted: the keys placed at commit are looked at again.
+void head_left();
+bool any_head_left();
+
+void at_transaction_end();
+// Called by PostgreSQL during the abort: does not throw.
+void at_subtransaction_abort(SubTransactionId sub);
+
+}  // namespace pg_outbox::pg::ordering_notes
