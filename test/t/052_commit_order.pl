@@ -540,6 +540,24 @@ my @n4 = map { $node->safe_psql('postgres', enqueue_sql('s16', "n4$_", 'n4')) } 
 my ($n4x) = split /\n/, $node->safe_psql('postgres', join ';', 'BEGIN', enqueue_sql('s16', 'n4x', 'n4'),
 	"DELETE FROM outbox.messages WHERE id = $n4[0]", 'COMMIT');
 is(key_line('n4'), "$n4[1]:t,$n4x:f", '7. enqueue to a key, then delete its head: the next message heads it');
+# The same while another session deletes the key's next message: no deadlock (helper-30):
+# the next message is promoted by the head's DELETE, as for any DELETE, and the other
+# session's DELETE then waits for it and promotes the one after.
+my @n5 = map { $node->safe_psql('postgres', enqueue_sql('s16', "n5$_", 'n5')) } qw(h f g);
+my $producer = $node->background_psql('postgres');
+$producer->query_safe('BEGIN');
+my $n5x = $producer->query_safe(enqueue_sql('s16', 'n5x', 'n5'));
+$producer->query_safe("DELETE FROM outbox.messages WHERE id = $n5[0]");
+my $other = $node->background_psql('postgres');
+$other->query_until(qr/deleting/, "\\echo deleting\nDELETE FROM outbox.messages WHERE id = $n5[1];\n");
+ok( wait_sql(
+		$node, "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%id = $n5[1];%')",
+		30),
+	"7. the other session's DELETE of the next message waits for the producer");
+$producer->query_safe('COMMIT');
+$producer->quit;
+$other->quit;
+is(key_line('n5'), "$n5[2]:t,$n5x:f", '7. ... both commit: the message after heads the key, the enqueued one follows');
 
 # The worker holds a key's next message to claim it itself once the head is sent; moved
 # meanwhile behind another key's head (not due for an hour), it is not sent.

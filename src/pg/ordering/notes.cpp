@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <set>
 #include <unordered_set>
 #include <utility>
 
@@ -19,7 +20,6 @@ namespace {
 
 std::vector<Note> recorded;          // inserted or moved, not placed yet
 std::unordered_set<int64_t> placed;  // placed already
-bool a_head_left = false;
 
 // A change to `placed` made inside a subtransaction, undone if it aborts.
 struct Undo {
@@ -68,13 +68,28 @@ std::vector<Note> take_for_placing(std::optional<Note> also) {
   return notes;
 }
 
-void head_left() { a_head_left = true; }
-bool any_head_left() { return a_head_left; }
+std::vector<Note> take_for_placing_in(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys) {
+  if (recorded.empty()) return {};
+  std::set<std::pair<std::string, std::string>> wanted;
+  for (size_t i = 0; i < keys.size(); ++i) wanted.emplace(endpoints[i], keys[i]);
+  std::unordered_set<int64_t> ids;
+  for (const Note& n : recorded)
+    if (wanted.count({n.endpoint, n.key}) != 0) ids.insert(n.id);
+  if (ids.empty()) return {};
+  auto taken =
+      std::stable_partition(recorded.begin(), recorded.end(), [&](const Note& n) { return ids.count(n.id) == 0; });
+  std::vector<Note> notes(std::make_move_iterator(taken), std::make_move_iterator(recorded.end()));
+  recorded.erase(taken, recorded.end());
+  for (const Note& n : notes) {
+    placed.insert(n.id);
+    log_change(true, n);
+  }
+  return notes;
+}
 
 void at_transaction_end() {
   recorded.clear();
   placed.clear();
-  a_head_left = false;
   undo_log.clear();
 }
 

@@ -1,7 +1,7 @@
 // What the current transaction has done to the order of ordered keys (ordering.cpp places,
 // this file remembers): the keyed messages it inserted or moved and has not placed yet,
-// those it has placed, whether it took a key's head away, and what a savepoint rolled
-// back takes back of all that. Backend-local; forgotten at the end of the transaction.
+// those it has placed, and what a savepoint rolled back takes back of all that. Backend-local; forgotten at the end of
+// the transaction.
 #pragma once
 
 #include "pg/boundary/postgres.hpp"
@@ -39,11 +39,9 @@ bool is_placed(int64_t id);
 // The notes not placed yet, taken to be placed now; they and `also` count as placed.
 std::vector<Note> take_for_placing(std::optional<Note> also);
 
-// A key's head left the queue by this transaction's hand (a DELETE or a move). A row of
-// its own in that key, not placed yet, looked like the head then (it has no number), and
-// the key's next message was not promoted: the keys placed at commit are looked at again.
-void head_left();
-bool any_head_left();
+// The notes not placed yet of rows noted in these keys (endpoints[i], keys[i]), with every
+// other note of the same rows, taken to be placed now; they count as placed.
+std::vector<Note> take_for_placing_in(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys);
 
 void at_transaction_end();
 // Called by PostgreSQL during the abort: does not throw.

@@ -31,9 +31,8 @@
 // idempotency key among them); a row is noted once (notes.cpp keeps the notes, and what a
 // rolled-back savepoint takes back of them). The first commit-time call places them all,
 // after taking all their locks: rows of the same transaction never take each other for
-// a head. Until then a row of its own has no number and looks like a head to the
-// transaction's promotions: a key whose head it took away is looked at again once its
-// rows are numbered.
+// a head. Until then a row of its own has no number and would look like a head to the
+// transaction's promotions: those place the rows of their keys first.
 #include "pg/ordering/ordering.hpp"
 
 #include "core/ordering_lock.hpp"
@@ -216,23 +215,6 @@ void place(const std::vector<Entry>& notes) {
   });
 }
 
-// The keys found busy whose head this transaction took away: a row of its own, not placed
-// then, looked like their head, and their next message stayed behind it. Now numbered, it
-// no longer does, and the key's first message becomes its head (the promotion changes
-// nothing in a key that has one). One statement, only in a transaction that took a head.
-void promote_where_a_head_left(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys,
-                               const std::vector<bool>& busy) {
-  if (!ordering_notes::any_head_left()) return;
-  std::vector<std::string> busy_endpoints, busy_keys;
-  for (size_t n = 0; n < keys.size(); ++n)
-    if (busy[n]) {
-      busy_endpoints.push_back(endpoints[n]);
-      busy_keys.push_back(keys[n]);
-    }
-  if (!busy_keys.empty() && promote_next_in_order(busy_endpoints, busy_keys, Statement::Visibility::kLatest).size() > 0)
-    wake_worker_at_commit();
-}
-
 // place() for a batch sorted by key, with SPI connected and only index paths: the queue's
 // statistics say whatever it held when it was last analyzed (nothing, between two
 // bursts), and a plan that trusted them scanned the whole queue once per key.
@@ -304,7 +286,6 @@ void place_sorted(const std::vector<Entry>& batch) {
     }
     std::sort(by_id.begin(), by_id.end());
     if (!by_id.empty()) number_by_id.run_latest({int8_array(by_id)});
-    promote_where_a_head_left(endpoints, keys, busy);
   }
   if (!heads_with_numbers.empty()) unnumber.run_latest({int8_array(heads_with_numbers)});
 }
@@ -389,7 +370,14 @@ namespace {
 // statement or two each. SPI connected; the keys' locks taken.
 bool promote_after_heads_left(std::vector<std::string> endpoints, std::vector<std::string> keys) {
   using namespace pg_outbox::pg;
-  ordering_notes::head_left();
+  // This transaction's own rows in these keys, not placed yet, have no number and would
+  // look like the keys' heads: they are placed first, now rather than at commit. The
+  // caller holds the keys' locks until the commit, so nobody else places a message in
+  // them meanwhile: the same place either way. (Left to the commit, a key could stay
+  // without a head; a promotion at the commit could wait for a row another session
+  // locked while it waited for these keys' locks.)
+  const std::vector<Entry> mine = ordering_notes::take_for_placing_in(endpoints, keys);
+  if (!mine.empty()) place(mine);
   // The keys whose first message (a head first) is a follower: left without a head.
   static Statement headless(R"sql(
     SELECT k.i FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(endpoint, ordering_key, i)
