@@ -320,13 +320,16 @@ void after_claim(const std::vector<int64_t>& passed, const std::vector<int64_t>&
   // Not taken: over the claim's limit or budget, or locked by someone (kept), or no
   // longer waiting in the queue (forgotten: whoever took it out or made it a head in the
   // table bumped its endpoint's group's version, so its key's line is not used again).
-  static Statement gone(R"sql(
-    SELECT v.id FROM unnest($1::bigint[]) AS v(id)
-     WHERE NOT EXISTS (SELECT 1 FROM outbox.messages m WHERE m.id = v.id AND m.ordering_seq IS NOT NULL)
-  )sql",
-                        {INT8ARRAYOID});
-  Rows rows = gone.run({int8_array(left)});
-  for (size_t r = 0; r < rows.size(); ++r) leaving_now.insert(rows.int64(r, 0));
+  // Those still waiting, by the primary key's index condition: an anti-join of the ids to
+  // the queue could scan the whole primary key for each of them when the statistics said
+  // the queue held no follower (409 s for 99,000 ids, helper-28).
+  static Statement waiting("SELECT m.id FROM outbox.messages m WHERE m.id = ANY ($1) AND m.ordering_seq IS NOT NULL",
+                           {INT8ARRAYOID});
+  Rows rows = waiting.run({int8_array(left)});
+  std::unordered_set<int64_t> still;
+  for (size_t r = 0; r < rows.size(); ++r) still.insert(rows.int64(r, 0));
+  for (int64_t id : left)
+    if (still.count(id) == 0) leaving_now.insert(id);
 }
 
 uint64_t settle_stale(const std::function<bool(const std::string&)>& served) {

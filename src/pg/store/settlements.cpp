@@ -56,19 +56,24 @@ void settle_sent(const std::vector<Settlements::Sent>& sent, bool keep_history, 
     left.add(statement.run({int8_array(ids)}));
     return;
   }
-  // Here and below, the rows are joined to their results by id alone: "m.id = ANY ($1)"
-  // besides became an index condition of each inner scan of the nested loop, and every
-  // rescan sorted the whole array again (a settle of 500: 9.4 ms, against 2.0 ms).
+  // Here and below, the rows are found by "m.id = ANY ($1)", the primary key's index
+  // condition, and joined to their results (unnest) only after they left the table: a
+  // join of unnest() to outbox.messages let the planner scan the whole primary key when
+  // the statistics said the queue was nearly empty (a drained queue vacuumed, then a
+  // backlog): a nested loop over a million rows per settle of 500 (100 s, helper-28).
+  // Nor "m.id = ANY ($1)" beside a join by id: it became an index condition of each inner
+  // scan of the nested loop, and every rescan sorted the whole array again (9.4 ms for a
+  // settle of 500, against 2.0 ms).
   // One statement: the rows leave the queue for the history, and the counts of their
   // partitions grow by as many, in this backend's slot (extension/src/35_engine_tables.sql).
   static Statement statement(R"sql(
-    WITH s AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(id, http_status, attempts)),
-    moved AS (DELETE FROM outbox.messages m USING s WHERE m.id = s.id
-              RETURNING m.*, s.http_status AS sent_status, s.attempts AS sent_attempts),
+    WITH moved AS (DELETE FROM outbox.messages m WHERE m.id = ANY ($1) RETURNING m.*),
+    s AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(id, http_status, attempts)),
     kept AS (INSERT INTO outbox.history (id, endpoint, event_type, payload, headers, ordering_key,
                     idempotency_key, attempts, last_http_status, created_at, sent_at)
-             SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key,
-                    sent_attempts, NULLIF(sent_status, 0), created_at, now() FROM moved
+             SELECT v.id, v.endpoint, v.event_type, v.payload, v.headers, v.ordering_key, v.idempotency_key,
+                    s.attempts, NULLIF(s.http_status, 0), v.created_at, now()
+               FROM moved v JOIN s ON s.id = v.id
              RETURNING tableoid, endpoint),
     counted AS (INSERT INTO outbox.history_counts AS hc (partition, endpoint, slot, sent)
                 SELECT k.tableoid::regclass, k.endpoint, pg_backend_pid() % 8, count(*) FROM kept k
@@ -93,14 +98,15 @@ void settle_retry(const std::vector<Settlements::Retry>& retry) {
     statuses.push_back(r.http_status);
     attempts.push_back(r.attempts);
   }
+  // Each row's values by its place in the arrays, not by a join (see settle_sent): linear
+  // searches of a few hundred entries.
   static Statement statement(R"sql(
-    UPDATE outbox.messages m SET attempts = r.attempts,
-           next_attempt_at = now() + r.delay_ms * interval '1 millisecond', ordering_seq = NULL,
-           last_error = r.error, last_http_status = NULLIF(r.http_status, 0),
+    UPDATE outbox.messages m SET attempts = ($5::int[])[array_position($1::bigint[], m.id)],
+           next_attempt_at = now() + ($2::bigint[])[array_position($1::bigint[], m.id)] * interval '1 millisecond',
+           ordering_seq = NULL, last_error = ($3::text[])[array_position($1::bigint[], m.id)],
+           last_http_status = NULLIF(($4::int[])[array_position($1::bigint[], m.id)], 0),
            first_failed_at = coalesce(m.first_failed_at, now())
-      FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::int[])
-           AS r(id, delay_ms, error, http_status, attempts)
-     WHERE m.id = r.id
+     WHERE m.id = ANY ($1)
   )sql",
                              {INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID});
   statement.run({int8_array(ids), int8_array(delays), text_array(errors), int4_array(statuses), int4_array(attempts)});
@@ -120,19 +126,18 @@ void settle_dead(const std::vector<Settlements::Dead>& dead, Keys& left) {
   }
   // One statement moves the rows: deleted from the outbox and inserted into the DLQ
   // together, with every field an operator needs to fix and requeue them.
+  // Found by the primary key's index condition, joined to their results after (settle_sent).
   static Statement statement(R"sql(
-    WITH d AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
-                 AS d(id, reason, error, http_status, body, attempts)),
-    moved AS (DELETE FROM outbox.messages m USING d
-              WHERE m.id = d.id
-              RETURNING m.*, d.reason, d.error, d.http_status AS dead_status, d.body, d.attempts AS dead_attempts),
+    WITH moved AS (DELETE FROM outbox.messages m WHERE m.id = ANY ($1) RETURNING m.*),
+    d AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
+            AS d(id, reason, error, http_status, body, attempts)),
     dead AS (INSERT INTO dlq.dead_letters (message_id, endpoint, event_type, payload, headers, ordering_key,
                     idempotency_key, reason_code, error_message, http_status, response_body, attempts,
                     first_failed_at, last_failed_at, message_created_at)
-             SELECT id, endpoint, event_type, payload, headers, ordering_key, idempotency_key, reason,
-                    error, NULLIF(dead_status, 0), NULLIF(body, ''), dead_attempts,
-                    coalesce(first_failed_at, now()), now(), created_at
-               FROM moved)
+             SELECT v.id, v.endpoint, v.event_type, v.payload, v.headers, v.ordering_key, v.idempotency_key,
+                    d.reason, d.error, NULLIF(d.http_status, 0), NULLIF(d.body, ''), d.attempts,
+                    coalesce(v.first_failed_at, now()), now(), v.created_at
+               FROM moved v JOIN d ON d.id = v.id)
     SELECT DISTINCT endpoint, ordering_key FROM moved WHERE ordering_key IS NOT NULL
   )sql",
                              {INT8ARRAYOID, TEXTARRAYOID, TEXTARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT4ARRAYOID});
