@@ -361,6 +361,21 @@ my $mover = $node->safe_psql('postgres', q{SELECT id FROM outbox.messages WHERE 
 $node->safe_psql('postgres', "UPDATE outbox.messages SET ordering_key = 'elsewhere' WHERE id = $mover");
 is($node->safe_psql('postgres', "SELECT ordering_seq IS NULL FROM outbox.messages WHERE id = $mover"),
 	't', '7. a message moved to another key heads it');
+# A session that deletes message $id, left running (it may wait for a lock); and whether
+# it waits for one (bounded).
+sub delete_in_background
+{
+	my ($id) = @_;
+	my $session = $node->background_psql('postgres');
+	$session->query_until(qr/deleting/, "\\echo deleting\nDELETE FROM outbox.messages WHERE id = $id;\n");
+	return $session;
+}
+sub waits_for_lock
+{
+	my ($id) = @_;
+	return wait_sql($node,
+		"SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%id = $id;%')", 30);
+}
 # The follower picked to head a key may be leaving itself (a DELETE not yet committed)
 # without holding its key's lock (session_replication_role = replica fires no trigger, as
 # in a logical replication apply): the promotion waits for it, finds it gone, and picks
@@ -370,12 +385,8 @@ my $holder = $node->background_psql('postgres');
 $holder->query_safe('SET session_replication_role = replica');
 $holder->query_safe('BEGIN');
 $holder->query_safe("DELETE FROM outbox.messages WHERE id = $race[1]");
-my $deleter = $node->background_psql('postgres');
-$deleter->query_until(qr/deleting/, "\\echo deleting\nDELETE FROM outbox.messages WHERE id = $race[0];\n");
-ok( wait_sql(
-		$node, "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%id = $race[0];%')",
-		30),
-	"7. the head's DELETE waits for the follower it picked, being deleted");
+my $deleter = delete_in_background($race[0]);
+ok(waits_for_lock($race[0]), "7. the head's DELETE waits for the follower it picked, being deleted");
 $holder->query_safe('COMMIT');
 $holder->quit;
 $deleter->quit;
@@ -548,12 +559,8 @@ my $producer = $node->background_psql('postgres');
 $producer->query_safe('BEGIN');
 my $n5x = $producer->query_safe(enqueue_sql('s16', 'n5x', 'n5'));
 $producer->query_safe("DELETE FROM outbox.messages WHERE id = $n5[0]");
-my $other = $node->background_psql('postgres');
-$other->query_until(qr/deleting/, "\\echo deleting\nDELETE FROM outbox.messages WHERE id = $n5[1];\n");
-ok( wait_sql(
-		$node, "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%id = $n5[1];%')",
-		30),
-	"7. the other session's DELETE of the next message waits for the producer");
+my $other = delete_in_background($n5[1]);
+ok(waits_for_lock($n5[1]), "7. the other session's DELETE of the next message waits for the producer");
 $producer->query_safe('COMMIT');
 $producer->quit;
 $other->quit;
