@@ -37,6 +37,13 @@ void log_change(bool placing, const Note& note) {
   if (sub != TopSubTransactionId) undo_log.push_back({sub, placing, note});
 }
 
+void mark_placed(const std::vector<Note>& notes) {
+  for (const Note& n : notes) {
+    placed.insert(n.id);
+    log_change(true, n);
+  }
+}
+
 bool made_in(const Note& note, SubTransactionId sub) {
   return note.noted_in != InvalidSubTransactionId && note.noted_in >= sub;
 }
@@ -61,10 +68,7 @@ std::vector<Note> take_for_placing(std::optional<Note> also) {
   notes.swap(recorded);
   if (also && std::none_of(notes.begin(), notes.end(), [&](const Note& n) { return n.id == also->id; }))
     notes.push_back(std::move(*also));
-  for (const Note& n : notes) {
-    placed.insert(n.id);
-    log_change(true, n);
-  }
+  mark_placed(notes);
   return notes;
 }
 
@@ -80,10 +84,7 @@ std::vector<Note> take_for_placing_in(const std::vector<std::string>& endpoints,
       std::stable_partition(recorded.begin(), recorded.end(), [&](const Note& n) { return ids.count(n.id) == 0; });
   std::vector<Note> notes(std::make_move_iterator(taken), std::make_move_iterator(recorded.end()));
   recorded.erase(taken, recorded.end());
-  for (const Note& n : notes) {
-    placed.insert(n.id);
-    log_change(true, n);
-  }
+  mark_placed(notes);
   return notes;
 }
 
