@@ -1,7 +1,7 @@
 // What the current transaction has done to the order of ordered keys (ordering.cpp places,
 // this file remembers): the keyed messages it inserted or moved and has not placed yet,
-// those it has placed, and what a savepoint rolled back takes back of all that. Backend-local; forgotten at the end of
-// the transaction.
+// those it has placed, and what a savepoint rolled back takes back of all that.
+// Backend-local; forgotten at the end of the transaction.
 #pragma once
 
 #include "pg/boundary/postgres.hpp"

@@ -63,7 +63,7 @@ namespace pg_outbox::pg {
 
 namespace {
 
-using Entry = ordering_notes::Note;
+using ordering_notes::Note;
 
 }  // namespace
 
@@ -90,7 +90,7 @@ namespace {
 
 // The id, endpoint, ordering key and number of a row of the trigger's table (its
 // tg_trigtuple: the old row of a DELETE or UPDATE), read by column name.
-Entry row_of(TriggerData* trigger, HeapTuple tuple) {
+Note row_of(TriggerData* trigger, HeapTuple tuple) {
   int64 id = 0;
   int64 seq = 0;
   bool no_seq = true;
@@ -108,7 +108,7 @@ Entry row_of(TriggerData* trigger, HeapTuple tuple) {
   if (endpoint == nullptr || key == nullptr) throw std::logic_error("ordering trigger on a row without a key");
   return {id, endpoint, key, no_seq ? std::nullopt : std::optional<int64_t>(seq)};
 }
-Entry row_of(TriggerData* trigger) { return row_of(trigger, trigger->tg_trigtuple); }
+Note row_of(TriggerData* trigger) { return row_of(trigger, trigger->tg_trigtuple); }
 
 // The row a commit-time call places: the inserted row, or the moved row as it is now.
 HeapTuple placed_tuple(TriggerData* trigger) {
@@ -161,7 +161,7 @@ bool is_ordered(const std::string& endpoint) {
 // numbered in that order. The cost is three statements whatever the number of keys: one
 // look at where the noted rows are, one at the keys' other messages, one UPDATE that
 // numbers the followers.
-void place_sorted(const std::vector<Entry>& batch);
+void place_sorted(const std::vector<Note>& batch);
 
 // The noted rows where they are now, one entry each: a row noted more than once (inserted
 // then moved, moved twice) keeps its first note's number and kind (what it was when this
@@ -169,7 +169,7 @@ void place_sorted(const std::vector<Entry>& batch);
 // gone (deleted, or their INSERT taken back), without a key now, or whose every move a
 // savepoint took back (the row is the committed version again, not this transaction's)
 // are left out. The rows are this transaction's: nobody else changes them.
-std::vector<Entry> as_they_are(const std::vector<Entry>& notes) {
+std::vector<Note> as_they_are(const std::vector<Note>& notes) {
   // By id alone, so that the only index path is the primary key's with the array as its
   // condition. With "ordering_key IS NOT NULL" beside it, the partial ordering index
   // matched too, and statistics that showed few keyed messages (the queue analyzed while
@@ -178,16 +178,16 @@ std::vector<Entry> as_they_are(const std::vector<Entry>& notes) {
   static Statement current(
       "SELECT m.id, m.endpoint, m.ordering_key, m.xmin::text::bigint FROM outbox.messages m WHERE m.id = ANY ($1)",
       {INT8ARRAYOID});
-  std::unordered_map<int64_t, const Entry*> first;
+  std::unordered_map<int64_t, const Note*> first;
   std::vector<int64_t> ids;
-  for (const Entry& e : notes)
+  for (const Note& e : notes)
     if (first.emplace(e.id, &e).second) ids.push_back(e.id);
   Rows rows = current.run_latest({int8_array(ids)});
-  std::vector<Entry> rows_now;
+  std::vector<Note> rows_now;
   rows_now.reserve(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     if (rows.is_null(r, 2)) continue;  // its key taken away
-    const Entry& note = *first.at(rows.int64(r, 0));
+    const Note& note = *first.at(rows.int64(r, 0));
     const auto writer = static_cast<TransactionId>(rows.int64(r, 3));
     if (note.moved && !pg_call([&] { return TransactionIdIsCurrentTransactionId(writer); })) continue;
     rows_now.push_back({note.id, rows.text(r, 1), rows.text(r, 2), note.preset, note.moved});
@@ -195,18 +195,18 @@ std::vector<Entry> as_they_are(const std::vector<Entry>& notes) {
   return rows_now;
 }
 
-void place(const std::vector<Entry>& notes) {
+void place(const std::vector<Note>& notes) {
   with_index_plans([&] {
     with_spi([&] {
-      std::vector<Entry> batch = as_they_are(notes);
+      std::vector<Note> batch = as_they_are(notes);
       std::vector<int32_t> locks;
       locks.reserve(batch.size());
-      for (const Entry& e : batch) locks.push_back(core::ordering_lock(e.endpoint, e.key));
+      for (const Note& e : batch) locks.push_back(core::ordering_lock(e.endpoint, e.key));
       lock_orderings(std::move(locks));
       // In a key, the messages moved into it come first (they committed before this
       // transaction: a key's head, then its followers in their order), then those this
       // transaction inserted.
-      std::sort(batch.begin(), batch.end(), [](const Entry& a, const Entry& b) {
+      std::sort(batch.begin(), batch.end(), [](const Note& a, const Note& b) {
         return std::tie(a.endpoint, a.key, b.moved, a.preset, a.id) <
                std::tie(b.endpoint, b.key, a.moved, b.preset, b.id);
       });
@@ -218,7 +218,7 @@ void place(const std::vector<Entry>& notes) {
 // place() for a batch sorted by key, with SPI connected and only index paths: the queue's
 // statistics say whatever it held when it was last analyzed (nothing, between two
 // bursts), and a plan that trusted them scanned the whole queue once per key.
-void place_sorted(const std::vector<Entry>& batch) {
+void place_sorted(const std::vector<Note>& batch) {
   static Statement unnumber("UPDATE outbox.messages m SET ordering_seq = NULL WHERE m.id = ANY ($1)", {INT8ARRAYOID});
   // Followers in the order of their ids: the index scan of the primary key gives the
   // rows in that order (the array's is sorted), and each draws its number as it comes.
@@ -338,7 +338,7 @@ void lock_orderings(std::vector<int32_t> locks) {
 
 }  // namespace pg_outbox::pg
 
-using pg_outbox::pg::Entry;
+using pg_outbox::pg::Note;
 
 // Deferred constraint trigger, AFTER INSERT of a row with an ordering key, or AFTER
 // UPDATE that moves a row into another key or endpoint: at commit, the row and every
@@ -353,7 +353,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
   using namespace pg_outbox::pg;
   TriggerData* trigger = trigger_data(fcinfo, "outbox._order_at_commit()");
   if (ordering_notes::is_placed(id_of(trigger))) return PointerGetDatum(nullptr);
-  const std::vector<Entry> batch = ordering_notes::take_for_placing(row_of(trigger, placed_tuple(trigger)));
+  const std::vector<Note> batch = ordering_notes::take_for_placing(row_of(trigger, placed_tuple(trigger)));
   const Oid owner = called_function_owner(fcinfo);
   as_owner(owner, [&] { place(batch); });
   return PointerGetDatum(nullptr);
@@ -376,7 +376,7 @@ bool promote_after_heads_left(std::vector<std::string> endpoints, std::vector<st
   // them meanwhile: the same place either way. (Left to the commit, a key could stay
   // without a head; a promotion at the commit could wait for a row another session
   // locked while it waited for these keys' locks.)
-  const std::vector<Entry> mine = ordering_notes::take_for_placing_in(endpoints, keys);
+  const std::vector<Note> mine = ordering_notes::take_for_placing_in(endpoints, keys);
   if (!mine.empty()) place(mine);
   // The keys whose first message (a head first) is a follower: left without a head.
   static Statement headless(R"sql(
@@ -417,7 +417,7 @@ bool promote_after_heads_left(std::vector<std::string> endpoints, std::vector<st
 // the key it left may be left without a head.
 PG_OUTBOX_FUNCTION(pg_outbox_next_in_order) {
   using namespace pg_outbox::pg;
-  Entry row = row_of(trigger_data(fcinfo, "outbox._next_in_order()"));
+  Note row = row_of(trigger_data(fcinfo, "outbox._next_in_order()"));
   successors::reordered_at_commit(row.endpoint);
   lock_orderings({pg_outbox::core::ordering_lock(row.endpoint, row.key)});
   bool promoted = false;
