@@ -565,6 +565,32 @@ $producer->query_safe('COMMIT');
 $producer->quit;
 $other->quit;
 is(key_line('n5'), "$n5[2]:t,$n5x:f", '7. ... both commit: the message after heads the key, the enqueued one follows');
+# With the constraints immediate, a plain INSERT of several rows (or a COPY) is placed at
+# the end of its statement, all its rows together: into a key with no message, the lowest
+# id heads it and the others follow in id order; into a key with a head, all follow it.
+# (Each row's trigger fires before the statement's rows are noted: placed one by one, each
+# took the others for the key's messages and the key had no head.)
+# Runs @sql with the constraints immediate; returns the key's ids as key_line shows them
+# when the first of them is its head and the others follow in id order.
+sub inserted_immediately
+{
+	my ($key, @sql) = @_;
+	$node->safe_psql('postgres', join ";\n", 'BEGIN', 'SET CONSTRAINTS ALL IMMEDIATE', @sql, 'COMMIT');
+	my ($head, @followers) = split /\n/,
+	  $node->safe_psql('postgres', "SELECT id FROM outbox.messages WHERE endpoint = 's16' AND ordering_key = '$key' ORDER BY id");
+	return join ',', "$head:t", map { "$_:f" } @followers;
+}
+my $bulk_insert = q{INSERT INTO outbox.messages (endpoint, payload, ordering_key)
+	SELECT 's16', jsonb_build_object('n', 'b' || i), '%s' FROM generate_series(1, 3) i};
+my $m1 = inserted_immediately('m1', sprintf($bulk_insert, 'm1'));
+is(key_line('m1'), $m1, '7. constraints immediate: a 3-row INSERT into an empty key gives it one head, in id order');
+my $m2 = inserted_immediately('m2',
+	"COPY outbox.messages (endpoint, payload, ordering_key) FROM stdin;\ns16\t{}\tm2\ns16\t{}\tm2\n\\.",
+	sprintf($bulk_insert, 'm2-other'));
+is(key_line('m2'), $m2, '7. ... a COPY of two rows too');
+$node->safe_psql('postgres', enqueue_sql('s16', 'm3h', 'm3'));
+my $m3 = inserted_immediately('m3', sprintf($bulk_insert, 'm3'));
+is(key_line('m3'), $m3, '7. ... into a key with a head: they all follow it');
 
 # The worker holds a key's next message to claim it itself once the head is sent; moved
 # meanwhile behind another key's head (not due for an hour), it is not sent.

@@ -32,6 +32,10 @@ struct Undo {
 // suffix of the log.
 std::vector<Undo> undo_log;
 
+// Where a commit-time trigger left its row to be placed by whoever notes it (none: no
+// trigger did).
+SubTransactionId left_in = InvalidSubTransactionId;
+
 void log_change(bool placing, const Note& note) {
   const SubTransactionId sub = GetCurrentSubTransactionId();
   if (sub != TopSubTransactionId) undo_log.push_back({sub, placing, note});
@@ -51,7 +55,6 @@ bool made_in(const Note& note, SubTransactionId sub) {
 }  // namespace
 
 void inserted(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> preset) {
-  if (placed.count(id) != 0) return;
   recorded.push_back({id, endpoint, key, preset, false, GetCurrentSubTransactionId()});
 }
 
@@ -63,11 +66,23 @@ void moved(int64_t id, const std::string& endpoint, const std::string& key, std:
 
 bool is_placed(int64_t id) { return placed.count(id) != 0; }
 
-std::vector<Note> take_for_placing(std::optional<Note> also) {
+bool is_noted(int64_t id) {
+  return std::any_of(recorded.begin(), recorded.end(), [&](const Note& n) { return n.id == id; });
+}
+
+void leave_to_noting() {
+  if (left_in == InvalidSubTransactionId) left_in = GetCurrentSubTransactionId();
+}
+
+bool take_left_to_noting() {
+  const bool left = left_in != InvalidSubTransactionId;
+  left_in = InvalidSubTransactionId;
+  return left;
+}
+
+std::vector<Note> take_for_placing() {
   std::vector<Note> notes;
   notes.swap(recorded);
-  if (also && std::none_of(notes.begin(), notes.end(), [&](const Note& n) { return n.id == also->id; }))
-    notes.push_back(std::move(*also));
   mark_placed(notes);
   return notes;
 }
@@ -92,9 +107,11 @@ void at_transaction_end() {
   recorded.clear();
   placed.clear();
   undo_log.clear();
+  left_in = InvalidSubTransactionId;
 }
 
 void at_subtransaction_abort(SubTransactionId sub) {
+  if (left_in != InvalidSubTransactionId && left_in >= sub) left_in = InvalidSubTransactionId;
   // Moves of elements in place: no allocation.
   recorded.erase(std::remove_if(recorded.begin(), recorded.end(), [&](const Note& n) { return made_in(n, sub); }),
                  recorded.end());

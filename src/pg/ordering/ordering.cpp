@@ -88,9 +88,10 @@ void ordering_at_subtransaction_end(SubXactEvent event, SubTransactionId sub) {
 
 namespace {
 
-// The id, endpoint, ordering key and number of a row of the trigger's table (its
-// tg_trigtuple: the old row of a DELETE or UPDATE), read by column name.
-Note row_of(TriggerData* trigger, HeapTuple tuple) {
+// The id, endpoint, ordering key and number of the trigger's row (tg_trigtuple: the old
+// row of a DELETE or UPDATE), read by column name.
+Note row_of(TriggerData* trigger) {
+  HeapTuple tuple = trigger->tg_trigtuple;
   int64 id = 0;
   int64 seq = 0;
   bool no_seq = true;
@@ -108,20 +109,15 @@ Note row_of(TriggerData* trigger, HeapTuple tuple) {
   if (endpoint == nullptr || key == nullptr) throw std::logic_error("ordering trigger on a row without a key");
   return {id, endpoint, key, no_seq ? std::nullopt : std::optional<int64_t>(seq)};
 }
-Note row_of(TriggerData* trigger) { return row_of(trigger, trigger->tg_trigtuple); }
 
-// The row a commit-time call places: the inserted row, or the moved row as it is now.
-HeapTuple placed_tuple(TriggerData* trigger) {
-  return TRIGGER_FIRED_BY_UPDATE(trigger->tg_event) ? trigger->tg_newtuple : trigger->tg_trigtuple;
-}
-
-// The id of the trigger's row: all a commit-time call after the first reads.
+// The id of the row a commit-time call places (the inserted row, or the moved row as it
+// is now): all such a call reads.
 int64_t id_of(TriggerData* trigger) {
+  HeapTuple tuple = TRIGGER_FIRED_BY_UPDATE(trigger->tg_event) ? trigger->tg_newtuple : trigger->tg_trigtuple;
   return pg_call([&] {
     TupleDesc desc = RelationGetDescr(trigger->tg_relation);
     bool isnull = false;
-    return static_cast<int64_t>(
-        DatumGetInt64(SPI_getbinval(placed_tuple(trigger), desc, SPI_fnumber(desc, "id"), &isnull)));
+    return static_cast<int64_t>(DatumGetInt64(SPI_getbinval(tuple, desc, SPI_fnumber(desc, "id"), &isnull)));
   });
 }
 
@@ -301,6 +297,12 @@ void order_moved_at_commit(int64_t id, const std::string& endpoint, const std::s
   ordering_notes::moved(id, endpoint, key, seq);
 }
 
+void place_noted_if_asked(Oid owner) {
+  if (!ordering_notes::take_left_to_noting()) return;
+  const std::vector<Note> batch = ordering_notes::take_for_placing();
+  if (!batch.empty()) as_owner(owner, [&] { place(batch); });
+}
+
 // The rule of a key's succession, for the worker's settle and for the trigger alike: the
 // follower with the lowest number becomes the head, unless the key still has a head
 // (NULLS FIRST puts a remaining head first, and the UPDATE then changes nothing).
@@ -341,19 +343,30 @@ void lock_orderings(std::vector<int32_t> locks) {
 using pg_outbox::pg::Note;
 
 // Deferred constraint trigger, AFTER INSERT of a row with an ordering key, or AFTER
-// UPDATE that moves a row into another key or endpoint: at commit, the row and every
-// keyed message recorded in this transaction (on the first call) take their place in
-// their keys' order.
+// UPDATE that moves a row into another key or endpoint: at commit, every keyed message
+// noted in this transaction (on the first call) takes its place in its key's order.
 // The first call places them all, as the extension's owner (a producer has no right on
 // the table or the sequence); the other calls of the commit, one per keyed row (a bulk
 // INSERT, a replay: thousands), find their row placed and return at once. So the
 // function is not SECURITY DEFINER: that would set search_path and the user for every
 // one of them.
+// A row it finds not noted was inserted in the statement that has just ended, with the
+// constraints immediate: the INSERT's statement trigger (or the enqueue or publish that
+// inserted it) notes it after this call. Placed now, alone, it would take the
+// statement's other rows (not noted yet) for messages its key had before, and the key
+// would get no head: it is left to be placed with them when they are noted
+// (place_noted_if_asked). (An enqueue's row for an unordered endpoint is never noted:
+// nothing to place.)
 PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
   using namespace pg_outbox::pg;
   TriggerData* trigger = trigger_data(fcinfo, "outbox._order_at_commit()");
-  if (ordering_notes::is_placed(id_of(trigger))) return PointerGetDatum(nullptr);
-  const std::vector<Note> batch = ordering_notes::take_for_placing(row_of(trigger, placed_tuple(trigger)));
+  const int64_t id = id_of(trigger);
+  if (ordering_notes::is_placed(id)) return PointerGetDatum(nullptr);
+  if (!ordering_notes::is_noted(id)) {
+    ordering_notes::leave_to_noting();
+    return PointerGetDatum(nullptr);
+  }
+  const std::vector<Note> batch = ordering_notes::take_for_placing();
   const Oid owner = called_function_owner(fcinfo);
   as_owner(owner, [&] { place(batch); });
   return PointerGetDatum(nullptr);

@@ -19,6 +19,11 @@ namespace pg_outbox::pg {
 void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key,
                      std::optional<int64_t> preset = std::nullopt);
 
+// Call after noting an INSERT's rows (order_at_commit): if their commit-time triggers
+// fired before they were noted (the constraints immediate) and left them to be placed
+// now, places every row noted so far, as `owner`. Nothing to do otherwise.
+void place_noted_if_asked(Oid owner);
+
 // This transaction moved committed message `id` into this key (moves.cpp), from the
 // number `seq` it waited with (none: it was a head): placed at commit like an inserted
 // row, before the transaction's own inserts of the key, moved rows in their old order.

@@ -328,6 +328,9 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
         pg_call([&] { return static_cast<const char*>(TextDatumGetCString(PG_GETARG_DATUM(kOrderingKey))); });
     pg_outbox::pg::order_at_commit(inserted, name, ordering_key);
   }
+  // With the constraints immediate, its commit-time trigger has fired already and left
+  // it to be placed now.
+  pg_outbox::pg::place_noted_if_asked(owner);
   pg_outbox::pg::wake_worker_at_commit();
   return Int64GetDatum(id);
 }

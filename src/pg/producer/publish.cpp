@@ -248,6 +248,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_publish) {
       for (size_t i = 0; i < rows.size(); ++i)
         if (rows[i].ordered) order_at_commit(rows[i].id, subscribers[i].name, ordering_key);
     }
+    place_noted_if_asked(owner);
   }
   wake_worker_at_commit();
   return Int64GetDatum(deliveries);

@@ -1,7 +1,8 @@
 // The statement triggers of outbox.messages that tell this library what plain SQL did
 // to the queue (outbox.enqueue inserts without a statement, and notes its own rows):
 //  - outbox._note_inserts, AFTER INSERT with the statement's rows as a transition table:
-//    the keyed rows take their place in their keys' order at commit (ordering/), and
+//    the keyed rows take their place in their keys' order at commit (ordering/; now, if
+//    the constraints are immediate), and
 //    the rows count towards their endpoints' max_pending (queued_count.cpp);
 //  - outbox._queue_changed, AFTER DELETE, UPDATE OF endpoint and TRUNCATE: rows left
 //    the queue otherwise than by the worker, which then counts it again (and, for a
@@ -25,6 +26,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_note_inserts) {
         for (size_t r = 0; r < counts.size(); ++r) note_queued(counts.text(r, 0), counts.int64(r, 1));
       },
       trigger);
+  place_noted_if_asked(called_function_owner(fcinfo));
   return PointerGetDatum(nullptr);
 }
 
