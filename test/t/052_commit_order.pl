@@ -585,7 +585,7 @@ my $bulk_insert = q{INSERT INTO outbox.messages (endpoint, payload, ordering_key
 my $m1 = inserted_immediately('m1', sprintf($bulk_insert, 'm1'));
 is(key_line('m1'), $m1, '7. constraints immediate: a 3-row INSERT into an empty key gives it one head, in id order');
 my $m2 = inserted_immediately('m2',
-	"COPY outbox.messages (endpoint, payload, ordering_key) FROM stdin;\ns16\t{}\tm2\ns16\t{}\tm2\n\\.",
+	q{COPY outbox.messages (endpoint, payload, ordering_key) FROM PROGRAM $$printf 's16\t{}\tm2\ns16\t{}\tm2\n'$$},
 	sprintf($bulk_insert, 'm2-other'));
 is(key_line('m2'), $m2, '7. ... a COPY of two rows too');
 $node->safe_psql('postgres', enqueue_sql('s16', 'm3h', 'm3'));

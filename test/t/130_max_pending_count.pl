@@ -4,7 +4,8 @@
 #
 #  1. Exactly max_pending messages are accepted, the next is refused (53400); messages of
 #     a transaction still open count (two producers cannot both take the last place);
-#     a rolled-back transaction or subtransaction gives its places back.
+#     a rolled-back transaction or subtransaction gives its places back; enqueues with
+#     idempotency keys count once each.
 #  2. 100 enqueues to an endpoint with 50,000 queued make no index scan of
 #     outbox.messages (counting rows would make 200).
 #  3. Deliveries take their messages off the count; a plain INSERT adds to it; an
@@ -67,6 +68,14 @@ $p->query_safe('BEGIN');
 $p->query_safe(enqueue_sql('mp2')) for 1 .. 4;
 $p->query_safe('ROLLBACK');
 is(kept('mp2'), '6/0', '1. a rolled-back transaction leaves nothing');
+# An enqueue with an idempotency key inserts with a statement whose trigger counts the row
+# (the reservation is given back); a retry of a queued key is not counted again.
+create('mpk', 3);
+sql($node, "SELECT outbox.enqueue('mpk', '{}', idempotency_key => 'k$_')") for 1 .. 3;
+sql($node, q{SELECT outbox.enqueue('mpk', '{}', idempotency_key => 'k1')});
+is(kept('mpk'), '3/0', '1. 3 enqueues with idempotency keys, and a retry of one, count 3');
+($rc, $out, $err) = $node->psql('postgres', q{SELECT outbox.enqueue('mpk', '{}', idempotency_key => 'k4')});
+like($err, qr/reached max_pending \(3\)/, '1. ... and the 4th key is refused');
 
 # --- 2. No row is counted on enqueue ----------------------------------------------------
 create('big', 1000000);
@@ -97,7 +106,7 @@ sql($node, q{UPDATE outbox.messages SET endpoint = 'mp2' WHERE id IN (SELECT id 
 sql($node, "SELECT pg_terminate_backend($old)");
 ok(defined wait_for_worker($node, $old), '3. a new worker runs after the old one was terminated');
 ok(wait_sql($node, q{SELECT string_agg(endpoint || '=' || committed, ',' ORDER BY endpoint) = 'big=} . $big
-		. q{,mp=10,mp2=8' FROM outbox._queued_counts() WHERE counted}, 30),
+		. q{,mp=10,mp2=8,mpk=3' FROM outbox._queued_counts() WHERE counted}, 30),
 	'3. a new worker counts them all again (2 moved from mp to mp2 meanwhile)');
 sql($node, q{SELECT outbox.alter_endpoint('mp2', max_pending => 8)});
 ($rc, $out, $err) = $node->psql('postgres', enqueue_sql('mp2'));

@@ -57,11 +57,13 @@ int64 stored_size(Datum value) { return static_cast<int64>(toast_raw_datum_size(
 
 // A statement of enqueue's, run as the extension's owner (boundary/spi.hpp, as_owner).
 // Every name in these statements is schema-qualified, operators included, so the
-// caller's search_path cannot change what they mean.
+// caller's search_path cannot change what they mean. They return a row at most; the
+// executor stops at the first (max_rows), except for an INSERT (0: run to the end).
 Rows run_as_owner(Oid owner, Statement& statement, const std::vector<Datum>& arguments,
-                  Statement::Visibility visibility = Statement::Visibility::kStatement, const std::string& nulls = {}) {
+                  Statement::Visibility visibility = Statement::Visibility::kStatement, const std::string& nulls = {},
+                  long max_rows = 1) {
   Rows rows;
-  as_owner(owner, [&] { with_spi([&] { rows = statement.run(arguments, visibility, nulls, 1); }); });
+  as_owner(owner, [&] { with_spi([&] { rows = statement.run(arguments, visibility, nulls, max_rows); }); });
   return rows;
 }
 
@@ -199,7 +201,10 @@ int64 insert_with_key(FunctionCallInfo fcinfo, const FieldPositions& fields, Dat
   }
   args.push_back(TimestampTzGetDatum(next_attempt_at));
   nulls.push_back(' ');
-  Rows rows = run_as_owner(owner, insert, args, Statement::Visibility::kStatement, nulls);
+  // Run to its end: stopped at the row it returns, the INSERT would never fire its
+  // statement triggers, and outbox._note_inserts would not note the row (its key's order,
+  // its endpoint's max_pending count).
+  Rows rows = run_as_owner(owner, insert, args, Statement::Visibility::kStatement, nulls, 0);
   return rows.size() == 1 ? rows.int64(0, 0) : 0;
 }
 
