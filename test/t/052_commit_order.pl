@@ -591,6 +591,30 @@ is(key_line('m2'), $m2, '7. ... a COPY of two rows too');
 $node->safe_psql('postgres', enqueue_sql('s16', 'm3h', 'm3'));
 my $m3 = inserted_immediately('m3', sprintf($bulk_insert, 'm3'));
 is(key_line('m3'), $m3, '7. ... into a key with a head: they all follow it');
+# ... also when, before the statement's rows are noted, a trigger of the application's
+# inserts into the queue in a statement of its own (helper-31's review: that statement's
+# placement took the turn of the outer one, whose rows were never placed: three heads).
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('u52', url => '%s');
+	SELECT outbox.pause_endpoint('u52');
+	CREATE FUNCTION public.copy_to_u52() RETURNS trigger LANGUAGE plpgsql AS
+	  $$ BEGIN INSERT INTO outbox.messages (endpoint, payload) VALUES ('u52', NEW.payload); RETURN NULL; END $$;
+	CREATE TRIGGER zz_copy_to_u52 AFTER INSERT ON outbox.messages FOR EACH ROW
+	  WHEN (NEW.ordering_key = 'm4') EXECUTE FUNCTION public.copy_to_u52()}, $recv->url('/hooks/u52')));
+my $m4 = inserted_immediately('m4', sprintf($bulk_insert, 'm4'));
+$node->safe_psql('postgres', 'DROP TRIGGER zz_copy_to_u52 ON outbox.messages');
+is(key_line('m4'), $m4, '7. ... and when a trigger inserts into the queue meanwhile');
+# A message whose key a trigger of the application changes after outbox's own trigger
+# looked (so that it was not noted as moved) is still placed at commit: it follows the
+# head of its new key.
+my $m5_head = $node->safe_psql('postgres', enqueue_sql('s16', 'm5h', 'm5'));
+my $m5_moved = $node->safe_psql('postgres', enqueue_sql('s16', 'm5m', 'm5-src'));
+$node->safe_psql('postgres', q{CREATE FUNCTION public.rekey() RETURNS trigger LANGUAGE plpgsql AS
+	  $$ BEGIN IF NEW.payload ? 'rekey' THEN NEW.ordering_key := NEW.payload->>'rekey'; END IF; RETURN NEW; END $$;
+	CREATE TRIGGER n_rekey BEFORE UPDATE ON outbox.messages FOR EACH ROW EXECUTE FUNCTION public.rekey()});
+$node->safe_psql('postgres', "UPDATE outbox.messages SET ordering_key = ordering_key, payload = '{\"rekey\": \"m5\"}'
+	WHERE id = $m5_moved");
+$node->safe_psql('postgres', 'DROP TRIGGER n_rekey ON outbox.messages');
+is(key_line('m5'), "$m5_head:t,$m5_moved:f", '7. a message a trigger of the application moved follows its new head');
 
 # The worker holds a key's next message to claim it itself once the head is sent; moved
 # meanwhile behind another key's head (not due for an hour), it is not sent.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <iterator>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -18,8 +19,9 @@ namespace pg_outbox::pg::ordering_notes {
 
 namespace {
 
-std::vector<Note> recorded;          // inserted or moved, not placed yet
-std::unordered_set<int64_t> placed;  // placed already
+std::vector<Note> recorded;                   // inserted or moved, not placed yet
+std::unordered_map<int64_t, int> note_count;  // how many notes of each row `recorded` holds
+std::unordered_set<int64_t> placed;           // placed already
 
 // A change to `placed` made inside a subtransaction, undone if it aborts.
 struct Undo {
@@ -32,9 +34,24 @@ struct Undo {
 // suffix of the log.
 std::vector<Undo> undo_log;
 
-// Where a commit-time trigger left its row to be placed by whoever notes it (none: no
-// trigger did).
-SubTransactionId left_in = InvalidSubTransactionId;
+// Inserted rows whose commit-time trigger fired before they were noted (leave_to_noting),
+// and whether one of them was noted since the last take_asked.
+std::unordered_set<int64_t> awaited;
+bool asked = false;
+
+void record(Note note) {
+  ++note_count[note.id];
+  recorded.push_back(std::move(note));
+}
+
+// `recorded` lost these notes: their counts go (no allocation).
+template <typename It>
+void uncount(It first, It last) {
+  for (It n = first; n != last; ++n) {
+    auto count = note_count.find(n->id);
+    if (count != note_count.end() && --count->second == 0) note_count.erase(count);
+  }
+}
 
 void log_change(bool placing, const Note& note) {
   const SubTransactionId sub = GetCurrentSubTransactionId();
@@ -55,34 +72,34 @@ bool made_in(const Note& note, SubTransactionId sub) {
 }  // namespace
 
 void inserted(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> preset) {
-  recorded.push_back({id, endpoint, key, preset, false, GetCurrentSubTransactionId()});
+  record({id, endpoint, key, preset, false, GetCurrentSubTransactionId()});
+  if (awaited.erase(id) != 0) asked = true;
 }
 
 void moved(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> seq) {
   Note note{id, endpoint, key, seq, true, GetCurrentSubTransactionId()};
   if (placed.erase(id) != 0) log_change(false, note);  // placed already: placed again
-  recorded.push_back(std::move(note));
+  record(std::move(note));
 }
 
 bool is_placed(int64_t id) { return placed.count(id) != 0; }
 
-bool is_noted(int64_t id) {
-  return std::any_of(recorded.begin(), recorded.end(), [&](const Note& n) { return n.id == id; });
+bool is_noted(int64_t id) { return note_count.count(id) != 0; }
+
+void leave_to_noting(int64_t id) { awaited.insert(id); }
+
+bool take_asked() {
+  const bool was = asked;
+  asked = false;
+  return was;
 }
 
-void leave_to_noting() {
-  if (left_in == InvalidSubTransactionId) left_in = GetCurrentSubTransactionId();
-}
-
-bool take_left_to_noting() {
-  const bool left = left_in != InvalidSubTransactionId;
-  left_in = InvalidSubTransactionId;
-  return left;
-}
-
-std::vector<Note> take_for_placing() {
+std::vector<Note> take_for_placing(std::optional<Note> also) {
   std::vector<Note> notes;
   notes.swap(recorded);
+  note_count.clear();
+  if (also && std::none_of(notes.begin(), notes.end(), [&](const Note& n) { return n.id == also->id; }))
+    notes.push_back(std::move(*also));
   mark_placed(notes);
   return notes;
 }
@@ -99,6 +116,7 @@ std::vector<Note> take_for_placing_in(const std::vector<std::string>& endpoints,
       std::stable_partition(recorded.begin(), recorded.end(), [&](const Note& n) { return ids.count(n.id) == 0; });
   std::vector<Note> notes(std::make_move_iterator(taken), std::make_move_iterator(recorded.end()));
   recorded.erase(taken, recorded.end());
+  for (int64_t id : ids) note_count.erase(id);
   mark_placed(notes);
   return notes;
 }
@@ -107,41 +125,40 @@ void at_transaction_end() {
   recorded.clear();
   placed.clear();
   undo_log.clear();
-  left_in = InvalidSubTransactionId;
+  note_count.clear();
+  awaited.clear();
+  asked = false;
 }
 
 void at_subtransaction_abort(SubTransactionId sub) {
-  if (left_in != InvalidSubTransactionId && left_in >= sub) left_in = InvalidSubTransactionId;
-  // Moves of elements in place: no allocation.
+  asked = false;  // taken by the noter right after it noted: an abort in between ends it
+  // Erases and moves of elements in place: no allocation.
+  for (auto n = recorded.begin(); n != recorded.end(); ++n)
+    if (made_in(*n, sub)) uncount(n, std::next(n));
   recorded.erase(std::remove_if(recorded.begin(), recorded.end(), [&](const Note& n) { return made_in(n, sub); }),
                  recorded.end());
   auto first = undo_log.end();
   while (first != undo_log.begin() && std::prev(first)->sub >= sub) --first;
   if (first == undo_log.end()) return;
-  // Everything that allocates first; the undo itself cannot fail.
-  std::vector<Note> back;  // notes of the placements undone, in the order they were noted
   try {
-    const auto n = static_cast<size_t>(undo_log.end() - first);
-    back.reserve(n);
-    placed.reserve(placed.size() + n);
-    recorded.reserve(recorded.size() + n);
-  } catch (...) {
-    // Out of memory: nothing is undone. The rows of the placements made in the aborted
-    // subtransaction count as placed; their keys may be left without a head.
-    undo_log.erase(first, undo_log.end());
-    return;
-  }
-  for (auto it = undo_log.end(); it != first;) {  // the newest first
-    --it;
-    if (it->was_placing) {
-      placed.erase(it->note.id);
-      if (!made_in(it->note, sub)) back.push_back(std::move(it->note));
-    } else {
-      placed.insert(it->note.id);
+    std::vector<Note> back;                         // notes of the placements undone, in the order they were noted
+    for (auto it = undo_log.end(); it != first;) {  // the newest first
+      --it;
+      if (it->was_placing) {
+        placed.erase(it->note.id);
+        if (!made_in(it->note, sub)) back.push_back(it->note);
+      } else {
+        placed.insert(it->note.id);
+      }
     }
+    std::reverse(back.begin(), back.end());
+    for (const Note& n : back) ++note_count[n.id];
+    recorded.insert(recorded.begin(), std::make_move_iterator(back.begin()), std::make_move_iterator(back.end()));
+  } catch (...) {
+    // Out of memory part of the way (PostgreSQL calls this: nothing may escape): the rest
+    // is not undone. Rows of placements made in the aborted subtransaction may count as
+    // placed, or lose their notes; their keys may be left without a head.
   }
-  std::reverse(back.begin(), back.end());
-  recorded.insert(recorded.begin(), std::make_move_iterator(back.begin()), std::make_move_iterator(back.end()));
   undo_log.erase(first, undo_log.end());
 }
 

@@ -26,27 +26,27 @@ struct Note {
   SubTransactionId noted_in = InvalidSubTransactionId;  // where it was inserted or moved
 };
 
-// A row inserted under a key.
+// A row inserted under a key. If its commit-time trigger has fired already (it left the
+// row to be noted: leave_to_noting), the noter is asked to place the notes now.
 void inserted(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> preset);
 
 // A row moved into a key: placed (again) at commit.
 void moved(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> seq);
 
 bool is_placed(int64_t id);
-// Whether the row has a note not placed yet. A scan of those notes: with the constraints
-// immediate (the one caller that asks often) they are placed at the end of each
-// statement, and few.
+// Whether the row has a note not placed yet.
 bool is_noted(int64_t id);
 
-// A commit-time trigger found its inserted row not noted yet: the constraints are
-// immediate and it fired at the end of the INSERT, before whoever inserted the row noted
-// it. Whoever notes it places it (ordering.cpp, place_noted_if_asked).
-void leave_to_noting();
-// Whether a trigger did that since the last call (a savepoint rolled back forgets it).
-bool take_left_to_noting();
+// The commit-time trigger of this inserted row fired before the row was noted: the
+// constraints are immediate and it fired at the end of the INSERT, ahead of the statement
+// trigger (or the enqueue, or the publish) that notes the statement's rows. The row is
+// placed when it is noted (inserted asks the noter to place the notes).
+void leave_to_noting(int64_t id);
+// Whether a row noted since the last call had been left to its noting (see above).
+bool take_asked();
 
-// The notes not placed yet, taken to be placed now; they count as placed.
-std::vector<Note> take_for_placing();
+// The notes not placed yet, taken to be placed now; they and `also` count as placed.
+std::vector<Note> take_for_placing(std::optional<Note> also = std::nullopt);
 
 // The notes not placed yet of rows noted in these keys (endpoints[i], keys[i]), with every
 // other note of the same rows, taken to be placed now; they count as placed.

@@ -88,10 +88,9 @@ void ordering_at_subtransaction_end(SubXactEvent event, SubTransactionId sub) {
 
 namespace {
 
-// The id, endpoint, ordering key and number of the trigger's row (tg_trigtuple: the old
-// row of a DELETE or UPDATE), read by column name.
-Note row_of(TriggerData* trigger) {
-  HeapTuple tuple = trigger->tg_trigtuple;
+// The id, endpoint, ordering key and number of a row of the trigger's table, read by
+// column name.
+Note row_of(TriggerData* trigger, HeapTuple tuple) {
   int64 id = 0;
   int64 seq = 0;
   bool no_seq = true;
@@ -109,11 +108,17 @@ Note row_of(TriggerData* trigger) {
   if (endpoint == nullptr || key == nullptr) throw std::logic_error("ordering trigger on a row without a key");
   return {id, endpoint, key, no_seq ? std::nullopt : std::optional<int64_t>(seq)};
 }
+// The trigger's row (tg_trigtuple: the old row of a DELETE or UPDATE).
+Note row_of(TriggerData* trigger) { return row_of(trigger, trigger->tg_trigtuple); }
 
-// The id of the row a commit-time call places (the inserted row, or the moved row as it
-// is now): all such a call reads.
+// The row a commit-time call places: the inserted row, or the moved row as it is now.
+HeapTuple placed_tuple(TriggerData* trigger) {
+  return TRIGGER_FIRED_BY_UPDATE(trigger->tg_event) ? trigger->tg_newtuple : trigger->tg_trigtuple;
+}
+
+// The id of the row a commit-time call places: all a call reads when the row is placed.
 int64_t id_of(TriggerData* trigger) {
-  HeapTuple tuple = TRIGGER_FIRED_BY_UPDATE(trigger->tg_event) ? trigger->tg_newtuple : trigger->tg_trigtuple;
+  HeapTuple tuple = placed_tuple(trigger);
   return pg_call([&] {
     TupleDesc desc = RelationGetDescr(trigger->tg_relation);
     bool isnull = false;
@@ -298,7 +303,7 @@ void order_moved_at_commit(int64_t id, const std::string& endpoint, const std::s
 }
 
 void place_noted_if_asked(Oid owner) {
-  if (!ordering_notes::take_left_to_noting()) return;
+  if (!ordering_notes::take_asked()) return;
   const std::vector<Note> batch = ordering_notes::take_for_placing();
   if (!batch.empty()) as_owner(owner, [&] { place(batch); });
 }
@@ -350,23 +355,28 @@ using pg_outbox::pg::Note;
 // INSERT, a replay: thousands), find their row placed and return at once. So the
 // function is not SECURITY DEFINER: that would set search_path and the user for every
 // one of them.
-// A row it finds not noted was inserted in the statement that has just ended, with the
-// constraints immediate: the INSERT's statement trigger (or the enqueue or publish that
-// inserted it) notes it after this call. Placed now, alone, it would take the
-// statement's other rows (not noted yet) for messages its key had before, and the key
-// would get no head: it is left to be placed with them when they are noted
+// An inserted row it finds not noted was inserted by the statement that has just ended,
+// with the constraints immediate: the INSERT's statement trigger (or the enqueue or
+// publish that inserted it) notes it after this call. Placed now, alone, it would take
+// the statement's other rows (not noted yet) for messages its key had before, and the
+// key would get no head: it is placed with them when they are noted
 // (place_noted_if_asked). (An enqueue's row for an unordered endpoint is never noted:
-// nothing to place.)
+// nothing to place.) A moved row is noted before its UPDATE ends (moves.cpp), unless
+// a trigger of someone else's changed its key after ours looked: it is placed now.
 PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
   using namespace pg_outbox::pg;
   TriggerData* trigger = trigger_data(fcinfo, "outbox._order_at_commit()");
   const int64_t id = id_of(trigger);
   if (ordering_notes::is_placed(id)) return PointerGetDatum(nullptr);
+  std::optional<Note> also;
   if (!ordering_notes::is_noted(id)) {
-    ordering_notes::leave_to_noting();
-    return PointerGetDatum(nullptr);
+    if (TRIGGER_FIRED_BY_INSERT(trigger->tg_event)) {
+      ordering_notes::leave_to_noting(id);
+      return PointerGetDatum(nullptr);
+    }
+    also = row_of(trigger, placed_tuple(trigger));
   }
-  const std::vector<Note> batch = ordering_notes::take_for_placing();
+  const std::vector<Note> batch = ordering_notes::take_for_placing(std::move(also));
   const Oid owner = called_function_owner(fcinfo);
   as_owner(owner, [&] { place(batch); });
   return PointerGetDatum(nullptr);

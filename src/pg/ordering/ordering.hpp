@@ -19,8 +19,8 @@ namespace pg_outbox::pg {
 void order_at_commit(int64_t id, const std::string& endpoint, const std::string& key,
                      std::optional<int64_t> preset = std::nullopt);
 
-// Call after noting an INSERT's rows (order_at_commit): if their commit-time triggers
-// fired before they were noted (the constraints immediate) and left them to be placed
+// Call after noting an INSERT's rows (order_at_commit): if the commit-time trigger of one
+// of them fired before it was noted (the constraints immediate) and left it to be placed
 // now, places every row noted so far, as `owner`. Nothing to do otherwise.
 void place_noted_if_asked(Oid owner);
 
