@@ -613,8 +613,34 @@ $node->safe_psql('postgres', q{CREATE FUNCTION public.rekey() RETURNS trigger LA
 	CREATE TRIGGER n_rekey BEFORE UPDATE ON outbox.messages FOR EACH ROW EXECUTE FUNCTION public.rekey()});
 $node->safe_psql('postgres', "UPDATE outbox.messages SET ordering_key = ordering_key, payload = '{\"rekey\": \"m5\"}'
 	WHERE id = $m5_moved");
-$node->safe_psql('postgres', 'DROP TRIGGER n_rekey ON outbox.messages');
 is(key_line('m5'), "$m5_head:t,$m5_moved:f", '7. a message a trigger of the application moved follows its new head');
+# The same move made in a savepoint that is rolled back is taken back with it: the key it
+# left keeps its head (helper-32: the committed head was numbered behind its follower).
+my @m6 = map { $node->safe_psql('postgres', enqueue_sql('s16', "m6$_", 'm6')) } qw(h f);
+$node->safe_psql('postgres', join ";\n", 'BEGIN', 'SAVEPOINT s', 'SET CONSTRAINTS ALL IMMEDIATE',
+	"UPDATE outbox.messages SET ordering_key = ordering_key, payload = '{\"rekey\": \"m6-b\"}' WHERE id = $m6[0]",
+	'ROLLBACK TO SAVEPOINT s', sprintf($bulk_insert, 'm6-c'), 'COMMIT');
+$node->safe_psql('postgres', 'DROP TRIGGER n_rekey ON outbox.messages');
+is(key_line('m6'), "$m6[0]:t,$m6[1]:f", '7. ... and a savepoint that takes that move back leaves its key as it was');
+# A trigger of the application that inserts into the same key, constraints immediate: the
+# outer row heads the key, the inner one follows (helper-32: both followed).
+$node->safe_psql('postgres', q{CREATE FUNCTION public.dup_in_key() RETURNS trigger LANGUAGE plpgsql AS
+	  $$ BEGIN INSERT INTO outbox.messages (endpoint, payload, ordering_key) VALUES ('s16', '{"inner": 1}', NEW.ordering_key);
+	     RETURN NULL; END $$;
+	CREATE TRIGGER zz_dup_in_key AFTER INSERT ON outbox.messages FOR EACH ROW
+	  WHEN (NEW.ordering_key = 'm7' AND NOT NEW.payload ? 'inner') EXECUTE FUNCTION public.dup_in_key()});
+my $m7 = inserted_immediately('m7', q{INSERT INTO outbox.messages (endpoint, payload, ordering_key) VALUES ('s16', '{}', 'm7')});
+$node->safe_psql('postgres', 'DROP TRIGGER zz_dup_in_key ON outbox.messages');
+is(key_line('m7'), $m7, '7. ... and when that trigger inserts into the same key');
+# A row the transaction inserted in one key and moved into another where it inserted
+# another row, then a DELETE that promotes in the first key: the moved row heads its new
+# key, the other follows (helper-32: the moved row was placed alone and followed it).
+my ($m8) = split /\n/, $node->safe_psql('postgres', join ";\n", 'BEGIN',
+	q{INSERT INTO outbox.messages (endpoint, payload, ordering_key) VALUES ('s16', '{"n": "m8e"}', 'm8-a') RETURNING id},
+	q{INSERT INTO outbox.messages (endpoint, payload, ordering_key) VALUES ('s16', '{"n": "m8i"}', 'm8')},
+	q{UPDATE outbox.messages SET ordering_key = 'm8' WHERE endpoint = 's16' AND payload->>'n' = 'm8e'}, 'COMMIT');
+is(key_line('m8'), "$m8:t," . $node->safe_psql('postgres', 'SELECT ' . id_of_tag('m8i')) . ':f',
+	'7. a row inserted, then moved into a key where the transaction inserted another: it heads it');
 
 # The worker holds a key's next message to claim it itself once the head is sent; moved
 # meanwhile behind another key's head (not due for an hour), it is not sent.

@@ -40,8 +40,9 @@ std::unordered_set<int64_t> awaited;
 bool asked = false;
 
 void record(Note note) {
-  ++note_count[note.id];
+  const int64_t id = note.id;
   recorded.push_back(std::move(note));
+  ++note_count[id];
 }
 
 // `recorded` lost these notes: their counts go (no allocation).
@@ -72,6 +73,7 @@ bool made_in(const Note& note, SubTransactionId sub) {
 }  // namespace
 
 void inserted(int64_t id, const std::string& endpoint, const std::string& key, std::optional<int64_t> preset) {
+  if (placed.count(id) != 0) return;  // left to its noting, and placed with another statement's rows
   record({id, endpoint, key, preset, false, GetCurrentSubTransactionId()});
   if (awaited.erase(id) != 0) asked = true;
 }
@@ -100,6 +102,8 @@ std::vector<Note> take_for_placing(std::optional<Note> also) {
   note_count.clear();
   if (also && std::none_of(notes.begin(), notes.end(), [&](const Note& n) { return n.id == also->id; }))
     notes.push_back(std::move(*also));
+  for (int64_t id : awaited) notes.push_back({id, {}, {}, std::nullopt, false, GetCurrentSubTransactionId(), true});
+  awaited.clear();
   mark_placed(notes);
   return notes;
 }
@@ -108,9 +112,20 @@ std::vector<Note> take_for_placing_in(const std::vector<std::string>& endpoints,
   if (recorded.empty()) return {};
   std::set<std::pair<std::string, std::string>> wanted;
   for (size_t i = 0; i < keys.size(); ++i) wanted.emplace(endpoints[i], keys[i]);
+  // The rows noted in those keys, and then the keys their other notes name, and so on: a
+  // row of one key moved into another is placed in it, and the transaction's rows there
+  // not placed yet must go with it, or it would take them for messages the key had.
   std::unordered_set<int64_t> ids;
-  for (const Note& n : recorded)
-    if (wanted.count({n.endpoint, n.key}) != 0) ids.insert(n.id);
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const Note& n : recorded)
+      if (ids.count(n.id) == 0 && wanted.count({n.endpoint, n.key}) != 0) {
+        ids.insert(n.id);
+        grew = true;
+      }
+    for (const Note& n : recorded)
+      if (ids.count(n.id) != 0 && wanted.emplace(n.endpoint, n.key).second) grew = true;
+  }
   if (ids.empty()) return {};
   auto taken =
       std::stable_partition(recorded.begin(), recorded.end(), [&](const Note& n) { return ids.count(n.id) == 0; });

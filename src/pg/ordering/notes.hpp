@@ -24,6 +24,8 @@ struct Note {
   std::optional<int64_t> preset;                        // an ordering_seq the row was inserted with (a restored dump)
   bool moved = false;                                   // committed before this transaction, moved into its key by it
   SubTransactionId noted_in = InvalidSubTransactionId;  // where it was inserted or moved
+  bool unread = false;  // left to its noting and placed before it: only the id is known (the
+                        // rest, the number it came with too, is read from the table)
 };
 
 // A row inserted under a key. If its commit-time trigger has fired already (it left the
@@ -45,11 +47,14 @@ void leave_to_noting(int64_t id);
 // Whether a row noted since the last call had been left to its noting (see above).
 bool take_asked();
 
-// The notes not placed yet, taken to be placed now; they and `also` count as placed.
+// The notes not placed yet, and the rows left to their noting (unread notes: a statement
+// a trigger ran before the noting placed its rows, and a row it did not note may share
+// their key), taken to be placed now; they and `also` count as placed.
 std::vector<Note> take_for_placing(std::optional<Note> also = std::nullopt);
 
 // The notes not placed yet of rows noted in these keys (endpoints[i], keys[i]), with every
-// other note of the same rows, taken to be placed now; they count as placed.
+// other note of the same rows and the notes of the keys those lead to, taken to be placed
+// now; they count as placed.
 std::vector<Note> take_for_placing_in(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys);
 
 void at_transaction_end();

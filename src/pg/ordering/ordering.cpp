@@ -177,7 +177,8 @@ std::vector<Note> as_they_are(const std::vector<Note>& notes) {
   // it held unkeyed ones) made it look the cheaper: every keyed message was then
   // compared with each noted id (a replay's move of 100,000 keyed rows: 26 s, not 1.6).
   static Statement current(
-      "SELECT m.id, m.endpoint, m.ordering_key, m.xmin::text::bigint FROM outbox.messages m WHERE m.id = ANY ($1)",
+      "SELECT m.id, m.endpoint, m.ordering_key, m.xmin::text::bigint, m.ordering_seq FROM outbox.messages m "
+      "WHERE m.id = ANY ($1)",
       {INT8ARRAYOID});
   std::unordered_map<int64_t, const Note*> first;
   std::vector<int64_t> ids;
@@ -191,7 +192,8 @@ std::vector<Note> as_they_are(const std::vector<Note>& notes) {
     const Note& note = *first.at(rows.int64(r, 0));
     const auto writer = static_cast<TransactionId>(rows.int64(r, 3));
     if (note.moved && !pg_call([&] { return TransactionIdIsCurrentTransactionId(writer); })) continue;
-    rows_now.push_back({note.id, rows.text(r, 1), rows.text(r, 2), note.preset, note.moved});
+    rows_now.push_back(
+        {note.id, rows.text(r, 1), rows.text(r, 2), note.unread ? rows.optional_int64(r, 4) : note.preset, note.moved});
   }
   return rows_now;
 }
@@ -374,7 +376,10 @@ PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
       ordering_notes::leave_to_noting(id);
       return PointerGetDatum(nullptr);
     }
+    // As a move made here: a savepoint that takes the UPDATE back takes this back too.
     also = row_of(trigger, placed_tuple(trigger));
+    also->moved = true;
+    also->noted_in = GetCurrentSubTransactionId();
   }
   const std::vector<Note> batch = ordering_notes::take_for_placing(std::move(also));
   const Oid owner = called_function_owner(fcinfo);
