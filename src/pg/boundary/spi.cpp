@@ -107,7 +107,8 @@ Rows Statement::run(const std::vector<Datum>& arguments, Visibility visibility, 
   if (plan_ == nullptr) {
     plan_ = pg_call([&] {
       SPIPlanPtr plan =
-          SPI_prepare(sql_, static_cast<int>(argument_types_.size()), const_cast<Oid*>(argument_types_.data()));
+          SPI_prepare_cursor(sql_, static_cast<int>(argument_types_.size()), const_cast<Oid*>(argument_types_.data()),
+                             generic_ ? CURSOR_OPT_GENERIC_PLAN : 0);
       if (plan == nullptr) elog(ERROR, "pg_outbox: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
       if (SPI_keepplan(plan) != 0) elog(ERROR, "pg_outbox: SPI_keepplan failed");
       return plan;

@@ -140,7 +140,7 @@ std::optional<int64_t> next_due_in_ms(const std::vector<std::string>& endpoints,
          WHERE m.endpoint = e.name AND m.ordering_seq IS NULL AND m.id NOT IN (SELECT unnest($2::bigint[]))
          ORDER BY m.next_attempt_at LIMIT 1) n
   )sql",
-                             {TEXTARRAYOID, INT8ARRAYOID});
+                             {TEXTARRAYOID, INT8ARRAYOID}, Statement::Plan::kGeneric);
   Rows rows = statement.run({text_array(endpoints), int8_array(excluded)});
   if (rows.size() == 0) return std::nullopt;
   return rows.optional_int64(0, 0);

@@ -209,7 +209,8 @@ void settle_given_back(const std::vector<int64_t>& given_back) {
 }
 
 void finish_claims(const std::vector<int64_t>& claims) {
-  static Statement statement("DELETE FROM outbox.claims WHERE id = ANY ($1)", {INT8ARRAYOID});
+  static Statement statement("DELETE FROM outbox.claims WHERE id = ANY ($1)", {INT8ARRAYOID},
+                             Statement::Plan::kGeneric);
   statement.run({int8_array(claims)});
 }
 
