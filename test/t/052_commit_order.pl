@@ -591,7 +591,7 @@ is(key_line('m2'), $m2, '7. ... a COPY of two rows too');
 $node->safe_psql('postgres', enqueue_sql('s16', 'm3h', 'm3'));
 my $m3 = inserted_immediately('m3', sprintf($bulk_insert, 'm3'));
 is(key_line('m3'), $m3, '7. ... into a key with a head: they all follow it');
-# ... also when, before the statement's rows are noted, a trigger of the application's
+# ... also when, before the statement's rows are noted, a trigger of the application
 # inserts into the queue in a statement of its own (helper-31's review: that statement's
 # placement took the turn of the outer one, whose rows were never placed: three heads).
 $node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('u52', url => '%s');
