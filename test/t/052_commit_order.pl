@@ -620,8 +620,14 @@ my @m6 = map { $node->safe_psql('postgres', enqueue_sql('s16', "m6$_", 'm6')) } 
 $node->safe_psql('postgres', join ";\n", 'BEGIN', 'SAVEPOINT s', 'SET CONSTRAINTS ALL IMMEDIATE',
 	"UPDATE outbox.messages SET ordering_key = ordering_key, payload = '{\"rekey\": \"m6-b\"}' WHERE id = $m6[0]",
 	'ROLLBACK TO SAVEPOINT s', sprintf($bulk_insert, 'm6-c'), 'COMMIT');
+# A follower so moved into a key with no message heads it: the number it had goes
+# (helper-33: it kept it, and the key had no head).
+my @m9 = map { $node->safe_psql('postgres', enqueue_sql('s16', "m9$_", 'm9-src')) } qw(h f);
+$node->safe_psql('postgres', "UPDATE outbox.messages SET ordering_key = ordering_key, payload = '{\"rekey\": \"m9\"}'
+	WHERE id = $m9[1]");
 $node->safe_psql('postgres', 'DROP TRIGGER n_rekey ON outbox.messages');
 is(key_line('m6'), "$m6[0]:t,$m6[1]:f", '7. ... and a savepoint that takes that move back leaves its key as it was');
+is(key_line('m9'), "$m9[1]:t", '7. ... and a follower it moves into a key with no message heads it');
 # A trigger of the application that inserts into the same key, constraints immediate: the
 # outer row heads the key, the inner one follows (helper-32: both followed).
 $node->safe_psql('postgres', q{CREATE FUNCTION public.dup_in_key() RETURNS trigger LANGUAGE plpgsql AS
@@ -632,6 +638,24 @@ $node->safe_psql('postgres', q{CREATE FUNCTION public.dup_in_key() RETURNS trigg
 my $m7 = inserted_immediately('m7', q{INSERT INTO outbox.messages (endpoint, payload, ordering_key) VALUES ('s16', '{}', 'm7')});
 $node->safe_psql('postgres', 'DROP TRIGGER zz_dup_in_key ON outbox.messages');
 is(key_line('m7'), $m7, '7. ... and when that trigger inserts into the same key');
+# ... or tries to, in a block that catches its error: the outer row is still placed, behind
+# the key's head (helper-33: the rolled-back block took its placement away; two heads).
+$node->safe_psql('postgres', q{CREATE FUNCTION public.try_in_key() RETURNS trigger LANGUAGE plpgsql AS
+	  $$ BEGIN
+	       BEGIN
+	         INSERT INTO outbox.messages (endpoint, payload, ordering_key) VALUES ('s16', '{"inner": 1}', NEW.ordering_key);
+	         RAISE EXCEPTION 'given up';
+	       EXCEPTION WHEN others THEN NULL;
+	       END;
+	       RETURN NULL;
+	     END $$;
+	CREATE TRIGGER zz_try_in_key AFTER INSERT ON outbox.messages FOR EACH ROW
+	  WHEN (NEW.ordering_key = 'm10' AND NOT NEW.payload ? 'inner') EXECUTE FUNCTION public.try_in_key()});
+my $m10_head = $node->safe_psql('postgres', enqueue_sql('s16', 'm10h', 'm10-h'));
+$node->safe_psql('postgres', "UPDATE outbox.messages SET ordering_key = 'm10' WHERE id = $m10_head");
+my $m10 = inserted_immediately('m10', q{INSERT INTO outbox.messages (endpoint, payload, ordering_key) VALUES ('s16', '{}', 'm10')});
+$node->safe_psql('postgres', 'DROP TRIGGER zz_try_in_key ON outbox.messages');
+is(key_line('m10'), $m10, '7. ... or when it tries to and its block is rolled back');
 # A row the transaction inserted in one key and moved into another where it inserted
 # another row, then a DELETE that promotes in the first key: the moved row heads its new
 # key, the other follows (helper-32: the moved row was placed alone and followed it).

@@ -102,7 +102,9 @@ std::vector<Note> take_for_placing(std::optional<Note> also) {
   note_count.clear();
   if (also && std::none_of(notes.begin(), notes.end(), [&](const Note& n) { return n.id == also->id; }))
     notes.push_back(std::move(*also));
-  for (int64_t id : awaited) notes.push_back({id, {}, {}, std::nullopt, false, GetCurrentSubTransactionId(), true});
+  // Where their rows were inserted is not known: a savepoint rolled back that took their
+  // placement back gives them back to their noting (at_subtransaction_abort).
+  for (int64_t id : awaited) notes.push_back({id, {}, {}, std::nullopt, false, InvalidSubTransactionId, true});
   awaited.clear();
   mark_placed(notes);
   return notes;
@@ -161,7 +163,10 @@ void at_subtransaction_abort(SubTransactionId sub) {
       --it;
       if (it->was_placing) {
         placed.erase(it->note.id);
-        if (!made_in(it->note, sub)) back.push_back(it->note);
+        if (it->note.unread)
+          awaited.insert(it->note.id);  // its noting, still to come, places it
+        else if (!made_in(it->note, sub))
+          back.push_back(it->note);
       } else {
         placed.insert(it->note.id);
       }

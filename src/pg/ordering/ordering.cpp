@@ -376,9 +376,10 @@ PG_OUTBOX_FUNCTION(pg_outbox_order_at_commit) {
       ordering_notes::leave_to_noting(id);
       return PointerGetDatum(nullptr);
     }
-    // As a move made here: a savepoint that takes the UPDATE back takes this back too.
+    // Noted here: a savepoint that takes the UPDATE back takes this back too. Not as a
+    // move: ours did not run (outbox._moved_message), so the row still has the number
+    // it had in its old key, which goes if it becomes its new key's head.
     also = row_of(trigger, placed_tuple(trigger));
-    also->moved = true;
     also->noted_in = GetCurrentSubTransactionId();
   }
   const std::vector<Note> batch = ordering_notes::take_for_placing(std::move(also));
