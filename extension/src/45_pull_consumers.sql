@@ -24,7 +24,11 @@ CREATE OR REPLACE FUNCTION outbox._pull_wait(seen bigint, until timestamptz) RET
 -- _read, _ack and _nack price out sequential and bitmap scans, as the worker does
 -- (src/pg/worker/worker.cpp): the queue and outbox.holds change all the time, and their
 -- plans stay on the indexes whatever the statistics said when they were made (jit off:
--- priced-out costs would make every statement look worth compiling).
+-- priced-out costs would make every statement look worth compiling).  They also run the
+-- generic plans of their statements (and of those they call): each is the same index
+-- probe for any endpoint and ids, and the plan cache otherwise planned some of them
+-- again for every call, depending on when the queue was analyzed (a read and ack of one
+-- message spent 0.25 ms of its 1.06 ms planning).
 --
 -- The consumer's entry points (src/pg/consumer/consumer_functions.cpp): not SECURITY
 -- DEFINER, so that they know the role that really calls them; they run outbox._read,
@@ -119,6 +123,7 @@ CREATE OR REPLACE FUNCTION outbox._read(endpoint text, max int, visibility inter
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
     SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off
+    SET plan_cache_mode = force_generic_plan
 AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -170,7 +175,12 @@ BEGIN
         v_now := clock_timestamp();
         SELECT e.paused INTO v_paused FROM outbox.endpoints e WHERE e.name = _read.endpoint;
         IF NOT coalesce(v_paused, true) THEN
-            PERFORM outbox._pull_lapsed(_read.endpoint, v_max_attempts);
+            -- (A probe of the holds' index first: most reads find no lapsed read, and the
+            -- count itself is a statement that locks and deletes.)
+            IF EXISTS (SELECT FROM outbox.holds h
+                        WHERE h.endpoint = _read.endpoint AND h.held_until <= clock_timestamp()) THEN
+                PERFORM outbox._pull_lapsed(_read.endpoint, v_max_attempts);
+            END IF;
             -- The due messages that no read holds, locked; SKIP LOCKED passes over those
             -- another read is taking now.
             SELECT array_agg(c.id ORDER BY c.next_attempt_at, c.id) INTO v_ids
@@ -224,6 +234,7 @@ CREATE OR REPLACE FUNCTION outbox._ack(endpoint text, ids bigint[], caller oid)
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
     SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off
+    SET plan_cache_mode = force_generic_plan
 AS $fn$
 BEGIN
     PERFORM outbox._consumed_endpoint(_ack.endpoint, _ack.caller);
@@ -249,6 +260,7 @@ CREATE OR REPLACE FUNCTION outbox._nack(endpoint text, id bigint, error text, re
     LANGUAGE plpgsql VOLATILE
     SET search_path = pg_catalog, pg_temp
     SET enable_seqscan = off SET enable_bitmapscan = off SET jit = off
+    SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
     v_max_attempts int;

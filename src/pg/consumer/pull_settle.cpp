@@ -54,7 +54,8 @@ std::vector<Held> held_messages(const Rows& rows, const std::string& endpoint) {
 // queue could scan the whole primary key per id when the statistics said the queue was
 // nearly empty (an ack of 500: minutes, helper-28). The hold rows are locked first,
 // so that an ack and a nack of the same message, or an answer and the count of a lapsed
-// read, never both take it.
+// read, never both take it. Both statements run their generic plans, as the settle's do
+// (store/settlements.cpp): the same index probes whatever the endpoint and the ids.
 std::vector<Held> take_held(Datum endpoint, Datum ids, const std::string& name) {
   static Statement statement(R"sql(
     WITH h AS (SELECT h.id, h.message_ids FROM outbox.holds h
@@ -67,7 +68,7 @@ std::vector<Held> take_held(Datum endpoint, Datum ids, const std::string& name) 
     SELECT m.id, m.attempts, m.ordering_key, NULL::bigint FROM outbox.messages m
      WHERE m.id = ANY (ARRAY(SELECT u.id FROM h CROSS JOIN unnest(h.message_ids) AS u(id) WHERE u.id = ANY ($2)))
   )sql",
-                             {TEXTOID, INT8ARRAYOID});
+                             {TEXTOID, INT8ARRAYOID}, Statement::Plan::kGeneric);
   return held_messages(statement.run({endpoint, ids}), name);
 }
 
@@ -86,7 +87,7 @@ std::vector<Held> take_lapsed(Datum endpoint, const std::string& name) {
     SELECT f.id, f.attempts, f.ordering_key, (extract(epoch FROM x.held_until) * 1000)::bigint
       FROM found f JOIN lapsed x ON x.id = f.id
   )sql",
-                             {TEXTOID});
+                             {TEXTOID}, Statement::Plan::kGeneric);
   return held_messages(statement.run({endpoint}), name);
 }
 
