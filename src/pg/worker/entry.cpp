@@ -18,6 +18,8 @@ extern "C" {
 PGDLLEXPORT void pg_outbox_worker_main(Datum argument);
 }
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <exception>
 
@@ -85,6 +87,15 @@ void pg_outbox_worker_main(Datum argument) {
   // From here on SIGTERM asks the loop to stop (Worker::stop_gracefully): it writes what
   // the receivers answered before it exits. Until here, PostgreSQL's die() ends the process.
   pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+
+  // Each transaction of the worker allocates and frees the same memory again, hundreds
+  // of times a second at a low rate. glibc gave the top of the heap back to the kernel
+  // after many of them (brk) and the next one faulted the pages in again: 8 % of the
+  // main thread's CPU at 1,000 messages/s (perf: __brk and page faults). Up to 16 MB of
+  // freed heap stays in the process instead; blocks from 4 MB are mapped on their own
+  // (the threshold is fixed once the trim threshold is set).
+  (void)mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  (void)mallopt(M_TRIM_THRESHOLD, 16 << 20);
 
   char failure[512] = {0};
   bool absent = false;
