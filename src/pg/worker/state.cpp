@@ -37,7 +37,7 @@ void refresh_endpoints(WorkerState& state) {
 }
 
 void require_same_extension(const WorkerState& state) {
-  if (store::extension_oid() != state.extension_oid) throw ExtensionChanged();
+  if (!store::extension_still(state.extension_oid)) throw ExtensionChanged();
 }
 
 }  // namespace pg_outbox::pg::worker
