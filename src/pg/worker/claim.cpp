@@ -38,18 +38,23 @@ int64_t record_claim(const std::vector<store::ClaimedMessage>& claimed) {
   return store::record_claim(ids, attempts);
 }
 
+// Whether the claim saw every claimable message of the plan's HTTP endpoints: it stopped
+// neither at its limit nor at its byte budget.
+bool saw_everything(const core::ClaimPlan& plan, const std::vector<store::ClaimedMessage>& claimed) {
+  int64_t counted = 0;  // against the byte budget: a payload over max_payload_size counts nothing
+  for (const store::ClaimedMessage& m : claimed)
+    if (!m.too_large) counted += m.payload_size;
+  return core::claim_saw_everything(claimed.size(), plan.limit, counted, plan.byte_budget);
+}
+
 // The HTTP endpoints of the plan that the claim saw every claimable message of and took
 // none from.
 std::vector<std::string> found_nothing_in(const core::ClaimPlan& plan,
                                           const std::vector<store::ClaimedMessage>& claimed) {
-  int64_t counted = 0;  // against the byte budget: a payload over max_payload_size counts nothing
   std::unordered_set<std::string> took;
-  for (const store::ClaimedMessage& m : claimed) {
-    if (!m.too_large) counted += m.payload_size;
-    took.insert(m.endpoint);
-  }
+  for (const store::ClaimedMessage& m : claimed) took.insert(m.endpoint);
   std::vector<std::string> names;
-  if (!core::claim_saw_everything(claimed.size(), plan.limit, counted, plan.byte_budget)) return names;
+  if (!saw_everything(plan, claimed)) return names;
   for (const std::string& name : plan.http)
     if (took.count(name) == 0) names.push_back(name);
   return names;
@@ -116,6 +121,7 @@ bool claim_worth_running(WorkerState& state) {
     // The results of what it holds make room, and say so (they wake the worker). Until
     // then a claim time gone by must not make every round ask again.
     schedule.more_due = false;
+    schedule.room_wanted = true;
     if (schedule.next_claim_ms <= now) schedule.next_claim_ms = now + settings.poll_interval_ms;
     return false;
   }
@@ -155,10 +161,12 @@ size_t claim_and_deliver(WorkerState& state) {
     notify = plan.notify;
     std::vector<int64_t> excluded = state.in_flight_ids();
     state.schedule.more_due = false;
+    if (!plan.http.empty() && plan.limit == 0) state.schedule.room_wanted = true;  // no byte budget left
     if (!plan.http.empty() && plan.limit > 0) {
       auto claimed =
           claim_messages(state, plan.http, plan.limit, excluded, plan.byte_budget, http_claim_for(state, plan.http));
       state.schedule.more_due = claimed.size() == static_cast<size_t>(plan.limit);
+      if (!saw_everything(plan, claimed)) state.schedule.room_wanted = true;
       found_nothing = found_nothing_in(plan, claimed);
       std::move(claimed.begin(), claimed.end(), std::back_inserter(to_send));
     }

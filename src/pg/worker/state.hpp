@@ -28,7 +28,12 @@ namespace pg_outbox::pg::worker {
 
 // When the worker claims next.
 struct Schedule {
-  bool more_due = true;       // the last claim was full (or room was made): claim again at once
+  bool more_due = true;  // the last claim was full (or room was made): claim again at once
+  // Room held messages back: a claim was not worth running (wants_claim), had no byte
+  // budget, or stopped at its limit or budget. Results that leave the worker's hands
+  // then call the next claim at once (settle.cpp, written); without it the claim before
+  // saw everything due, and a commit's wake or a due time calls the next one.
+  bool room_wanted = false;
   int64_t next_claim_ms = 0;  // otherwise: when something becomes due (or the poll interval)
   size_t claim_round = 0;     // rotates the endpoints' order (core::plan_claim)
   core::WakeCoalescer wakes;
