@@ -35,7 +35,10 @@
 #  4    DROP EXTENSION / CREATE EXTENSION while the worker runs: (a) idle: the
 #       worker exits, a new one serves the re-created outbox; (b) while requests
 #       are in flight: the re-created outbox reuses their ids for new messages, which
-#       must still arrive (a stale answer must not settle a new row).
+#       must still arrive (a stale answer must not settle a new row); (c) the same
+#       with the DROP and the CREATE in one transaction, so that no transaction of the
+#       worker sees the extension missing: only its check of the extension at the start
+#       of each transaction tells the new tables from the old.
 #  5    pg_outbox.database names a database that does not exist at server start: the
 #       server stays up, the launcher says so once (no worker FATAL, no restart
 #       loop), and after CREATE DATABASE + CREATE EXTENSION a worker serves it.
@@ -916,6 +919,39 @@ sub enqueue_batch
 	my @crashes = log_since($node, $off) =~ /^(.*(?:terminated by signal|PANIC:).*)$/mg;
 	is(scalar @crashes, 0, "$L: no process crashed") or diag(join "\n", @crashes);
 	ok(!kill(0, $pid), "$L: the worker of the dropped extension is gone (its requests with it)");
+}
+
+{
+	my $L = '4c drop and create in one transaction (in flight)';
+	$recv->add_rule(path => '/hooks/swap_old', delay_ms => 3000);
+	sql_retry($node,
+		"SELECT outbox.create_endpoint('swap_old', url => '" . $recv->url('/hooks/swap_old') . "', timeout_ms => 10000)");
+	my $old = enqueue_batch($node, 'swap_old', 20, 4);
+	ok(wait_until(sub { ($recv->stats->{by_path}{'/hooks/swap_old'} // 0) >= 4 }, undef, "$L: old requests"),
+		"$L: 4 requests in flight (the receiver holds them 3 s)");
+	my $off = -s $node->logfile;
+	# Slow 503s keep the new messages queued until the old answers have come; 60 new
+	# messages reuse every id in flight (the old ones are above 20, the new start at 1).
+	$recv->add_rule(path => '/hooks/swap_new', status => 503, delay_ms => 4000, times => 4);
+	sql_retry($node, "BEGIN; DROP EXTENSION pg_outbox; CREATE EXTENSION pg_outbox;
+		SELECT outbox.create_endpoint('swap_new', url => '" . $recv->url('/hooks/swap_new') . "', timeout_ms => 10000);
+		COMMIT;");
+	my $committed = enqueue_batch($node, 'swap_new', 60, 5);
+	my @reused = grep { $old->{$_} } keys %$committed;
+	is(scalar @reused, 20, "$L: the new messages reuse the 20 ids of the old ones");
+	ok(wait_until(sub { $node->log_contains(qr/pg_outbox worker: the extension was dropped or created again/, $off) }),
+		"$L: the worker noticed that the extension is another one");
+	wait_drained($node, $committed, 'swap_new', '/hooks/swap_new', $L);
+	check_invariant(
+		node          => $node,
+		label         => $L,
+		endpoint      => 'swap_new',
+		path          => '/hooks/swap_new',
+		committed     => $committed,
+		rolled        => {},
+		payload_check => 1);
+	my @crashes = log_since($node, $off) =~ /^(.*(?:terminated by signal|PANIC:).*)$/mg;
+	is(scalar @crashes, 0, "$L: no process crashed") or diag(join "\n", @crashes);
 }
 
 # ===========================================================================
