@@ -21,7 +21,9 @@
 #  8. so does a NOTIFY message's, which the claims leave to the NOTIFY round;
 #  9. a commit's wake during the worker's pause after an error is kept for the NOTIFY
 #     round;
-# 10. a retry makes room for another endpoint's message at once.
+# 10. a retry makes room for another endpoint's message at once;
+# 11. results make room when the byte budget held messages back: a backlog larger than
+#     pg_outbox.max_inflight_bytes drains with nothing else to wake the worker.
 use strict;
 use warnings;
 
@@ -238,6 +240,23 @@ note(sprintf('next arrived %.2f s after its commit', ($next_at // 0) - $t_next))
 cmp_ok(($next_at // 99 + $t_next) - $t_next, '<', 8, '... once the retry made room, not at the 15 s answer or the poll');
 ok(reload_conf($node, 'pg_outbox.batch_size' => undef, 'pg_outbox.max_concurrency' => undef),
 	'batch_size and max_concurrency back');
+
+# ---------------------------------------------------------------------------
+# 11. The byte budget. With max_inflight_bytes at 1 MB, 16 payloads of 300 kB are claimed
+# four at a time at most: a claim stops at the budget, or finds none left and claims
+# nothing. Each answer takes 300 ms. Nothing is committed meanwhile and the poll is 30 s
+# away: only the results' room can call the claims that follow (before 892a0a3 every
+# settle called one; a claim that stopped at the budget must still be followed).
+
+ok(reload_conf($node, 'pg_outbox.max_inflight_bytes' => '1MB'), 'max_inflight_bytes 1MB');
+endpoint($node, $recv, 'bulky', '/bulky');
+$recv->add_rule(path => '/bulky', status => 200, delay_ms => 300);
+my $t_bulky = time;
+sql($node, q{SELECT outbox.enqueue('bulky', jsonb_build_object('n', g, 'blob', repeat('x', 300000)))
+               FROM generate_series(1, 16) g});
+ok(wait_until(sub { arrivals('/bulky') >= 16 }, 20), 'the 16 payloads of 300 kB arrived, well before the poll');
+note(sprintf('the last arrived %.2f s after the commit', ((sort { $a <=> $b } arrivals('/bulky'))[-1] // 0) - $t_bulky));
+ok(reload_conf($node, 'pg_outbox.max_inflight_bytes' => undef), 'max_inflight_bytes back');
 
 $recv->stop;
 my @bad = grep { /PANIC|terminated by signal/ } split /\n/, slurp_file($node->logfile);
