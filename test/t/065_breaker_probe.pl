@@ -4,7 +4,9 @@
 #    backoff_base, doubles with every failed probe, and is capped at backoff_max."
 #    The receiver answers 503 to everything, so every probe reaches it and fails:
 #    once the circuit has opened, the requests come one at a time, never two within
-#    backoff_base/2 of each other, and no more of them than the cool-downs allow.
+#    backoff_base/2 of each other, and no more of them than the cool-downs allow;
+#    a probe that fails is followed by the next one when its cool-down ends, also when
+#    the failed probe's own retry is due much later (Retry-After: 60).
 #  - "A successful probe closes the circuit, and the waiting messages flow again at
 #    once."  The receiver then answers 200: all the waiting messages are answered
 #    well before the poll interval (30 s here) could have found them.
@@ -193,6 +195,22 @@ ok(wait_until(sub { log_count($node, qr/circuit for endpoint "probe" closed/) >=
 	'the closing is logged');
 is(log_count($node, qr/circuit for endpoint "probe" closed/), 1, 'exactly one "closed" line');
 is(sql($node, 'SELECT count(*) FROM dlq.dead_letters'), '0', 'no dead letters');
+
+###############################################################################
+# 4. The next probe comes at the end of the cool-down, not at the failed probe's own
+#    retry (Retry-After: 60, honoured with backoff_max at 60 s) nor at the poll (30 s).
+#    Nothing else wakes the worker: nothing is committed, no request waits to start.
+###############################################################################
+ok(reload_conf($node, 'pg_outbox.backoff_max' => '60s'), 'backoff_max 60 s');
+my $LATE = '/hooks/late';
+$recv->add_rule(path => $LATE, status => 503, retry_after => '60');
+sql($node, sprintf(q{SELECT outbox.create_endpoint('late', url => '%s')}, $recv->url($LATE)));
+sql($node, q{SELECT count(outbox.enqueue('late', jsonb_build_object('n', g))) FROM generate_series(1, 10) g});
+# THRESHOLD failures open the circuit; then probes after 0.2 and 0.4 s of cool-down.
+ok(wait_until(sub { @{ $recv->requests(path => $LATE) } >= $THRESHOLD + 2 }, 15, 'two probes'),
+	'two probes follow the opening within 15 s, each at the end of its cool-down');
+my @late = sort { $a <=> $b } map { $_->{time} } @{ $recv->requests(path => $LATE) };
+note sprintf('late: requests at %s s', join ' ', map { sprintf('%.3f', $_ - $late[0]) } @late);
 
 $recv->stop;
 $node->stop;

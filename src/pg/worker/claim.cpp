@@ -181,8 +181,9 @@ size_t claim_and_deliver(WorkerState& state) {
     if (!state.schedule.more_due) {
       // Nothing more is due now: sleep until the next retry or deliver_at comes due,
       // leaving out what is in flight (this claim's too). A past time means rows that are
-      // claimed otherwise (NOTIFY's, just after this) or blocked (an ordered head in
-      // flight); a settle or a commit wakes us for those.
+      // claimed otherwise (NOTIFY's, just after this) or that the claim passed over (a
+      // row another transaction holds locked): the NOTIFY round, a commit's wake or the
+      // poll comes for those.
       for (const store::ClaimedMessage& m : to_send) excluded.push_back(m.id);
       // The NOTIFY endpoints' due times are their round's to find (notify.cpp), which
       // follows this claim when due: a drain of NOTIFY alone asks for none here.

@@ -8,6 +8,7 @@
 #include "pg/worker/constants.hpp"
 #include "pg/worker/steps.hpp"
 
+#include <algorithm>
 #include <unordered_set>
 
 namespace pg_outbox::pg::worker {
@@ -82,6 +83,10 @@ void on_breaker_transition(WorkerState& state, Endpoint& endpoint, core::Transit
     state.schedule.more_due = true;  // the endpoint's waiting messages flow again at once
     return;
   }
+  // Its next probe is due when the cool-down ends. A claim after the settle used to
+  // learn that from the plan; a settle calls no claim by itself any more (settle.cpp,
+  // written), and the failed probe's own retry may be due much later.
+  state.schedule.next_claim_ms = std::min(state.schedule.next_claim_ms, b.open_until_ms);
   // Requests of this endpoint not yet started would only fail: give their attempt back.
   give_back_requests_of(state, endpoint.row.name);
 }
