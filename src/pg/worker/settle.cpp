@@ -4,6 +4,7 @@
 #include "pg/boundary/spi.hpp"
 #include "pg/producer/queued_count.hpp"
 #include "pg/runtime/settings.hpp"
+#include "pg/runtime/shared_state.hpp"
 #include "pg/worker/constants.hpp"
 #include "pg/worker/failures.hpp"
 #include "pg/worker/steps.hpp"
@@ -174,14 +175,17 @@ void written(WorkerState& state, const store::Settlements& results) {
   const int64_t now = state.now_ms();
   for (const auto& r : results.retry)
     state.schedule.next_claim_ms = std::min(state.schedule.next_claim_ms, now + r.delay_ms);
-  // Not for every result: at 1,000 messages a second, a claim after each settle found
-  // nothing in a quarter of the worker's rounds (the claim before had taken everything
-  // due), each a transaction and two statements.
+  // Also when a commit's wake waits for the end of the coalescing gap (the flag it left
+  // set, worker.cpp): this claim takes its messages now, up to 2 ms sooner (0.3 ms of
+  // p50 at 1,000 messages a second). Not for every result: at that rate a claim after
+  // each settle found nothing in a quarter of the worker's rounds (the claim before had
+  // taken everything due), each a transaction and two statements.
   const bool left = !removed.empty() || !results.retry.empty() || !results.finished_claims.empty();
   const auto keyed = [](const auto& result) { return result.ordering_lock.has_value(); };
   const bool head_left = std::any_of(results.sent.begin(), results.sent.end(), keyed) ||
                          std::any_of(results.dead.begin(), results.dead.end(), keyed);
-  if ((left && state.schedule.room_wanted) || head_left) {
+  const bool commit_waits = pg_atomic_read_u32(&state.slot.wake_requested) != 0;
+  if ((left && (state.schedule.room_wanted || commit_waits)) || head_left) {
     state.schedule.more_due = true;
     state.schedule.room_wanted = false;
   }
