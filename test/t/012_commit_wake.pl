@@ -141,6 +141,79 @@ cmp_ok($woke, '<', $COMMITS / 4, "... and into far fewer wakes of the worker ($w
 sql($node, q{DELETE FROM outbox.messages WHERE payload ? 'burst'});
 
 ###############################################################################
+# A commit wakes the worker for what it wrote (docs/delivery.md, "Wake at commit").
+###############################################################################
+# Beside the HTTP endpoint 'wake', a NOTIFY endpoint and a pull endpoint. Each burst is
+# $KINDS commits from one session, 60 ms apart (more than the largest coalescing gap,
+# as for the rollbacks above), and counts the claim statements the worker ran meanwhile:
+#  - for the pull endpoint, none: its readers take its messages (they are woken, and
+#    read all of them); nor do the readers' acknowledgements wake the worker;
+#  - for the HTTP endpoint (deliver_at an hour ahead: nothing to send), one claim each,
+#    not also a NOTIFY round (its own claim statement);
+#  - for the NOTIFY endpoint (the same), one NOTIFY round each, not also a claim of the
+#    HTTP endpoint, which its claims above found with nothing due.
+# A wake that ran both, as every commit's did before, makes about twice as many in the
+# last two, and about two per commit in the first. Then a message due now, for the
+# NOTIFY endpoint by outbox.enqueue, by outbox.publish and by a plain INSERT, and for
+# the pull endpoint by a waiting reader, goes at once: well before the 30 s poll.
+my $KINDS = 30;
+sql($node, q{SELECT outbox.create_endpoint('wake_feed', channel => 'wake_feed')});
+sql($node, q{SELECT outbox.create_endpoint('wake_pull', pull => true)});
+sleep 1;    # their creation's wake ran its claim and NOTIFY round, which found nothing
+ok(wait_sql($node, q{SELECT state = 'idle' FROM outbox.worker_status()}, 30), 'the worker is idle');
+
+# Claim statements while $KINDS commits run the statement $sql each.
+sub claims_during
+{
+	my ($sql) = @_;
+	my $before = claims();
+	sql($node, "DO \$\$ BEGIN FOR i IN 1 .. $KINDS LOOP $sql; COMMIT; PERFORM pg_sleep(0.06); END LOOP; END \$\$");
+	sleep 0.5;    # the last wake's claim
+	return claims() - $before;
+}
+my $pulled = claims_during(q{PERFORM outbox.enqueue('wake_pull', jsonb_build_object('i', i))});
+my $acks   = claims();
+my $read   = sql($node, q{SELECT count(outbox.ack('wake_pull', ARRAY[r.id])) FROM outbox.read('wake_pull', 1000) r});
+sleep 0.5;
+$acks = claims() - $acks;
+my $http = claims_during(q{PERFORM outbox.enqueue('wake', jsonb_build_object('later', i), deliver_at => now() + interval '1 hour')});
+my $notify = claims_during(q{PERFORM outbox.enqueue('wake_feed', jsonb_build_object('later', i), deliver_at => now() + interval '1 hour')});
+note("claim statements for $KINDS commits each: pull $pulled (acks $acks), HTTP $http, NOTIFY $notify");
+is($read, $KINDS, "the readers took the pull endpoint's $KINDS messages");
+cmp_ok($pulled + $acks, '<=', 2, "commits for a pull endpoint and their acknowledgements claim nothing ($pulled, $acks)");
+cmp_ok($http, '>=', $KINDS / 2, "commits for an HTTP endpoint wake the worker ($http claims)");
+cmp_ok($http, '<=', $KINDS + 2, '... for a claim, not also a NOTIFY round');
+cmp_ok($notify, '>=', $KINDS / 2, "commits for a NOTIFY endpoint wake the worker ($notify claims)");
+cmp_ok($notify, '<=', $KINDS + 2, '... for a NOTIFY round, not also a claim of the HTTP endpoint');
+sql($node, q{DELETE FROM outbox.messages WHERE payload ? 'later'});
+
+# Gone from the queue into the history within 10 s (the poll is 30 s away).
+sub notified
+{
+	my ($how, $n, $sql) = @_;
+	sql($node, $sql);
+	ok(wait_sql($node, qq{SELECT EXISTS (SELECT FROM outbox.history WHERE payload = '{"now": $n}')}, 10),
+		"a NOTIFY message committed by $how goes at once");
+}
+notified('outbox.enqueue', 1, q{SELECT outbox.enqueue('wake_feed', '{"now": 1}')});
+sql($node, q{SELECT outbox.subscribe('wake_feed', ARRAY['wake.now'])});
+sleep 1;    # the subscription's wake
+notified('outbox.publish', 2, q{SELECT outbox.publish('wake.now', '{"now": 2}')});
+notified('a plain INSERT', 3, q{INSERT INTO outbox.messages (endpoint, payload) VALUES ('wake_feed', '{"now": 3}')});
+my $reader = $node->background_psql('postgres');
+$reader->query_until(qr/reading/, q{\echo reading
+SELECT count(*) FROM outbox.read('wake_pull', 10, wait => '20s');
+});
+sleep 0.5;
+my $t_read = time();
+sql($node, q{SELECT outbox.enqueue('wake_pull', '{"now": 4}')});
+ok(wait_sql($node, q{SELECT EXISTS (SELECT FROM outbox.holds WHERE endpoint = 'wake_pull')}, 10),
+	'a waiting reader takes a pull message at its commit');
+note(sprintf('pull commit -> read: %.2f s', time() - $t_read));
+$reader->quit;
+sql($node, q{DELETE FROM outbox.messages WHERE endpoint = 'wake_pull'});
+
+###############################################################################
 # #69: COMMIT PREPARED is found by the poll.
 ###############################################################################
 # PREPARE TRANSACTION ends the session's transaction without a commit (the wake flag
@@ -158,7 +231,7 @@ ok(wait_until(sub { delivered() > $before }, 2 + 8, 'delivery after COMMIT PREPA
 	'a message committed by COMMIT PREPARED is delivered within poll_interval (2 s) + 8 s');
 my @after = sort { $b <=> $a } values %{ $recv->answered_2xx($PATH) };
 note sprintf('COMMIT PREPARED -> answered: %.3f s', $after[0] - $t_cp) if @after;
-ok(wait_sql($node, q{SELECT (SELECT count(*) FROM outbox.history) = 2 AND NOT EXISTS (SELECT FROM outbox.messages)}, 30),
+ok(wait_sql($node, q{SELECT (SELECT count(*) FROM outbox.history WHERE endpoint = 'wake') = 2 AND NOT EXISTS (SELECT FROM outbox.messages)}, 30),
 	'both committed messages are marked sent (in the history, the queue empty)');
 is(delivered(), 2, 'the receiver got exactly the two committed messages');
 

@@ -137,7 +137,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_ack) {
     count = static_cast<int64_t>(settlements.sent.size());
     if (count > 0) {
       store::settle(settlements, store::kept());
-      wake_worker_at_commit();  // a key's next message may now be due (as nack, below)
+      wake_at_commit(kWakeReadersOnly);  // a key's next message may now be due (as nack, below)
     }
   });
   PG_RETURN_INT64(count);
@@ -178,7 +178,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_nack) {
     store::settle(settlements, store::kept());
     // A retry may come due before what the waiting readers looked at, and a settle may
     // promote a key's next message: they look again once this commits.
-    wake_worker_at_commit();
+    wake_at_commit(kWakeReadersOnly);
   });
   PG_RETURN_BOOL(found);
 }

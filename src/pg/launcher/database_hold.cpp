@@ -161,7 +161,7 @@ void on_utility(PlannedStmt* pstmt, const char* query, bool read_only_tree, Proc
     const char* alone = database_needed_alone(stmt);
     if (alone != nullptr) hold_database(alone);
     if (names_pg_outbox(stmt)) {
-      wake_worker_at_commit();       // a worker that runs sees the change at once
+      wake_at_commit();              // a worker that runs sees the change at once
       request_launcher_at_commit();  // and where none runs, the launcher asks
     }
   }

@@ -12,6 +12,7 @@
 // Plain data only: the launcher's table lives in TopMemoryContext, and every function
 // here calls PostgreSQL directly with no C++ object alive across the call (an ERROR in
 // a background worker without an error handler ends the process).
+#include "pg/runtime/commit_wake.hpp"
 #include "pg/runtime/settings.hpp"
 #include "pg/runtime/shared_state.hpp"
 
@@ -253,7 +254,8 @@ void start_worker(KnownDatabase* db) {
   strlcpy(slot.database, NameStr(db->name), sizeof slot.database);
   LWLockRelease(slot.lock);
   if (db->slot != index) {
-    pg_atomic_write_u32(&slot.wake_requested, 1);  // claim at once
+    pg_atomic_write_u32(&slot.wake_for, kWakeEverything);  // claim at once
+    pg_atomic_write_u32(&slot.wake_requested, 1);
     pg_write_barrier();
     slot.database_oid = db->oid;
     db->slot = index;

@@ -451,7 +451,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_next_in_order) {
   lock_orderings({pg_outbox::core::ordering_lock(row.endpoint, row.key)});
   bool promoted = false;
   with_spi([&] { promoted = promote_after_heads_left({row.endpoint}, {row.key}); });
-  if (promoted) wake_worker_at_commit();
+  if (promoted) wake_at_commit();
   return PointerGetDatum(nullptr);
 }
 
@@ -480,7 +480,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_heads_gone) {
         promoted = promote_after_heads_left(std::move(endpoints), std::move(names));
       },
       trigger);
-  if (promoted) wake_worker_at_commit();
+  if (promoted) wake_at_commit();
   return PointerGetDatum(nullptr);
 }
 

@@ -82,7 +82,10 @@ void read_endpoint(Datum endpoint, EndpointFacts& facts) {
   // 0.4.0's column (missing while the update has not run: every endpoint is then a
   // Standard Webhooks one).
   AttrNumber format_column = attnameAttNum(rel, "format", true);
-  if (name_column != 1 || max_pending_column == InvalidAttrNumber || ordered_column == InvalidAttrNumber)
+  AttrNumber channel_column = attnameAttNum(rel, "channel", false);
+  AttrNumber pull_column = attnameAttNum(rel, "pull", true);  // 0.4.0's too
+  if (name_column != 1 || max_pending_column == InvalidAttrNumber || ordered_column == InvalidAttrNumber ||
+      channel_column == InvalidAttrNumber)
     elog(ERROR, "pg_outbox: outbox.endpoints is not as installed");
   // The key compares under the column's collation, the one its index is sorted by.
   ScanKeyData key;
@@ -98,6 +101,15 @@ void read_endpoint(Datum endpoint, EndpointFacts& facts) {
     if (!isnull) facts.max_pending = DatumGetInt64(max_pending);
     Datum ordered = heap_getattr(tuple, ordered_column, RelationGetDescr(rel), &isnull);
     facts.ordered = !isnull && DatumGetBool(ordered);
+    // A NOTIFY endpoint has a channel; a pull endpoint's messages are its readers' alone.
+    (void)heap_getattr(tuple, channel_column, RelationGetDescr(rel), &isnull);
+    if (!isnull) {
+      facts.wake_for = kWakeNotifyRound;
+    } else {
+      const bool pull = pull_column != InvalidAttrNumber &&
+                        DatumGetBool(heap_getattr(tuple, pull_column, RelationGetDescr(rel), &isnull)) && !isnull;
+      facts.wake_for = pull ? kWakeReadersOnly : kWakeClaim;
+    }
     if (format_column != InvalidAttrNumber) {
       Datum format = heap_getattr(tuple, format_column, RelationGetDescr(rel), &isnull);
       if (!isnull) {
@@ -336,7 +348,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
   // With the constraints immediate, its commit-time trigger has fired already and left
   // it to be placed now.
   pg_outbox::pg::place_noted_if_asked(owner);
-  pg_outbox::pg::wake_worker_at_commit();
+  pg_outbox::pg::wake_at_commit(facts.wake_for);
   return Int64GetDatum(id);
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "pg/boundary/postgres.hpp"
+#include "pg/runtime/commit_wake.hpp"
 
 #include <array>
 #include <string>
@@ -18,7 +19,8 @@ struct EndpointFacts {
   bool has_max_pending = false;
   int64 max_pending = 0;
   bool ordered = false;
-  bool cloudevents = false;  // a CloudEvents format: every message needs an event type
+  bool cloudevents = false;             // a CloudEvents format: every message needs an event type
+  uint32_t wake_for = kWakeEverything;  // what its messages give the worker to do (runtime/commit_wake.hpp)
 };
 // The endpoint's row read by its primary key with the statement's snapshot (no send
 // right: may_send stays false). Call inside pg_call.

@@ -250,6 +250,8 @@ PG_OUTBOX_FUNCTION(pg_outbox_publish) {
     }
     place_noted_if_asked(owner);
   }
-  wake_worker_at_commit();
+  uint32_t wake_for = kWakeReadersOnly;
+  for (const Subscriber& s : subscribers) wake_for |= s.facts.wake_for;
+  wake_at_commit(wake_for);
   return Int64GetDatum(deliveries);
 }

@@ -18,7 +18,8 @@ namespace pg_outbox::pg {
 
 namespace {
 
-bool wake_at_commit = false;       // this backend's current transaction wants the worker woken
+bool messages_written = false;     // this backend's current transaction wrote messages
+uint32_t wake_for = 0;             // ... and what they give the worker to do (WakeFor)
 bool endpoints_at_commit = false;  // ... and changed an endpoint (create/alter/pause/resume/drop)
 bool launcher_at_commit = false;   // ... and changed the extension itself
 bool replays_at_commit = false;    // ... and left replayed messages for the worker to queue
@@ -37,24 +38,29 @@ void commit_wake_at_transaction_end(XactEvent event) {
     case XACT_EVENT_COMMIT:
       if (endpoints_at_commit) endpoints_changed();
       if (replays_at_commit) replays_committed();
-      if (wake_at_commit) {
-        wake_worker();
+      if (messages_written) {
+        wake_worker(wake_for);
         wake_pull_readers();  // any commit that wrote messages: cheap, and no list of pull endpoints to keep
       }
       if (launcher_at_commit) request_launcher(MyDatabaseId);
-      wake_at_commit = endpoints_at_commit = launcher_at_commit = replays_at_commit = false;
+      messages_written = endpoints_at_commit = launcher_at_commit = replays_at_commit = false;
+      wake_for = 0;
       break;
     case XACT_EVENT_ABORT:
     case XACT_EVENT_PREPARE:  // COMMIT PREPARED runs elsewhere; the next poll finds the rows
     case XACT_EVENT_PARALLEL_ABORT:
-      wake_at_commit = endpoints_at_commit = launcher_at_commit = replays_at_commit = false;
+      messages_written = endpoints_at_commit = launcher_at_commit = replays_at_commit = false;
+      wake_for = 0;
       break;
     default:
       break;
   }
 }
 
-void wake_worker_at_commit() { wake_at_commit = true; }
+void wake_at_commit(uint32_t what) {
+  messages_written = true;
+  wake_for |= what;
+}
 
 void request_launcher_at_commit() { launcher_at_commit = true; }
 
@@ -62,7 +68,7 @@ void request_launcher_at_commit() { launcher_at_commit = true; }
 
 PG_OUTBOX_FUNCTION(pg_outbox_wake_at_commit) {
   (void)pg_outbox::pg::trigger_data(fcinfo, "outbox._wake_at_commit()");
-  pg_outbox::pg::wake_worker_at_commit();
+  pg_outbox::pg::wake_at_commit();  // a plain INSERT: for endpoints of any kind
   return PointerGetDatum(nullptr);
 }
 
@@ -70,7 +76,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_wake_at_commit) {
 // and claims what the change made deliverable (a resume, a new URL).
 PG_OUTBOX_FUNCTION(pg_outbox_request_wake) {
   (void)fcinfo;
-  pg_outbox::pg::wake_at_commit = true;
+  pg_outbox::pg::wake_at_commit();
   pg_outbox::pg::endpoints_at_commit = true;
   PG_RETURN_VOID();
 }
@@ -79,7 +85,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_request_wake) {
 // queue (worker/replays.cpp).
 PG_OUTBOX_FUNCTION(pg_outbox_replays_at_commit) {
   (void)fcinfo;
-  pg_outbox::pg::wake_at_commit = true;
+  pg_outbox::pg::wake_at_commit();
   pg_outbox::pg::replays_at_commit = true;
   PG_RETURN_VOID();
 }

@@ -48,6 +48,7 @@ void on_shmem_startup() {
     for (int i = 0; i < state->slot_count; ++i) {
       DatabaseSlot& slot = state->slots[i];
       pg_atomic_init_u32(&slot.wake_requested, 0);
+      pg_atomic_init_u32(&slot.wake_for, 0);
       pg_atomic_init_u64(&slot.endpoints_version, 0);
       for (pg_atomic_uint64& version : slot.successions_versions) pg_atomic_init_u64(&version, 0);
       pg_atomic_init_u64(&slot.unmatched_publishes, 0);
@@ -103,7 +104,7 @@ void request_launcher(Oid database) {
   if (latch != nullptr) SetLatch(latch);
 }
 
-void wake_worker() {
+void wake_worker(uint32_t what) {
   DatabaseSlot* slot = slot_of_database(MyDatabaseId);
   if (slot == nullptr) {
     // No worker serves this database (restricted away, or not served for want of a
@@ -117,10 +118,16 @@ void wake_worker() {
     }
     return;
   }
-  // Only the first wake since the worker last looked sets the latch.
-  if (pg_atomic_exchange_u32(&slot->wake_requested, 1) == 0) {
-    Latch* latch = slot->worker_latch;
-    if (latch != nullptr) SetLatch(latch);
+  // Only the first wake since the worker last looked sets the latch. What it is for is
+  // set first: the worker that takes the wake finds it (both are full barriers).
+  if (what != 0) {
+    pg_atomic_fetch_or_u32(&slot->wake_for, what);
+    if (pg_atomic_exchange_u32(&slot->wake_requested, 1) == 0) {
+      Latch* latch = slot->worker_latch;
+      if (latch != nullptr) SetLatch(latch);
+    }
+  } else {
+    pg_memory_barrier();  // as the exchange: before reading the slot's database
   }
   // The launcher may have freed the slot meanwhile (its worker found no extension, just
   // before this transaction's CREATE EXTENSION committed). It frees the slot first and

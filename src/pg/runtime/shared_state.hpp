@@ -60,6 +60,7 @@ constexpr int kSuccessionGroups = 64;
 
 struct DatabaseSlot {
   pg_atomic_uint32 wake_requested;     // collapses many commits into one SetLatch
+  pg_atomic_uint32 wake_for;           // what they asked the worker to do (WakeFor flags, commit_wake.hpp)
   pg_atomic_uint64 endpoints_version;  // bumped when a committed change touched outbox.endpoints
   // Bumped when someone but the worker reordered keyed messages of an endpoint, one per
   // group of endpoints (ordering/successors.cpp): a pull reader's acks leave the worker's
@@ -144,9 +145,10 @@ void request_shared_state();  // from _PG_init, preload only
 // callers read its oid again when that matters.
 DatabaseSlot* slot_of_database(Oid database);
 
-// Any backend, at commit: wake this database's worker (collapsed), or ask the launcher
-// to start one when none is assigned.
-void wake_worker();
+// Any backend, at commit: wake this database's worker for `what` (WakeFor flags; none:
+// it is not woken), collapsed, or ask the launcher to start one when none is assigned
+// (whatever the commit wrote: the worker also keeps the database's partitions).
+void wake_worker(uint32_t what);
 // Any backend, at commit of a transaction that enqueued: wake this database's pull
 // readers (outbox.read with a wait).
 void wake_pull_readers();

@@ -7,6 +7,7 @@
 #include "pg/boundary/boundary.hpp"
 #include "pg/boundary/spi.hpp"
 #include "pg/ordering/successors.hpp"
+#include "pg/runtime/commit_wake.hpp"
 #include "pg/runtime/settings.hpp"
 #include "pg/runtime/shared_state.hpp"
 #include "pg/store/claims.hpp"
@@ -115,12 +116,10 @@ void Worker::run() {
     // Everything runs inside the try: an ERROR while waiting (a query cancel sent to
     // the worker) or while reloading is logged and paused on like any other.
     try {
-      const bool woken = wait_for_work();
+      const uint32_t woken = wait_for_work();
       if (ShutdownRequestPending) stop_gracefully();
-      if (woken) {
-        state_.schedule.notify.woken = true;  // kept until a NOTIFY round looks
-        state_.schedule.quiet_http.forget_all();
-      }
+      if ((woken & kWakeNotifyRound) != 0) state_.schedule.notify.woken = true;  // kept until a NOTIFY round looks
+      if ((woken & kWakeClaim) != 0) state_.schedule.quiet_http.forget_all();
       if (state_.now_ms() < error_pause_until_ms_) {
         take_responses(state_);  // settled once the database is back
         continue;
@@ -176,7 +175,7 @@ void Worker::stop_gracefully() {
 }
 
 // One round: the table of contents of the worker.
-void Worker::round(bool woken) {
+void Worker::round(uint32_t woken) {
   take_responses(state_);  // also when not ready: what the results fd announces is taken
   if (!prepare_database()) return;
   retire_failing_endpoints(state_);
@@ -187,16 +186,17 @@ void Worker::round(bool woken) {
   }
   Schedule& schedule = state_.schedule;
   const int64_t now = state_.now_ms();
-  if (schedule.wakes.should_claim(woken, schedule.more_due, now, schedule.next_claim_ms)) {
+  if (schedule.wakes.should_claim(woken != 0, schedule.more_due, now, schedule.next_claim_ms)) {
     if (claim_worth_running(state_)) {
       schedule.wakes.claim_started(now);
       schedule.wakes.claim_finished(claim_and_deliver(state_));
     }
-  } else if (woken) {
+  } else if (woken != 0) {
     // The commit's claim waits for the end of the gap (next_claim_ms). Until then the
     // wake stays requested, so the commits meanwhile find the flag set and leave the
     // latch alone: under thousands of commits a second, each would otherwise wake the
     // process for nothing (6.5 % of a core at 5,400 commits/s to a paused endpoint).
+    pg_atomic_fetch_or_u32(&state_.slot.wake_for, woken);
     pg_atomic_write_u32(&state_.slot.wake_requested, 1);
   }
   queue_replays(state_);
@@ -206,9 +206,9 @@ void Worker::round(bool woken) {
 }
 
 // Sleeps on the latch until a commit, a signal, a response of the delivery thread or the
-// next deadline; re-reads the GUCs after SIGHUP. Returns whether a commit asked for the
-// wake.
-bool Worker::wait_for_work() {
+// next deadline; re-reads the GUCs after SIGHUP. Returns what the commits that woke it
+// asked for (WakeFor flags; 0: no commit did).
+uint32_t Worker::wait_for_work() {
   // A SIGTERM during the round is not waited on: a lock wait in it reset the latch.
   const int timeout = ShutdownRequestPending ? 0 : wait_timeout_ms();
   pg_call([&] {
@@ -228,7 +228,8 @@ bool Worker::wait_for_work() {
     state_.schedule.notify.quiet = false;
     publish_config_loaded(state_);
   }
-  return pg_atomic_exchange_u32(&state_.slot.wake_requested, 0) != 0;
+  if (pg_atomic_exchange_u32(&state_.slot.wake_requested, 0) == 0) return 0;
+  return pg_atomic_exchange_u32(&state_.slot.wake_for, 0);  // set before the flag by each commit
 }
 
 int Worker::wait_timeout_ms() const {

@@ -25,8 +25,8 @@ class Worker {
   void run();
 
  private:
-  bool wait_for_work();
-  void round(bool woken);
+  uint32_t wait_for_work();  // WakeFor flags
+  void round(uint32_t woken);
   bool prepare_database();
   void recover_from_error(int sqlstate, const std::string& message);
   void on_extension_changed();
