@@ -93,11 +93,11 @@ cmp_ok($c2, '>', $c1, "the commit's wake shows as claims ($c1 -> $c2)");
 # thing that makes the worker claim is a wake (the poll is 30 s away, the next
 # due message an hour): no settle, no "more due", no HTTP in the count.
 # Every commit sets the wake flag; only the first since the worker last looked sets
-# its latch, and the worker claims at most once per 2 ms, up to 50 ms apart while the
+# its latch, and the worker claims at most once per 1 ms, up to 50 ms apart while the
 # claims find nothing (docs/performance.md; core/wake_coalescer.hpp).  A claim per
 # commit would be COMMITS claims; collapsed, they are a few per 50 ms of the burst.
 # The bounds: fewer than a quarter of the commits (the burst would have to last about
-# 6 s, 12 ms per commit, for 50 ms gaps to reach it), and at most one claim per 2 ms
+# 6 s, 12 ms per commit, for 50 ms gaps to reach it), and at most one claim per 1 ms
 # of the burst plus 2 (the rate docs/delivery.md gives; the burst is timed around the whole psql
 # run, so it is if anything longer than the commits took).  A worker that claimed on
 # every wake, a few tenths of a millisecond per empty claim, fails the second.
@@ -135,8 +135,8 @@ is( sql($node, q{SELECT count(*) FROM outbox.messages m WHERE payload ? 'burst'
 	"the $COMMITS messages were committed (and wait for their deliver_at)");
 cmp_ok($grew, '>=', 1, 'the burst of commits woke the worker');
 cmp_ok($grew, '<', $COMMITS / 4, "$COMMITS commits collapse into far fewer claims ($grew)");
-cmp_ok($grew, '<=', int(1000 * $burst_s / 2) + 2,
-	sprintf('at most one claim per 2 ms of the %.3f s burst, plus 2 (%d)', $burst_s, $grew));
+cmp_ok($grew, '<=', int(1000 * $burst_s) + 2,
+	sprintf('at most one claim per 1 ms of the %.3f s burst, plus 2 (%d)', $burst_s, $grew));
 cmp_ok($woke, '<', $COMMITS / 4, "... and into far fewer wakes of the worker ($woke)");
 sql($node, q{DELETE FROM outbox.messages WHERE payload ? 'burst'});
 
