@@ -8,16 +8,16 @@
 // gone without: a quarter of the time from the last claim that found work to the last
 // claim, up to kMaxGapMs. A stream of commits that bring nothing claimable (commits for
 // a paused endpoint, or for messages due later) costs at most one empty claim per 50 ms
-// once it has lasted 250 ms. The minimum is what a light flow waits: at 1,000 messages a
-// second, 2 ms held about half of them for a millisecond on average (COMMIT → receipt
-// p50 1.64–1.71 ms, against 1.12–1.20 ms with 1 ms, p99 3.9–4.1 against 3.3–3.5 ms),
-// and 1 ms costs the worker's main thread a claim at most every millisecond (a quarter
-// more CPU at that rate: 5,000 claims more per 20,000 messages, 7 % of a core; a drain
-// claims when its claims are full, whatever the gap). A steady flow of messages keeps the minimum, although
-// many of its claims come back empty (a claim takes every message committed before it
-// began, and the wakes of those that committed just before then come after it): the
-// gap doubled on each empty claim once, and at 1,000 messages/s that deferred one
-// message in a hundred by 16 to 50 ms.
+// once it has lasted 250 ms. The minimum is what a light flow waits: with 2 ms, a commit
+// soon after a claim waited up to 2 ms for the next (COMMIT → receipt at 1,000 messages
+// a second: p50 1.64–1.71 ms, against 1.12–1.20 ms with 1 ms; p99 3.9–4.1 against
+// 3.3–3.5 ms). 1 ms costs the worker's main thread at most a claim a millisecond: at
+// that rate 5,000 claims more per 20,000 messages, a quarter more CPU (7 % of a core).
+// A drain claims again as soon as its claims come back full, whatever the gap. A steady
+// flow of messages keeps the minimum, although many of its claims come back empty (a
+// claim takes every message committed before it began, and the wakes of those that
+// committed just before then come after it): the gap doubled on each empty claim once,
+// and at 1,000 messages/s that deferred one message in a hundred by 16 to 50 ms.
 //
 // Only a commit's wake is deferred: a claim that is due for other reasons (the last
 // claim was full, so more is waiting; a retry or a deliver_at came due) goes at once.
