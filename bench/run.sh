@@ -3,14 +3,16 @@
 # extension preloaded), nginx as the fast receiver, the raw references measured in
 # the same run, and one table at the end. Not a pass/fail test: run by hand or with
 # `make bench`. RUNS=n sets the repetitions per figure (median reported). Case 1 runs
-# its variants interleaved: ROUNDS rounds (default 5) of ROUND_SECONDS each (default 6).
+# its variants interleaved: ROUNDS rounds (default 9) of ROUND_SECONDS each (default 4):
+# more and shorter rounds than the 5 of 6 s before, for a median that one slow stretch
+# of the shared machine moves less (a round's ratio ranged 0.52-1.12 within one run).
 # PgQ is the peer measured beside the outbox: its insert_event in case 1, its batch
 # consumer in case 3b (PGQ_BATCH events per batch, default 500). CASES="2 6" runs only
 # the cases named (case 2, the reference of several others, is added where needed).
 set -euo pipefail
 RUNS=${RUNS:-3}
-ROUNDS=${ROUNDS:-5}
-ROUND_SECONDS=${ROUND_SECONDS:-6}
+ROUNDS=${ROUNDS:-9}
+ROUND_SECONDS=${ROUND_SECONDS:-4}
 
 
 declare -A R
