@@ -176,6 +176,7 @@ class State:
         self.records = []
         self._by_seq = {}        # seq -> record, while loading a resumed log
         self.in_progress = {}    # seq -> record not yet answered or abandoned
+        self.stopping = False    # set at shutdown: no answer is begun after it
         self.by_path = {}
         self.seq = 0
         self.epoch = 0           # bumped on reset (for per-connection counting)
@@ -228,7 +229,11 @@ class State:
         One whose answer is being written may well reach the client (the bytes are
         in the kernel once the write returns, and the exit only closes the socket):
         its handler is given a second to record it as answered, or it would be
-        counted as unanswered although the client got it."""
+        counted as unanswered although the client got it. No answer is begun once
+        this has started (answer): one begun after the look below would reach the
+        client of a request recorded as unanswered."""
+        with self.lock:
+            self.stopping = True
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
             with self.lock:
@@ -556,7 +561,12 @@ class Handler(socketserver.BaseRequestHandler):
             return False
         started = time.time()
         with self.state.lock:
-            rec["writing"] = True   # see abandon_in_progress
+            stopping = self.state.stopping
+            if not stopping:
+                rec["writing"] = True   # see abandon_in_progress
+        if stopping:                    # recorded as receiver_stopped: never answered
+            self.abort()
+            return False
         try:
             self.send(status, body, keep, extra, head=head)
         except OSError:
