@@ -159,8 +159,10 @@ sql($node, q{DELETE FROM outbox.messages WHERE payload ? 'burst'});
 my $KINDS = 30;
 sql($node, q{SELECT outbox.create_endpoint('wake_feed', channel => 'wake_feed')});
 sql($node, q{SELECT outbox.create_endpoint('wake_pull', pull => true)});
-sleep 1;    # their creation's wake ran its claim and NOTIFY round, which found nothing
-ok(wait_sql($node, q{SELECT state = 'idle' FROM outbox.worker_status()}, 30), 'the worker is idle');
+# Their creation's wake ran a claim and a NOTIFY round, which found nothing.
+my $created = sql($node, 'SELECT clock_timestamp()');
+ok(wait_sql($node, qq{SELECT state = 'idle' AND last_loop_at > '$created' FROM outbox.worker_status()}, 30),
+	'the worker is idle after the endpoints were created');
 
 # Claim statements while $KINDS commits run the statement $sql each.
 sub claims_during
@@ -197,14 +199,16 @@ sub notified
 }
 notified('outbox.enqueue', 1, q{SELECT outbox.enqueue('wake_feed', '{"now": 1}')});
 sql($node, q{SELECT outbox.subscribe('wake_feed', ARRAY['wake.now'])});
-sleep 1;    # the subscription's wake
 notified('outbox.publish', 2, q{SELECT outbox.publish('wake.now', '{"now": 2}')});
 notified('a plain INSERT', 3, q{INSERT INTO outbox.messages (endpoint, payload) VALUES ('wake_feed', '{"now": 3}')});
 my $reader = $node->background_psql('postgres');
 $reader->query_until(qr/reading/, q{\echo reading
 SELECT count(*) FROM outbox.read('wake_pull', 10, wait => '20s');
 });
-sleep 0.5;
+ok( wait_sql(
+		$node, q{SELECT EXISTS (SELECT FROM pg_stat_activity WHERE query LIKE '%outbox.read(''wake_pull''%'
+		                        AND wait_event_type = 'Extension' AND pid <> pg_backend_pid())}, 10),
+	'a reader waits in outbox.read');
 my $t_read = time();
 sql($node, q{SELECT outbox.enqueue('wake_pull', '{"now": 4}')});
 ok(wait_sql($node, q{SELECT EXISTS (SELECT FROM outbox.holds WHERE endpoint = 'wake_pull')}, 10),
