@@ -195,7 +195,8 @@ TEST(WakeCoalescer, MatchesTheWorkersLoopOnARandomRun) {
   int64_t last_claim_ms_ = 0;
   int64_t last_work_ms_ = 0;
   auto wake_gap_ms = [&] {
-    return static_cast<int>(std::clamp<int64_t>((last_claim_ms_ - last_work_ms_) / 4, WakeCoalescer::kMinGapMs, 50));
+    return static_cast<int>(
+        std::clamp<int64_t>((last_claim_ms_ - last_work_ms_) / 4, WakeCoalescer::kMinGapMs, WakeCoalescer::kMaxGapMs));
   };
   int64_t next_claim_ref = kStart, next_claim = kStart;
   for (int step = 0; step < 20000; ++step) {
