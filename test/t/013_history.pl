@@ -238,6 +238,25 @@ $restorer->quit;
 is(sql($node, q{SELECT count(*) FROM pg_class WHERE relname = 'history_29990101_000000'}, 'restored_late'), '1',
 	'... and goes on once they are made');
 
+# ---------------------------------------------------------------------------
+# 9. Each message keeps its own status and attempt number, whether the results settled
+# together share them (two values for the whole settle) or not (one of each per row):
+# three endpoints claimed together answer 200, 202, and 503 once then 200.
+$node->safe_psql('postgres', q{SELECT outbox.create_endpoint(e, url => u) FROM (VALUES
+	('mix_ok', '} . $recv->url('/hooks/mix_ok') . q{'), ('mix_accepted', '} . $recv->url('/hooks/mix_accepted') . q{'),
+	('mix_retried', '} . $recv->url('/hooks/mix_retried') . q{')) v(e, u)});
+$recv->add_rule(path => '/hooks/mix_accepted', status => 202);
+$recv->add_rule(path => '/hooks/mix_retried', status => 503, times => 10);
+sql($node, q{SELECT outbox.enqueue(e, jsonb_build_object('n', g)) FROM generate_series(1, 10) g,
+	unnest(ARRAY['mix_ok', 'mix_accepted', 'mix_retried']) e});
+ok(wait_sql($node, q{SELECT count(*) = 30 FROM outbox.history WHERE endpoint LIKE 'mix%'}),
+	'30 messages of three endpoints delivered');
+is(sql($node, q{SELECT string_agg(endpoint || ' ' || attempts || ' ' || last_http_status || ' ' || n, ', ' ORDER BY endpoint)
+	FROM (SELECT endpoint, attempts, last_http_status, count(*) AS n FROM outbox.history WHERE endpoint LIKE 'mix%'
+	       GROUP BY 1, 2, 3) h}),
+	'mix_accepted 1 202 10, mix_ok 1 200 10, mix_retried 2 200 10',
+	'each message has its own endpoint\'s status and its own attempts in the history');
+
 $node->stop;
 $recv->stop;
 done_testing();

@@ -11,7 +11,9 @@ extern "C" {
 #include "commands/async.h"
 }
 
+#include <algorithm>
 #include <iterator>
+#include <string>
 #include <stdexcept>
 
 namespace pg_outbox::pg::store {
@@ -45,6 +47,41 @@ struct Keys {
   }
 };
 
+// The statement that moves sent rows to the history: each row's status ($2) and attempt
+// number ($3) from arrays in $1's order, or (shared) one of each for every row.
+// The rows are found by "m.id = ANY ($1)", the primary key's index condition, and joined
+// to their results (unnest) only after they left the table: a join of unnest() to
+// outbox.messages let the planner scan the whole primary key when the statistics said the
+// queue was nearly empty (a drained queue vacuumed, then a backlog): a nested loop over a
+// million rows per settle of 500 (100 s, helper-28). Nor "m.id = ANY ($1)" beside a join
+// by id: it became an index condition of each inner scan of the nested loop, and every
+// rescan sorted the whole array again (9.4 ms for a settle of 500, against 2.0 ms).
+// One statement: the rows leave the queue for the history, and the counts of their
+// partitions grow by as many, in this backend's slot (extension/src/35_engine_tables.sql).
+std::string sent_sql(bool shared) {
+  const std::string results =
+      shared ? "" : "s AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(id, http_status, attempts)),";
+  const std::string http_status = shared ? "$2" : "s.http_status", attempts = shared ? "$3" : "s.attempts";
+  const std::string rows = shared ? "moved v" : "moved v JOIN s ON s.id = v.id";
+  return R"sql(
+    WITH moved AS (DELETE FROM outbox.messages m WHERE m.id = ANY ($1) RETURNING m.*), )sql" +
+         results + R"sql(
+    kept AS (INSERT INTO outbox.history (id, endpoint, event_type, payload, headers, ordering_key,
+                    idempotency_key, attempts, last_http_status, created_at, sent_at)
+             SELECT v.id, v.endpoint, v.event_type, v.payload, v.headers, v.ordering_key, v.idempotency_key,
+                    )sql" +
+         attempts + ", NULLIF(" + http_status + R"sql(, 0), v.created_at, now()
+               FROM )sql" +
+         rows + R"sql(
+             RETURNING tableoid, endpoint),
+    counted AS (INSERT INTO outbox.history_counts AS hc (partition, endpoint, slot, sent)
+                SELECT k.tableoid::regclass, k.endpoint, pg_backend_pid() % 8, count(*) FROM kept k
+                 WHERE k.tableoid <> 'outbox.history_default'::regclass GROUP BY 1, 2
+                ON CONFLICT (partition, endpoint, slot) DO UPDATE SET sent = hc.sent + excluded.sent)
+    SELECT DISTINCT endpoint, ordering_key FROM moved WHERE ordering_key IS NOT NULL
+  )sql";
+}
+
 void settle_sent(const std::vector<Settlements::Sent>& sent, bool keep_history, Keys& left) {
   std::vector<int64_t> ids;
   std::vector<int32_t> statuses, attempts;
@@ -63,33 +100,20 @@ void settle_sent(const std::vector<Settlements::Sent>& sent, bool keep_history, 
     left.add(statement.run({int8_array(ids)}));
     return;
   }
-  // Here and below, the rows are found by "m.id = ANY ($1)", the primary key's index
-  // condition, and joined to their results (unnest) only after they left the table: a
-  // join of unnest() to outbox.messages let the planner scan the whole primary key when
-  // the statistics said the queue was nearly empty (a drained queue vacuumed, then a
-  // backlog): a nested loop over a million rows per settle of 500 (100 s, helper-28).
-  // Nor "m.id = ANY ($1)" beside a join by id: it became an index condition of each inner
-  // scan of the nested loop, and every rescan sorted the whole array again (9.4 ms for a
-  // settle of 500, against 2.0 ms).
-  // One statement: the rows leave the queue for the history, and the counts of their
-  // partitions grow by as many, in this backend's slot (extension/src/35_engine_tables.sql).
-  static Statement statement(R"sql(
-    WITH moved AS (DELETE FROM outbox.messages m WHERE m.id = ANY ($1) RETURNING m.*),
-    s AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::int[]) AS s(id, http_status, attempts)),
-    kept AS (INSERT INTO outbox.history (id, endpoint, event_type, payload, headers, ordering_key,
-                    idempotency_key, attempts, last_http_status, created_at, sent_at)
-             SELECT v.id, v.endpoint, v.event_type, v.payload, v.headers, v.ordering_key, v.idempotency_key,
-                    s.attempts, NULLIF(s.http_status, 0), v.created_at, now()
-               FROM moved v JOIN s ON s.id = v.id
-             RETURNING tableoid, endpoint),
-    counted AS (INSERT INTO outbox.history_counts AS hc (partition, endpoint, slot, sent)
-                SELECT k.tableoid::regclass, k.endpoint, pg_backend_pid() % 8, count(*) FROM kept k
-                 WHERE k.tableoid <> 'outbox.history_default'::regclass GROUP BY 1, 2
-                ON CONFLICT (partition, endpoint, slot) DO UPDATE SET sent = hc.sent + excluded.sent)
-    SELECT DISTINCT endpoint, ordering_key FROM moved WHERE ordering_key IS NOT NULL
-  )sql",
-                             {INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID}, Statement::Plan::kGeneric);
-  left.add(statement.run({int8_array(ids), int4_array(statuses), int4_array(attempts)}));
+  // A settle whose results share one status and one attempt number (a drain's first
+  // attempts, a NOTIFY round, a pull reader's ack of one read) passes them as two values:
+  // joining the rows to their results cost a third of the statement (1.2 µs a message,
+  // docs/performance.md).
+  const bool uniform = std::all_of(sent.begin(), sent.end(), [&](const Settlements::Sent& s) {
+    return s.http_status == sent.front().http_status && s.attempts == sent.front().attempts;
+  });
+  static const std::string each_sql = sent_sql(false), shared_sql = sent_sql(true);
+  static Statement each(each_sql.c_str(), {INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID}, Statement::Plan::kGeneric);
+  static Statement shared(shared_sql.c_str(), {INT8ARRAYOID, INT4OID, INT4OID}, Statement::Plan::kGeneric);
+  if (uniform)
+    left.add(shared.run({int8_array(ids), Int32GetDatum(statuses.front()), Int32GetDatum(attempts.front())}));
+  else
+    left.add(each.run({int8_array(ids), int4_array(statuses), int4_array(attempts)}));
 }
 
 // A retried message that the worker claimed as its key's next one (ordering/successors.cpp)
