@@ -20,6 +20,7 @@ use lib "$FindBin::RealBin/../perl";
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes;
 
 my $node = new_outbox_node('attempts',
 	'pg_outbox.backoff_base' => '100ms',
@@ -70,6 +71,34 @@ is(sql($node, "SELECT count(*) FROM outbox.attempts_default"), '0',
 is(sql($node, q{SELECT p.to_at - p.from_at FROM outbox._partitions('outbox.attempts') p
           WHERE p.from_at <= now() AND p.to_at > now()}),
 	'1 day', 'partitions are a day wide for the default retention of 7 days');
+
+# Attempts that settle together keep their own outcomes, whether they share them (logged
+# with one value of each for the whole settle) or not (one of each per row): three
+# endpoints claimed together answer 200, 503 with a body then 200, and 202. A session
+# holds the log's table until all have answered (within the worker's lock_timeout of
+# 500 ms), so that the answers that come back meanwhile are settled together.
+create_endpoint($node, "mixed_$_", $recv->url("/hooks/mixed_$_")) for qw(ok busy accepted);
+$recv->add_rule(path => '/hooks/mixed_busy', status => 503, body => 'busy now', times => 5);
+$recv->add_rule(path => '/hooks/mixed_accepted', status => 202);
+my $locker = $node->background_psql('postgres');
+$locker->query_safe('BEGIN');
+$locker->query_safe('LOCK TABLE outbox.attempts IN SHARE MODE');
+my %mixed = map { $_ => [ split /\n/, sql($node, "SELECT outbox.enqueue('mixed_$_', jsonb_build_object('n', g))
+	FROM generate_series(1, 5) g") ] } qw(ok busy accepted);
+ok($recv->wait_requests("/hooks/mixed_$_", 5), "the receiver answered mixed_$_'s 5 requests") for qw(ok busy accepted);
+Time::HiRes::sleep(0.1);
+$locker->query_safe('COMMIT');
+$locker->quit;
+ok(wait_sql($node, q{SELECT count(*) = 15 FROM outbox.history WHERE endpoint LIKE 'mixed%'}),
+	'the 15 messages of three endpoints are delivered');
+for my $expected ([ 'ok', '1|200|-|mixed_ok' ], [ 'busy', '1|503|HTTP 503|mixed_busy,2|200|-|mixed_busy' ],
+	[ 'accepted', '1|202|-|mixed_accepted' ])
+{
+	my ($name, $log) = @$expected;
+	is(join(' ', map { attempts_of($_) } @{ $mixed{$name} }), join(' ', ($log) x 5), "each message of mixed_$name: $log");
+}
+is(sql($node, q{SELECT string_agg(DISTINCT coalesce(response_body, '-'), ',') FROM outbox.attempts
+	WHERE endpoint LIKE 'mixed%' AND attempt = 1}), '-,busy now', '... and the body of each failed answer only');
 
 # A transport error: the receiver answers after the endpoint's timeout.
 create_endpoint($node, 'slow', $recv->url('/hooks/slow'), timeout_ms => 300);

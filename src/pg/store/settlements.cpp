@@ -178,6 +178,27 @@ void settle_dead(const std::vector<Settlements::Dead>& dead, Keys& left) {
                           text_array(bodies), int4_array(attempts)}));
 }
 
+// The INSERT of log_attempts: each attempt's time ($1), message ($2) and duration ($3),
+// and its endpoint, attempt number, status, error and body ($4 to $8) from arrays, or
+// (shared) one of each for every attempt.
+std::string attempts_sql(bool shared) {
+  const std::string source =
+      shared ? "unnest($1::bigint[], $2::bigint[], $3::bigint[]) AS a(started_ms, id, duration_us)"
+             : "unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::int[], $6::int[], $7::text[], "
+               "$8::text[]) AS a(started_ms, id, duration_us, endpoint, attempt, http_status, error, body)";
+  const auto shared_or = [&](const char* value, const char* column) { return std::string(shared ? value : column); };
+  return R"sql(
+    INSERT INTO outbox.attempts (attempted_at, endpoint, message_id, attempt, http_status, error, duration_ms,
+                                 response_body)
+    SELECT to_timestamp(a.started_ms / 1000.0::float8), )sql" +
+         shared_or("$4", "a.endpoint") + ", a.id, " + shared_or("$5", "a.attempt") + ", NULLIF(" +
+         shared_or("$6", "a.http_status") + ", 0), NULLIF(" + shared_or("$7", "a.error") + R"sql(, ''),
+           CASE WHEN a.duration_us >= 0 THEN a.duration_us / 1000.0::float8 END, NULLIF()sql" +
+         shared_or("$8", "a.body") + R"sql(, '')
+      FROM )sql" +
+         source;
+}
+
 // The attempts these results made, in one INSERT: a settle of any size adds one statement
 // and one heap record per attempt (the time partitions' only index is a BRIN,
 // extension/src/37_attempts.sql), in the transaction that records their outcome. The
@@ -206,19 +227,26 @@ void log_attempts(const Settlements& s) {
   for (const auto& x : s.dead)
     if (x.attempt) add(*x.attempt, x.id, x.endpoint, x.attempts, x.http_status, x.error);
   if (ids.empty()) return;
-  static Statement statement(
-      R"sql(
-    INSERT INTO outbox.attempts (attempted_at, endpoint, message_id, attempt, http_status, error, duration_ms,
-                                 response_body)
-    SELECT to_timestamp(a.started_ms / 1000.0::float8), a.endpoint, a.id, a.attempt, NULLIF(a.http_status, 0),
-           NULLIF(a.error, ''), CASE WHEN a.duration_us >= 0 THEN a.duration_us / 1000.0::float8 END, NULLIF(a.body, '')
-      FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::int[], $5::int[], $6::text[], $7::bigint[], $8::text[])
-           AS a(started_ms, endpoint, id, attempt, http_status, error, duration_us, body)
-  )sql",
-      {INT8ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT8ARRAYOID, TEXTARRAYOID},
+  // As in settle_sent: what every attempt shares (one endpoint, attempt number, status,
+  // error and body, as a drain's first attempts do) is passed once, not as arrays.
+  bool uniform = true;
+  for (size_t k = 1; k < ids.size() && uniform; ++k)
+    uniform = endpoints[k] == endpoints[0] && attempts[k] == attempts[0] && statuses[k] == statuses[0] &&
+              errors[k] == errors[0] && bodies[k] == bodies[0];
+  static const std::string each_sql = attempts_sql(false), shared_sql = attempts_sql(true);
+  static Statement each(
+      each_sql.c_str(),
+      {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, TEXTARRAYOID},
       Statement::Plan::kGeneric);
-  statement.run({int8_array(started), text_array(endpoints), int8_array(ids), int4_array(attempts),
-                 int4_array(statuses), text_array(errors), int8_array(durations), text_array(bodies)});
+  static Statement shared(shared_sql.c_str(),
+                          {INT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TEXTOID, INT4OID, INT4OID, TEXTOID, TEXTOID},
+                          Statement::Plan::kGeneric);
+  if (uniform)
+    shared.run({int8_array(started), int8_array(ids), int8_array(durations), text_datum(endpoints[0]),
+                Int32GetDatum(attempts[0]), Int32GetDatum(statuses[0]), text_datum(errors[0]), text_datum(bodies[0])});
+  else
+    each.run({int8_array(started), int8_array(ids), int8_array(durations), text_array(endpoints), int4_array(attempts),
+              int4_array(statuses), text_array(errors), text_array(bodies)});
 }
 
 // Out of their claims' rows: outbox.message() says pending, and a worker that starts
