@@ -24,6 +24,7 @@ use lib "$FindBin::RealBin/../perl";
 use OutboxTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes;
 
 my $node = new_outbox_node('history',
 	'pg_outbox.sent_retention' => '1h',
@@ -241,14 +242,22 @@ is(sql($node, q{SELECT count(*) FROM pg_class WHERE relname = 'history_29990101_
 # ---------------------------------------------------------------------------
 # 9. Each message keeps its own status and attempt number, whether the results settled
 # together share them (two values for the whole settle) or not (one of each per row):
-# three endpoints claimed together answer 200, 202, and 503 once then 200.
+# three endpoints claimed together answer 200, 202, and 503 once then 200. A session holds
+# the history for 250 ms after they are enqueued (the worker's lock_timeout is 500 ms),
+# so that the answers that come back meanwhile are settled together.
 $node->safe_psql('postgres', q{SELECT outbox.create_endpoint(e, url => u) FROM (VALUES
 	('mix_ok', '} . $recv->url('/hooks/mix_ok') . q{'), ('mix_accepted', '} . $recv->url('/hooks/mix_accepted') . q{'),
 	('mix_retried', '} . $recv->url('/hooks/mix_retried') . q{')) v(e, u)});
 $recv->add_rule(path => '/hooks/mix_accepted', status => 202);
 $recv->add_rule(path => '/hooks/mix_retried', status => 503, times => 10);
+my $locker = $node->background_psql('postgres');
+$locker->query_safe('BEGIN');
+$locker->query_safe('LOCK TABLE outbox.history IN SHARE MODE');
 sql($node, q{SELECT outbox.enqueue(e, jsonb_build_object('n', g)) FROM generate_series(1, 10) g,
 	unnest(ARRAY['mix_ok', 'mix_accepted', 'mix_retried']) e});
+Time::HiRes::sleep(0.25);    # their answers come back meanwhile
+$locker->query_safe('COMMIT');
+$locker->quit;
 ok(wait_sql($node, q{SELECT count(*) = 30 FROM outbox.history WHERE endpoint LIKE 'mix%'}),
 	'30 messages of three endpoints delivered');
 is(sql($node, q{SELECT string_agg(endpoint || ' ' || attempts || ' ' || last_http_status || ' ' || n, ', ' ORDER BY endpoint)
