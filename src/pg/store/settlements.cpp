@@ -13,8 +13,8 @@ extern "C" {
 
 #include <algorithm>
 #include <iterator>
-#include <string>
 #include <stdexcept>
+#include <string>
 
 namespace pg_outbox::pg::store {
 
