@@ -5,6 +5,9 @@
 #         transaction (a read commits its hold; the ack settles it);
 #   hand: the design documents' consumer on a table of its own: BEGIN; SELECT ... FOR
 #         UPDATE SKIP LOCKED LIMIT BATCH; DELETE those rows; COMMIT.
+#   kept: the same consumer keeping what pg_outbox keeps of each delivered message: the
+#         DELETE moves the rows into TARGET_history (payload, created_at, sent_at), and
+#         one row per message goes into TARGET_attempts, in the same transaction.
 # Run with Debian's python3 (python3-psycopg2):
 #   /usr/bin/python3 bench/pull_readers.py HOST PORT DBNAME MODE TARGET READERS BATCH EXPECTED
 # Prints messages/s, then the CPU time the readers' backends spent per message, in µs
@@ -54,7 +57,12 @@ def reader(args):
             if not ids:
                 conn.commit()
                 break
-            cur.execute(f"DELETE FROM {target} WHERE id = ANY (%s)", (ids,))
+            if mode == "kept":
+                cur.execute(f"WITH moved AS (DELETE FROM {target} WHERE id = ANY (%s) RETURNING id, payload, created_at) "
+                            f"INSERT INTO {target}_history SELECT id, payload, created_at, now() FROM moved", (ids,))
+                cur.execute(f"INSERT INTO {target}_attempts SELECT u, now(), 1 FROM unnest(%s::bigint[]) AS u", (ids,))
+            else:
+                cur.execute(f"DELETE FROM {target} WHERE id = ANY (%s)", (ids,))
             conn.commit()
         taken += len(ids)
     cpu = backend_cpu(backend) - cpu0

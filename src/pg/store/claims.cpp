@@ -28,7 +28,7 @@ namespace pg_outbox::pg::store {
 //    hashed subplan (NOT IN (SELECT unnest ...)), built once per claim: "<> ALL ($3)"
 //    compared every row it walked past with every id in flight, a cost that grew with
 //    the square of what is in flight (138 ms a claim with 5,000 in flight, against
-//    2.7 ms; docs/performance.md).
+//    2.7 ms: EXPLAIN ANALYZE of the generic plan, 8073606).
 //  - budgeted: the byte budget ($4). Rows are taken, oldest due first, while the
 //    payloads before them stay under it; a payload over max_payload_size ($5) counts
 //    nothing and is never read (its size comes from the datum's header).

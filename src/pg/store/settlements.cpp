@@ -102,7 +102,7 @@ void settle_sent(const std::vector<Settlements::Sent>& sent, bool keep_history, 
   // A settle whose results share one status and one attempt number (a drain's first
   // attempts, a NOTIFY round, a pull reader's ack of one read) passes them as two values:
   // joining the rows to their results cost a third of the statement (1.2 µs a message,
-  // docs/performance.md).
+  // docs/performance-history.md, seventeenth step).
   bool uniform = true;
   for (size_t k = 1; k < ids.size() && uniform; ++k) uniform = statuses[k] == statuses[0] && attempts[k] == attempts[0];
   static const std::string each_sql = sent_sql(false), shared_sql = sent_sql(true);
