@@ -415,7 +415,6 @@ case_10() {
     hands+=("${r% *}"); hand_cpus+=("${r#* }")
     # The hand-written consumer keeping a history row and an attempt row per message, as
     # pg_outbox does by default: how much of case 10's ratio those two writes are.
-    bench_sql -c "VACUUM hand_queue" >/dev/null
     hand_fill
     r=$(/usr/bin/python3 "$BENCH/pull_readers.py" "$CLUSTER_DIR" "$CLUSTER_PORT" bench kept hand_queue 4 100 "$BACKLOG")
     kepts+=("${r% *}"); kept_cpus+=("${r#* }")

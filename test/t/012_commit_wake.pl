@@ -94,8 +94,8 @@ cmp_ok($c2, '>', $c1, "the commit's wake shows as claims ($c1 -> $c2)");
 # due message an hour): no settle, no "more due", no HTTP in the count.
 # Every commit sets the wake flag; only the first since the worker last looked sets
 # its latch, and the worker claims at most once per 1 ms, up to 50 ms apart while the
-# claims find nothing (docs/performance-history.md; core/wake_coalescer.hpp).  A claim per
-# commit would be COMMITS claims; collapsed, they are a few per 50 ms of the burst.
+# claims find nothing (docs/performance-history.md; core/wake_coalescer.hpp).  A claim
+# per commit would be COMMITS claims; collapsed, they are a few per 50 ms of the burst.
 # The bounds: fewer than a quarter of the commits (the burst would have to last about
 # 6 s, 12 ms per commit, for 50 ms gaps to reach it), and at most one claim per 1 ms
 # of the burst plus 2 (the rate docs/delivery.md gives; the burst is timed around the whole psql
