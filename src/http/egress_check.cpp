@@ -40,4 +40,11 @@ bool EgressCheck::allows_ip(std::string_view url, const char* ip) noexcept {
   return allows(url, address);
 }
 
+void EgressCheck::report_refusal(Response& response) const {
+  if (denied_.empty()) return;
+  response.transport_error = true;
+  response.egress_denied = denied_;
+  response.error = "the egress policy refused host \"" + host_ + "\" (rule \"" + denied_ + "\")";
+}
+
 }  // namespace pg_outbox::http

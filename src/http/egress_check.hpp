@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/egress_policy.hpp"
+#include "http/http_client.hpp"
 
 #include <string>
 #include <string_view>
@@ -34,6 +35,9 @@ class EgressCheck {
     host_.clear();
     denied_.clear();
   }
+
+  // When a check refused: the response becomes a transport error naming the rule.
+  void report_refusal(Response& response) const;
 
   const std::string& host() const { return host_; }      // as written in the URL, once needed
   const std::string& denied() const { return denied_; }  // the rule that refused, empty if none

@@ -5,6 +5,8 @@
 // Response being filled. Finished Transfers go back to an idle pool and their easy handles
 // are reused; connections live in the multi handle's connection cache, so they are kept
 // alive and reused across requests no matter which easy handle runs the next transfer.
+// Requests to http:// URLs with an IP literal for host go to the plain client instead
+// (plain_client.hpp), within the same max_concurrency and the same epoll wait.
 //
 // Event loop: libcurl is driven with curl_multi_socket_action. It tells us which sockets to
 // watch, and a SocketWatch (socket_watch.hpp) keeps them in an epoll instance; it tells us
@@ -13,6 +15,8 @@
 #include "http/http_client.hpp"
 
 #include "core/clock.hpp"
+#include "core/plain_http_url.hpp"
+#include "http/plain_client.hpp"
 #include "http/socket_watch.hpp"
 #include "http/transfer.hpp"
 
@@ -71,6 +75,12 @@ struct Client::Impl {
   Clock::time_point timer_due;
   // Every Transfer's egress check points at it; replaced only between run() calls.
   core::EgressPolicy egress;
+  // Declared after what it points at, so destroyed before.
+  PlainClient plain{sockets, &egress};
+  // The last URL looked at and whether the plain client serves it: consecutive requests
+  // usually go to the same endpoint.
+  std::string last_url;
+  std::optional<core::PlainHttpTarget> last_target;
 
   size_t max_concurrency = 1;
   std::deque<Request> waiting;                    // submitted, not started
@@ -107,6 +117,17 @@ struct Client::Impl {
         curl_multi_setopt(m, CURLMOPT_MAXCONNECTS, n) != CURLM_OK)
       throw std::runtime_error("curl_multi_setopt failed");
     sockets.size_for(max_concurrency);
+    plain.set_max_connections(max_concurrency);
+  }
+
+  size_t in_flight() const { return active.size() + plain.in_flight(); }
+
+  const std::optional<core::PlainHttpTarget>& plain_target(const std::string& url) {
+    if (url != last_url) {
+      last_target = core::plain_http_target(url);
+      last_url = url;
+    }
+    return last_target;
   }
 
   // CURLMOPT_TIMERFUNCTION: -1 removes the timer, 0 means "as soon as possible".
@@ -157,9 +178,18 @@ struct Client::Impl {
   // (out of memory) completes at once as a transport error. Returns how many were started.
   size_t start_waiting(std::vector<Response>& out) {
     size_t started = 0;
-    while (!waiting.empty() && active.size() < max_concurrency) {
+    while (!waiting.empty() && in_flight() < max_concurrency) {
       Request request = std::move(waiting.front());
       waiting.pop_front();
+      if (const auto& target = plain_target(request.url)) {
+        Response response;
+        response.tag = request.tag;
+        response.group = request.group;
+        response.started_ms = core::SystemClock().now_ms();
+        plain.start(std::move(request), std::move(response), *target);
+        ++started;
+        continue;
+      }
       auto t = take_transfer();
       if (!t) {
         out.push_back(failed(request, "cannot create a curl handle"));
@@ -191,6 +221,7 @@ struct Client::Impl {
 
   // Moves every finished transfer's Response to out and its Transfer to the idle pool.
   void collect(std::vector<Response>& out) {
+    plain.take_finished(out);
     int left = 0;
     while (CURLMsg* msg = curl_multi_info_read(multi.get(), &left)) {
       if (msg->msg != CURLMSG_DONE) continue;
@@ -228,6 +259,7 @@ struct Client::Impl {
   }
 
   void remove_all_active() {
+    plain.abandon_all();
     for (auto& t : active) curl_multi_remove_handle(multi.get(), t->easy.get());
     active.clear();  // frees the easy handles, closing their connections
     sockets.forget_unwatchable();
@@ -256,7 +288,7 @@ void Client::set_wake_fd(int fd) { impl_->sockets.set_wake_fd(fd); }
 
 void Client::submit(Request request) { impl_->waiting.push_back(std::move(request)); }
 
-size_t Client::in_flight() const { return impl_->active.size(); }
+size_t Client::in_flight() const { return impl_->in_flight(); }
 
 size_t Client::queued() const { return impl_->waiting.size(); }
 
@@ -277,12 +309,13 @@ std::vector<Response> Client::run(int timeout_ms) {
     for (;;) {
       auto now = Clock::now();
       im.run_timer_if_due(now);
+      im.plain.expire(now);
       im.collect(out);
       // Freed slots are refilled at the start of the next call, not here: the caller
       // must see these results first (a circuit they open takes the endpoint's queued
       // requests back before they are started).
       if (!out.empty()) break;
-      if (im.active.empty()) break;  // nothing that could complete
+      if (im.in_flight() == 0) break;  // nothing that could complete
       now = Clock::now();
       const long long remaining = duration_cast<milliseconds>(deadline - now).count();
       if (remaining <= 0 && waited) break;
@@ -292,6 +325,10 @@ std::vector<Response> Client::run(int timeout_ms) {
         const long long timer_us = duration_cast<microseconds>(im.timer_due - now).count();
         const long long timer_ms = (timer_us + 999) / 1000;
         wait_ms = std::min(wait_ms, std::max(0LL, timer_ms));
+      }
+      if (const auto due = im.plain.next_deadline()) {
+        const long long due_us = duration_cast<microseconds>(*due - now).count();
+        wait_ms = std::min(wait_ms, std::max(0LL, (due_us + 999) / 1000));
       }
       waited = true;
       if (!im.sockets.wait_and_dispatch(im.multi.get(), static_cast<int>(std::min<long long>(wait_ms, INT_MAX)))) {

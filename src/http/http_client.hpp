@@ -1,5 +1,7 @@
-// The HTTP side of delivery: a libcurl multi-interface client that POSTs webhook payloads,
-// keeps up to max_concurrency transfers in flight and reuses keep-alive connections.
+// The HTTP side of delivery: a client that POSTs webhook payloads, keeps up to
+// max_concurrency transfers in flight and reuses keep-alive connections. Requests to plain
+// http:// URLs with an IP address for host go to our own HTTP/1.1 client
+// (plain_client.hpp), every other one to libcurl's multi interface.
 //
 // Pure C++: no PostgreSQL header here or in the .cpp (see docs/architecture.md, The C++/PostgreSQL boundary). libcurl
 // itself is hidden behind a pimpl, so the worker (pg/) can include this header after postgres.h without pulling curl.h
@@ -26,6 +28,9 @@ namespace pg_outbox::http {
 // The DLQ keeps the first 1 KiB as text; 3 bytes more let a UTF-8 character that
 // straddles the 1 KiB mark be seen whole (and left out), not as a cut one.
 constexpr std::size_t kBodyHeadLimit = 1024 + 3;
+
+// Connecting never gets more than this, even when the whole-transfer timeout is longer.
+constexpr long kMaxConnectTimeoutMs = 10'000;
 
 struct Request {
   uint64_t tag = 0;   // the caller's id (message id), returned in the Response

@@ -99,6 +99,22 @@ int SocketWatch::on_socket(CURL* easy, curl_socket_t s, int what, void* user, vo
   return 0;
 }
 
+int SocketWatch::watch_other(int fd, uint32_t events, Listener* listener) {
+  SocketState& st = state_of(fd);
+  if (st.other != nullptr && st.registered && st.events == events) return 0;
+  st.ours = false;
+  st.wanted = false;
+  st.other = listener;
+  return watch(fd, st, events);
+}
+
+void SocketWatch::unwatch_other(int fd) {
+  if (fd < 0 || static_cast<std::size_t>(fd) >= sockets_.size()) return;
+  SocketState& st = sockets_[static_cast<std::size_t>(fd)];
+  unwatch(fd, st);
+  st = SocketState{};
+}
+
 curl_socket_t SocketWatch::open(const curl_sockaddr& address) {
   const int s = socket(address.family, address.socktype | SOCK_CLOEXEC, address.protocol);
   if (s < 0) return CURL_SOCKET_BAD;
@@ -133,6 +149,10 @@ bool SocketWatch::wait_and_dispatch(CURLM* multi, int wait_ms) {
       continue;
     }
     SocketState& st = state_of(s);
+    if (st.other != nullptr) {
+      st.other->on_ready(s, e);
+      continue;
+    }
     if (!st.wanted) {
       // An idle connection of ours (e.g. the server closed it): stop watching it.
       // libcurl finds out when it next tries to reuse it, or prunes it.

@@ -10,6 +10,9 @@
 // when a socket number stops naming the same socket and can leave them in epoll while
 // unwatched: no epoll_ctl per request. Any other socket libcurl may hand over (e.g. the
 // threaded resolver's) is added and removed exactly as asked.
+//
+// The plain client (plain_client.hpp) shares the epoll instance: its sockets are watched
+// through watch_other() and their events go to it, not to libcurl.
 #pragma once
 
 #include <curl/curl.h>
@@ -28,6 +31,15 @@ void socket_action(CURLM* multi, curl_socket_t s, int ev_bitmask);
 
 class SocketWatch {
  public:
+  // The owner of sockets that are not libcurl's.
+  class Listener {
+   public:
+    virtual void on_ready(int fd, uint32_t events) = 0;
+
+   protected:
+    ~Listener() = default;
+  };
+
   // Throws std::runtime_error if the epoll instance cannot be created.
   SocketWatch();
   ~SocketWatch();
@@ -50,7 +62,13 @@ class SocketWatch {
   // CURLOPT_CLOSESOCKETFUNCTION (user: the SocketWatch): libcurl closes a connection's socket.
   static int on_close_socket(void* user, curl_socket_t s);
 
-  // One epoll_wait of at most wait_ms, then libcurl runs the transfers of the ready sockets.
+  // Watches a socket that is not libcurl's for events (added, or changed); its events go to
+  // listener. Returns 0 or an errno. unwatch_other() must be called before it is closed.
+  int watch_other(int fd, uint32_t events, Listener* listener);
+  void unwatch_other(int fd);
+
+  // One epoll_wait of at most wait_ms, then libcurl runs the transfers of the ready sockets
+  // (and the other sockets' listeners are told).
   // Returns false if the wait was interrupted by a signal or by the wake fd.
   bool wait_and_dispatch(CURLM* multi, int wait_ms);
 
@@ -71,6 +89,7 @@ class SocketWatch {
     bool wanted = false;      // libcurl currently waits on it
     bool registered = false;  // in epoll's interest list, with the events below
     uint32_t events = 0;
+    Listener* other = nullptr;  // not libcurl's: see watch_other
   };
 
   SocketState& state_of(curl_socket_t s);

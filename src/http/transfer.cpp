@@ -13,8 +13,6 @@
 namespace pg_outbox::http {
 namespace {
 
-// Connecting never gets more than this, even when the whole-transfer timeout is longer.
-constexpr long kMaxConnectTimeoutMs = 10'000;
 constexpr const char* kAllowedProtocols = "http,https";
 // Added when the caller's headers have no Expect line (see Transfer::configure). libcurl only
 // reads header lists, never writes to them.
@@ -131,11 +129,7 @@ void Transfer::finish(CURLcode result) {
   if (curl_easy_getinfo(easy.get(), CURLINFO_TOTAL_TIME_T, &total_us) == CURLE_OK)
     response.total_ms = static_cast<double>(total_us) / 1000.0;
   if (result != CURLE_OK) fail(result);
-  if (!egress.denied().empty()) {
-    response.transport_error = true;
-    response.egress_denied = egress.denied();
-    response.error = "the egress policy refused host \"" + egress.host() + "\" (rule \"" + egress.denied() + "\")";
-  }
+  egress.report_refusal(response);
 }
 
 void Transfer::fail(CURLcode result) {
