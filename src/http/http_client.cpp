@@ -52,6 +52,10 @@ void init_curl_once() {
     throw std::runtime_error(std::string("curl_global_init failed: ") + curl_easy_strerror(result));
 }
 
+// How long ago the last epoll wait may have ended for its view of idle connections to be
+// trusted (see Client::run).
+constexpr std::chrono::milliseconds kStaleWait{1};
+
 Response failed(const Request& request, std::string error) {
   Response r;
   r.tag = request.tag;
@@ -73,6 +77,7 @@ struct Client::Impl {
   MultiPtr multi;
   bool timer_armed = false;  // libcurl wants curl_multi_socket_action(TIMEOUT) at timer_due
   Clock::time_point timer_due;
+  Clock::time_point last_wait;  // when the last epoll wait ended
   // Every Transfer's egress check points at it; replaced only between run() calls.
   core::EgressPolicy egress;
   // Declared after what it points at, so destroyed before.
@@ -302,9 +307,16 @@ std::vector<Response> Client::run(int timeout_ms) {
 
   std::vector<Response> out = std::move(im.ready);
   im.ready.clear();
-  im.start_waiting(out);
 
   try {
+    // With nothing in flight the caller waits elsewhere, so an idle connection that the
+    // receiver closed meanwhile has not been seen yet: one look now, before a request
+    // would go out on it (under load the last wait was a moment ago).
+    if (im.plain.idle() > 0 && Clock::now() - im.last_wait > kStaleWait) {
+      im.sockets.wait_and_dispatch(im.multi.get(), 0);
+      im.last_wait = Clock::now();
+    }
+    im.start_waiting(out);
     bool waited = false;  // timeout_ms <= 0 still takes one look at the ready sockets
     for (;;) {
       auto now = Clock::now();
@@ -331,7 +343,10 @@ std::vector<Response> Client::run(int timeout_ms) {
         wait_ms = std::min(wait_ms, std::max(0LL, (due_us + 999) / 1000));
       }
       waited = true;
-      if (!im.sockets.wait_and_dispatch(im.multi.get(), static_cast<int>(std::min<long long>(wait_ms, INT_MAX)))) {
+      const bool waited_out =
+          im.sockets.wait_and_dispatch(im.multi.get(), static_cast<int>(std::min<long long>(wait_ms, INT_MAX)));
+      im.last_wait = Clock::now();
+      if (!waited_out) {
         im.collect(out);  // interrupted by a signal or the wake fd: the caller has work to do
         break;
       }

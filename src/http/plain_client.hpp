@@ -49,6 +49,7 @@ class PlainClient : public SocketWatch::Listener {
   void start(Request request, Response response, const core::PlainHttpTarget& target);
 
   std::size_t in_flight() const { return busy_.size(); }
+  std::size_t idle() const { return idle_.size(); }
 
   // SocketWatch::Listener: one of our sockets is ready.
   void on_ready(int fd, uint32_t events) override;
