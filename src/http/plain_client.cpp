@@ -236,6 +236,11 @@ void PlainClient::connected(Connection& c) {
     fail(c, c.exchange->connect_error(std::strerror(err), Clock::now()));
     return;
   }
+  // SO_ERROR is 0 while the attempt is still under way too: an event left over from an
+  // earlier socket of the same number must not count as the connection being up.
+  sockaddr_storage peer;
+  socklen_t peer_len = sizeof peer;
+  if (getpeername(c.fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) return;
   c.connecting = false;
   send(c);
 }
