@@ -6,6 +6,8 @@
 // too (test/run_all.sh).
 #include "http/delivery_thread.hpp"
 
+#include "loopback_server.hpp"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -37,15 +39,7 @@ using namespace std::chrono_literals;
 class Receiver {
  public:
   Receiver() {
-    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || listen(listen_fd_, 64) != 0)
-      throw std::runtime_error("cannot listen on loopback");
-    socklen_t length = sizeof address;
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length);
-    port_ = ntohs(address.sin_port);
+    listen_fd_ = loopback::listening_socket(port_);
     acceptor_ = std::thread([this] { accept_loop(); });
   }
   ~Receiver() {
@@ -86,24 +80,8 @@ class Receiver {
   }
   void serve(int fd) {
     std::string buffer;
-    char chunk[4096];
-    for (;;) {
-      size_t end = buffer.find("\r\n\r\n");
-      while (end == std::string::npos) {
-        const ssize_t n = read(fd, chunk, sizeof chunk);
-        if (n <= 0) return;  // closed (or shut down by the destructor); the fd is closed there
-        buffer.append(chunk, static_cast<size_t>(n));
-        end = buffer.find("\r\n\r\n");
-      }
-      size_t length = 0;
-      const auto at = buffer.find("Content-Length: ");
-      if (at != std::string::npos && at < end) length = std::stoul(buffer.substr(at + 16));
-      while (buffer.size() < end + 4 + length) {
-        const ssize_t n = read(fd, chunk, sizeof chunk);
-        if (n <= 0) return;
-        buffer.append(chunk, static_cast<size_t>(n));
-      }
-      buffer.erase(0, end + 4 + length);
+    std::string request;
+    while (loopback::read_request(fd, buffer, request)) {
       received_++;
       {
         std::unique_lock<std::mutex> lock(mutex_);
@@ -128,17 +106,7 @@ class Receiver {
 };
 
 // A loopback port nothing listens on: connecting is refused at once.
-std::string refused_url() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return "http://127.0.0.1:" + std::to_string(ntohs(address.sin_port)) + "/";
-}
+std::string refused_url() { return "http://127.0.0.1:" + std::to_string(loopback::unused_port()) + "/"; }
 
 std::vector<Request> requests(const std::string& url, const std::string& group, uint64_t first, int n) {
   std::vector<Request> out;

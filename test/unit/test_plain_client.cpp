@@ -7,9 +7,9 @@
 // was idle, or as the next request went out.
 #include "http/http_client.hpp"
 
-#include <arpa/inet.h>
+#include "loopback_server.hpp"
+
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -39,15 +39,7 @@ using Script = std::function<Reply(int connection, int request, const std::strin
 class ScriptedServer {
  public:
   explicit ScriptedServer(Script script) : script_(std::move(script)) {
-    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 || listen(listen_fd_, 16) != 0)
-      throw std::runtime_error("cannot listen on loopback");
-    socklen_t length = sizeof address;
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length);
-    port_ = ntohs(address.sin_port);
+    listen_fd_ = loopback::listening_socket(port_);
     acceptor_ = std::thread([this] { accept_loop(); });
   }
   ~ScriptedServer() {
@@ -87,25 +79,8 @@ class ScriptedServer {
   }
   void serve(int fd, int connection) {
     std::string buffer;
-    char chunk[4096];
-    for (int request = 0;; ++request) {
-      size_t end = buffer.find("\r\n\r\n");
-      while (end == std::string::npos) {
-        const ssize_t n = read(fd, chunk, sizeof chunk);
-        if (n <= 0) return;
-        buffer.append(chunk, static_cast<size_t>(n));
-        end = buffer.find("\r\n\r\n");
-      }
-      size_t length = 0;
-      const auto at = buffer.find("Content-Length: ");
-      if (at != std::string::npos && at < end) length = std::stoul(buffer.substr(at + 16));
-      while (buffer.size() < end + 4 + length) {
-        const ssize_t n = read(fd, chunk, sizeof chunk);
-        if (n <= 0) return;
-        buffer.append(chunk, static_cast<size_t>(n));
-      }
-      const std::string text = buffer.substr(0, end + 4 + length);
-      buffer.erase(0, end + 4 + length);
+    std::string text;
+    for (int request = 0; loopback::read_request(fd, buffer, text); ++request) {
       {
         std::lock_guard<std::mutex> lock(mutex_);
         requests_.push_back(text);
@@ -302,15 +277,7 @@ TEST(PlainClient, NoAnswerTimesOutWithLibcurlsWording) {
 }
 
 TEST(PlainClient, ARefusedConnectionSaysSo) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  const int port = ntohs(address.sin_port);
+  const int port = loopback::unused_port();
   Client client(1);
   const Response r = one(client, post("http://127.0.0.1:" + std::to_string(port) + "/", 1));
   EXPECT_TRUE(r.transport_error);
