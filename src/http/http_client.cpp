@@ -56,11 +56,17 @@ void init_curl_once() {
 // trusted (see Client::run).
 constexpr std::chrono::milliseconds kStaleWait{1};
 
-Response failed(const Request& request, std::string error) {
+// The response of a request that starts now, whichever client runs it.
+Response response_for(const Request& request) {
   Response r;
   r.tag = request.tag;
   r.group = request.group;
   r.started_ms = core::SystemClock().now_ms();
+  return r;
+}
+
+Response failed(const Request& request, std::string error) {
+  Response r = response_for(request);
   r.transport_error = true;
   r.error = std::move(error);
   return r;
@@ -187,10 +193,7 @@ struct Client::Impl {
       Request request = std::move(waiting.front());
       waiting.pop_front();
       if (const auto& target = plain_target(request.url)) {
-        Response response;
-        response.tag = request.tag;
-        response.group = request.group;
-        response.started_ms = core::SystemClock().now_ms();
+        Response response = response_for(request);
         plain.start(std::move(request), std::move(response), *target);
         ++started;
         continue;
@@ -200,10 +203,8 @@ struct Client::Impl {
         out.push_back(failed(request, "cannot create a curl handle"));
         continue;
       }
+      t->response = response_for(request);
       t->request = std::move(request);
-      t->response.tag = t->request.tag;
-      t->response.group = t->request.group;
-      t->response.started_ms = core::SystemClock().now_ms();
       const CURLcode rc = t->configure();
       if (rc != CURLE_OK) {
         t->fail(rc);

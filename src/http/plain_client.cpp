@@ -154,11 +154,15 @@ void PlainClient::start(Request request, Response response, const core::PlainHtt
       return;
     }
   }
-  c->exchange = std::move(x);
-  c->parser.reset();
-  c->slot = busy_.size();
-  busy_.push_back(c);
-  if (!c->connecting) send(*c);
+  attach(*c, std::move(x));
+}
+
+void PlainClient::attach(Connection& c, std::unique_ptr<Exchange> x) {
+  c.exchange = std::move(x);
+  c.parser.reset();
+  c.slot = busy_.size();
+  busy_.push_back(&c);
+  if (!c.connecting) send(c);
 }
 
 PlainClient::Connection* PlainClient::open_connection(Exchange& x) {
@@ -329,43 +333,37 @@ bool PlainClient::retry_on_fresh_connection(Connection& c) {
     finish(std::move(again));
     return true;
   }
-  fresh->exchange = std::move(again);
-  fresh->parser.reset();
-  fresh->slot = busy_.size();
-  busy_.push_back(fresh);
-  if (!fresh->connecting) send(*fresh);
+  attach(*fresh, std::move(again));
   return true;
 }
 
 void PlainClient::complete(Connection& c, bool reusable) {
-  std::unique_ptr<Exchange> x = std::move(c.exchange);
-  Response& r = x->response;
-  r.status = c.parser.status();
+  Response& r = c.exchange->response;
   r.body_head = c.parser.body_head();
   r.retry_after = c.parser.retry_after();
   r.delivery_abort = c.parser.delivery_abort();
-  r.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - x->started).count();
-  unbusy(c);
   // An answer that came before the whole request went out ends the connection too. (Once
   // all of it went out, send() left the connection watched for reading only.)
-  if (reusable && c.parser.keep_alive() && x->all_sent()) {
+  end(c, reusable && c.parser.keep_alive() && c.exchange->all_sent());
+}
+
+void PlainClient::fail(Connection& c, std::string error) {
+  c.exchange->response.transport_error = true;
+  c.exchange->response.error = std::move(error);
+  end(c, false);
+}
+
+void PlainClient::end(Connection& c, bool keep_connection) {
+  std::unique_ptr<Exchange> x = std::move(c.exchange);
+  x->response.status = c.parser.status();
+  x->response.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - x->started).count();
+  unbusy(c);
+  if (keep_connection) {
     c.reused = true;
     idle_.push_back(&c);
   } else {
     close(c);
   }
-  finish(std::move(x));
-}
-
-void PlainClient::fail(Connection& c, std::string error) {
-  std::unique_ptr<Exchange> x = std::move(c.exchange);
-  Response& r = x->response;
-  r.transport_error = true;
-  r.error = std::move(error);
-  r.status = c.parser.status();
-  r.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - x->started).count();
-  unbusy(c);
-  close(c);
   finish(std::move(x));
 }
 

@@ -76,8 +76,11 @@ class PlainClient : public SocketWatch::Listener {
   bool watch(Connection& c, uint32_t events);
   void receive(Connection& c);
   void connected(Connection& c);
+  void attach(Connection& c, std::unique_ptr<Exchange> x);
   void complete(Connection& c, bool reusable);
   void fail(Connection& c, std::string error);
+  // The exchange's response is final: the connection goes idle (keep_connection) or closes.
+  void end(Connection& c, bool keep_connection);
   bool retry_on_fresh_connection(Connection& c);
   void finish(std::unique_ptr<Exchange> x);
   void close(Connection& c);
