@@ -132,7 +132,11 @@ my ($n_with, $with) = fast_median_ms('beside slow');
 is($n_with, 30, 'healthy endpoint beside the slow one: 30 probes delivered');
 note(sprintf 'healthy median COMMIT to receipt: %.2f ms alone, %.2f ms beside a 4 s endpoint with 300 queued',
 	$base, $with);
-cmp_ok($with, '<=', 1.2 * $base + 2, 'the slow endpoint does not raise the healthy median by more than 20%');
+# The allowance beyond 20%: the receiver itself (one Python thread per connection, the
+# slow endpoint's dozens of them asleep in its delay) adds a few ms to any request on a
+# loaded 2-vCPU machine, which a base of 1-2 ms cannot absorb in 20%; a healthy endpoint
+# waiting behind the slow one would wait its 4 s.
+cmp_ok($with, '<=', 1.2 * $base + 5, 'the slow endpoint does not raise the healthy median by more than 20% (+ 5 ms)');
 my $slow_in_flight = $recv->in_flight_at('/hooks/slow', time);
 note("slow requests in flight at the receiver: $slow_in_flight");
 cmp_ok($slow_in_flight, '<=', 8, 'the slow endpoint holds a few connections, not max_concurrency');
