@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 # The worker's look-ahead on an ordered endpoint (docs/delivery.md, Ordering;
-# src/pg/ordering/successors.cpp): one lookup reads a key's next 8 messages, and the
+# src/pg/ordering/successors.cpp): one lookup reads a key's next 32 messages, and the
 # worker takes the later ones without a lookup as long as nobody else reordered the keyed
 # messages of that endpoint. Readers of a pull endpoint acknowledge keyed messages all
 # the time, and every acknowledgement used to drop the lines of every endpoint of the
@@ -84,8 +84,8 @@ $node->safe_psql('postgres',
 	q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE '%outbox.read(''taker''%' AND pid <> pg_backend_pid()});
 eval { $reader->quit; };
 
-# Each lookup returns a key's next 8 messages (or fewer): with the look-ahead kept, about
-# one row per message delivered; dropped at every acknowledgement, up to 8.
+# Each lookup returns a key's next 32 messages (or fewer): with the look-ahead kept, about
+# one row per message delivered; dropped at every acknowledgement, up to 32.
 my $rows = sql($node, q{SELECT coalesce(sum(rows), 0) FROM pg_stat_statements
                          WHERE query LIKE '%WITH ORDINALITY AS k(endpoint, ordering_key, i) CROSS JOIN LATERAL%'});
 my $per_message = $rows / $total;

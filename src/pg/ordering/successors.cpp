@@ -56,7 +56,13 @@ namespace pg_outbox::pg {
 
 namespace {
 
-constexpr int kLookAhead = 8;
+// Each key's lookup walks its messages that left since (dead index entries) and reads a
+// heap page per message it returns: with 8 at a time the lookups of an ordered drain of
+// 1,000 keys cost 7.2-9.8 µs a message, with 32 5.0-6.9 (pg_stat_statements, alternating
+// builds). A line is a deque of one 512-byte block either way up to 21 messages, two
+// beyond: draining 100,000 keys of 3 messages and 20,000 of 20 left the worker's private
+// memory at 9.3 and 10.9 MB, as with 8.
+constexpr int kLookAhead = 32;
 
 // The versions a key's messages were found under: the endpoints', and its endpoint's
 // group's (of successions_versions).
@@ -236,16 +242,17 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
   // Each key's next kLookAhead messages, in order; the lookups only (the few writes come
   // after): interleaved with writes, they would not mark the index entries of the
   // messages that left as dead (ordering/README.md).
+  // The rows come back unsorted and are put in order here: an ORDER BY over the whole
+  // result sorted thousands of rows the index had already read in order, and extract()
+  // is numeric arithmetic; date_part is float8, exact to the microsecond for any delay.
   static Statement lookup(R"sql(
-    SELECT k.i, f.id, f.ordering_seq IS NULL, (extract(epoch FROM f.next_attempt_at - now()) * 1000000)::bigint,
-           f.ordering_seq
+    SELECT k.i, f.id, f.ordering_seq, (date_part('epoch', f.next_attempt_at - now()) * 1000000)::bigint
       FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(endpoint, ordering_key, i) CROSS JOIN LATERAL (
         SELECT f.id, f.ordering_seq, f.next_attempt_at FROM outbox.messages f
          WHERE f.endpoint = k.endpoint AND f.ordering_key = k.ordering_key
          ORDER BY f.ordering_seq NULLS FIRST LIMIT $3) f
-     ORDER BY k.i, f.ordering_seq NULLS FIRST
   )sql",
-                          {TEXTARRAYOID, TEXTARRAYOID, INT4OID});
+                          {TEXTARRAYOID, TEXTARRAYOID, INT4OID}, Statement::Plan::kGeneric);
   // Read after the keys' locks were taken (by the settle, before it moved the heads) and
   // before the lookup: a change that reordered these keys committed before, or counts as
   // after.
@@ -280,16 +287,31 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
   }
   if (!look_keys.empty()) {
     Rows rows = lookup.run({text_array(look_endpoints), text_array(look_keys), Int32GetDatum(kLookAhead)});
-    for (size_t r = 0; r < rows.size();) {
-      const size_t k = static_cast<size_t>(rows.int64(r, 0)) - 1;
+    // Each key's messages together, its head in the table (no number) first.
+    struct Found {
+      size_t key;
+      bool head;
+      Waiting message;
+    };
+    std::vector<Found> found(rows.size());
+    for (size_t r = 0; r < rows.size(); ++r)
+      found[r] = {static_cast<size_t>(rows.int64(r, 0)) - 1,
+                  rows.is_null(r, 2),
+                  {rows.int64(r, 1), rows.int64(r, 2), now + rows.int64(r, 3)}};
+    std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+      if (a.key != b.key) return a.key < b.key;
+      if (a.head != b.head) return a.head;
+      return a.message.seq < b.message.seq;
+    });
+    for (size_t r = 0; r < found.size();) {
+      const size_t k = found[r].key;
       KeyId key{look_endpoints[k], look_keys[k]};
       Line line{{}, versions.at(key.first), group_of(key.first)};
       // A head in the table first: the claim index has it, and this key needs no line.
-      const bool head = rows.boolean(r, 2);
-      const bool due = rows.int64(r, 3) <= 0;
-      if (!head) take(key.first, {rows.int64(r, 1), rows.int64(r, 4), now + rows.int64(r, 3)});
-      for (++r; r < rows.size() && static_cast<size_t>(rows.int64(r, 0)) - 1 == k; ++r)
-        line.rest.push_back({rows.int64(r, 1), rows.int64(r, 4), now + rows.int64(r, 3)});
+      const bool head = found[r].head;
+      const bool due = found[r].message.due <= now;
+      if (!head) take(key.first, found[r].message);
+      for (++r; r < found.size() && found[r].key == k; ++r) line.rest.push_back(found[r].message);
       lines_now[key] = !head && due ? std::optional<Line>(std::move(line)) : std::nullopt;
     }
   }
