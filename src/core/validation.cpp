@@ -282,14 +282,16 @@ std::optional<std::string> check_header(std::string_view name, std::string_view 
     if (!tchar) return "header name must be an HTTP token (letters, digits and !#$%&'*+-.^_`|~)";
   }
   // The name is a valid token from here on, so it is safe to quote; the value never is.
-  const std::string quoted = "\"" + std::string(name) + "\"";
+  // Quoted only for an error: the worker checks every header of every request.
+  const auto about = [name](const std::string& problem) {
+    return "value of header \"" + std::string(name) + "\" " + problem;
+  };
   if (value.size() > kMaxHeaderValueBytes)
-    return "value of header " + quoted + " must be at most " + std::to_string(kMaxHeaderValueBytes) + " bytes long";
+    return about("must be at most " + std::to_string(kMaxHeaderValueBytes) + " bytes long");
   for (char c : value) {
     auto u = static_cast<unsigned char>(c);
-    if (u == '\r' || u == '\n' || u == 0) return "value of header " + quoted + " must not contain CR, LF or NUL";
-    if ((u < 0x20 && u != '\t') || u == 0x7F)
-      return "value of header " + quoted + " must not contain control characters";
+    if (u == '\r' || u == '\n' || u == 0) return about("must not contain CR, LF or NUL");
+    if ((u < 0x20 && u != '\t') || u == 0x7F) return about("must not contain control characters");
   }
   return std::nullopt;
 }
