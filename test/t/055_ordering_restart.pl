@@ -220,6 +220,8 @@ ok($r->[3]{time} >= ($r->[2]{answered_at} // 9e9),
 #       key goes on in order.
 #    d. A TRUNCATE while it holds one: the key's new messages go in order.
 #    e. A change of the endpoint while it holds one: it becomes the head in the table.
+#    f. An UPDATE of the one it holds (a new row version elsewhere): it is still sent, in
+#       order.
 ###############################################################################
 sql($node, sprintf(q{SELECT outbox.create_endpoint('held', url => '%s', ordered => true)}, $recv->url('/hooks/h')));
 sql($node, q{SELECT outbox.pause_endpoint('held')});
@@ -348,6 +350,36 @@ ok( wait_sql(
 is( join(' ', map { $_->{wid} } grep { ($_->{answered} // '') =~ /^2/ }
 		  sort { $a->{time} <=> $b->{time} } @{ receipts_of_key('/hooks/p', 'p') }),
 	join(' ', map { "$W$_" } @p), '... in order, once each');
+
+# f. An operator's UPDATE of the held message (its headers: no change of order) while the
+#    worker holds it: the new row version is elsewhere in the table, and the claim, which
+#    reads a held message where the worker saw it, must look for it again there (a claim
+#    that kept reading the old place would pass it forever, and its key would stall).
+sql($node, q{SELECT outbox.pause_endpoint('held')});
+my @u = map {
+	sql($node, "SELECT outbox.enqueue('held', jsonb_build_object('key', 'u', 'seq', $_), ordering_key => 'u')")
+} 0 .. 2;
+my $fixer = $node->background_psql('postgres');
+$fixer->query_safe('BEGIN');
+$fixer->query_safe("SELECT id FROM outbox.messages WHERE id = $u[1] FOR UPDATE");
+my $u1_at = sql($node, "SELECT ctid FROM outbox.messages WHERE id = $u[1]");
+sql($node, q{SELECT outbox.resume_endpoint('held')});
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($u[0])", 30), 'u0 is sent, u1 is held');
+sleep 1;    # rounds of the worker, which holds u1 and cannot claim it
+is(sql($node, "SELECT count(*) FROM outbox.messages WHERE ordering_key = 'u' AND ordering_seq IS NULL"), '0',
+	'u1 is held: no head of key u in the table');
+$fixer->query_safe(qq{UPDATE outbox.messages SET headers = '{"X-Fixed": "yes"}' WHERE id = $u[1]});
+$fixer->query_safe('COMMIT');
+$fixer->quit;
+isnt(sql($node, "SELECT ctid FROM outbox.messages WHERE id = $u[1]"), $u1_at, 'the UPDATE moved u1\'s row');
+ok( wait_sql(
+		$node, "SELECT count(*) = 2 FROM unnest('{$u[1],$u[2]}'::bigint[]) i, outbox.message(i) s"
+		  . " WHERE s.status = 'sent'",
+		30),
+	'u1 and u2 are sent');
+is( join(' ', map { $_->{wid} } grep { ($_->{answered} // '') =~ /^2/ }
+		  sort { $a->{time} <=> $b->{time} } @{ receipts_of_key('/hooks/h', 'u') }),
+	join(' ', map { "$W$_" } @u), '... in order, once each');
 
 $node->stop;
 $recv->stop;

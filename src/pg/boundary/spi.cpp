@@ -42,7 +42,7 @@ std::string Rows::take_text(size_t row, size_t column) {
 namespace {
 
 bool is_number_type(Oid type) {
-  return type == INT8OID || type == INT4OID || type == INT2OID || type == OIDOID || type == BOOLOID;
+  return type == INT8OID || type == INT4OID || type == INT2OID || type == OIDOID || type == BOOLOID || type == TIDOID;
 }
 
 int64_t number_of(Datum value, Oid type) {
@@ -55,6 +55,10 @@ int64_t number_of(Datum value, Oid type) {
       return DatumGetInt16(value);
     case OIDOID:
       return DatumGetObjectId(value);
+    case TIDOID: {
+      const auto* tid = reinterpret_cast<const ItemPointerData*>(DatumGetPointer(value));
+      return tid_number(ItemPointerGetBlockNumberNoCheck(tid), ItemPointerGetOffsetNumberNoCheck(tid));
+    }
     default:
       return DatumGetBool(value) ? 1 : 0;
   }
@@ -160,6 +164,14 @@ Datum int8_array(const std::vector<int64_t>& values) {
 
 Datum int4_array(const std::vector<int32_t>& values) {
   return build_array(values, INT4OID, [](int32_t v) { return Int32GetDatum(v); });
+}
+
+Datum tid_array(const std::vector<int64_t>& tids) {
+  return build_array(tids, TIDOID, [](int64_t number) {
+    auto* tid = static_cast<ItemPointer>(palloc(sizeof(ItemPointerData)));
+    ItemPointerSet(tid, tid_block(number), tid_offset(number));
+    return PointerGetDatum(tid);
+  });
 }
 
 Datum text_array(const std::vector<std::string>& values) {

@@ -23,14 +23,20 @@ extern "C" {
 
 namespace pg_outbox::pg {
 
-// A query's result, in the column order of the query. Integer (int2, int4, int8, oid)
-// and boolean columns are read as numbers, others as their text; asking a column for
+// A row version's address (a tid: block and line number) as one integer, which Rows
+// gives for a tid column and tid_array takes.
+constexpr int64_t tid_number(uint32_t block, uint16_t offset) { return (int64_t{block} << 16) | offset; }
+constexpr uint32_t tid_block(int64_t number) { return static_cast<uint32_t>(number >> 16); }
+constexpr uint16_t tid_offset(int64_t number) { return static_cast<uint16_t>(number & 0xFFFF); }
+
+// A query's result, in the column order of the query. Integer (int2, int4, int8, oid),
+// boolean and tid columns are read as numbers, others as their text; asking a column for
 // the other kind is a programming error (std::logic_error).
 class Rows {
  public:
   struct Cell {
     bool null = true;
-    bool number = false;  // an integer or boolean column
+    bool number = false;  // an integer, boolean or tid (tid_number) column
     int64_t value = 0;
     std::string text;
   };
@@ -90,6 +96,7 @@ Rows run_once(const char* sql);
 Datum int8_array(const std::vector<int64_t>& values);
 Datum int4_array(const std::vector<int32_t>& values);
 Datum text_array(const std::vector<std::string>& values);
+Datum tid_array(const std::vector<int64_t>& tids);  // of tid_number's
 Datum text_datum(const std::string& value);
 
 // One unit of the worker's work: start transaction, SPI, snapshot; run body; commit. If

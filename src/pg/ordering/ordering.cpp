@@ -3,7 +3,7 @@
 // A message of an ordered endpoint with an ordering key is, once committed, either its
 // key's head (ordering_seq NULL: in the claim index, sent when due) or a follower
 // (ordering_seq drawn from outbox.commit_order: outside the claim index; the worker
-// claims one by id only once its head left: successors.cpp).
+// claims one itself only once its head left: successors.cpp).
 // - At commit, a deferred constraint trigger (outbox._order_at_commit) decides, under the
 //   key's advisory lock and with a fresh snapshot: if the key has a message in the queue
 //   (its head, or those behind a head the worker took out: successors.cpp), the new

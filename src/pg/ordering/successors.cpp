@@ -5,8 +5,8 @@
 // UPDATE of the whole message (a new row version and three index entries, about 20 µs),
 // which made an ordered drain cost 40 % more than an unordered one. The worker delivers
 // it itself, so it keeps it instead: the settle finds each key's first message under the
-// key's lock and, once that transaction commits, the claim takes those messages by id
-// (store::claim's next_in_line) beside the claim index's heads. In the table such a
+// key's lock and, once that transaction commits, the claim takes those messages where
+// their rows are (by ctid; store::claim's next_in_line) beside the claim index's heads. In the table such a
 // message still waits behind a head that is gone; what keeps the order is that:
 // - a producer's commit makes its message follow whenever its key has any message at all
 //   (ordering.cpp, key_has_messages), not only a head;
@@ -83,11 +83,13 @@ struct Waiting {
   int64_t id;
   int64_t seq;
   TimestampTz due;  // PostgreSQL microseconds
+  int64_t tid;      // where its row version is (tid_number)
 };
 
 struct Held {
   int64_t id;
   int64_t seq;
+  int64_t tid;  // where the claim reads it
   Versions found;
 };
 
@@ -246,9 +248,9 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
   // result sorted thousands of rows the index had already read in order, and extract()
   // is numeric arithmetic; date_part is float8, exact to the microsecond for any delay.
   static Statement lookup(R"sql(
-    SELECT k.i, f.id, f.ordering_seq, (date_part('epoch', f.next_attempt_at - now()) * 1000000)::bigint
+    SELECT k.i, f.id, f.ordering_seq, (date_part('epoch', f.next_attempt_at - now()) * 1000000)::bigint, f.ctid
       FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(endpoint, ordering_key, i) CROSS JOIN LATERAL (
-        SELECT f.id, f.ordering_seq, f.next_attempt_at FROM outbox.messages f
+        SELECT f.id, f.ordering_seq, f.next_attempt_at, f.ctid FROM outbox.messages f
          WHERE f.endpoint = k.endpoint AND f.ordering_key = k.ordering_key
          ORDER BY f.ordering_seq NULLS FIRST LIMIT $3) f
   )sql",
@@ -263,7 +265,7 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
   std::vector<int64_t> not_due;
   auto take = [&](const std::string& endpoint, const Waiting& next) {
     if (next.due <= now) {
-      found_now.push_back({endpoint, {next.id, next.seq, versions.at(endpoint)}});
+      found_now.push_back({endpoint, {next.id, next.seq, next.tid, versions.at(endpoint)}});
     } else {
       not_due.push_back(next.id);  // a head in the table: the claim index knows when it comes due
     }
@@ -297,7 +299,7 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
     for (size_t r = 0; r < rows.size(); ++r)
       found[r] = {static_cast<size_t>(rows.int64(r, 0)) - 1,
                   rows.is_null(r, 2),
-                  {rows.int64(r, 1), rows.int64(r, 2), now + rows.int64(r, 3)}};
+                  {rows.int64(r, 1), rows.int64(r, 2), now + rows.int64(r, 3), rows.int64(r, 4)}};
     std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
       if (a.key != b.key) return a.key < b.key;
       if (a.head != b.head) return a.head;
@@ -327,6 +329,7 @@ Ready ready(const std::vector<std::string>& endpoints) {
       if (leaving_now.count(h.id) != 0) continue;  // written into the table by settle_stale just now
       out.ids.push_back(h.id);
       out.seqs.push_back(h.seq);
+      out.tids.push_back(h.tid);
       out.endpoints.push_back(endpoint);
     }
   }
@@ -345,13 +348,22 @@ void after_claim(const std::vector<int64_t>& passed, const std::vector<int64_t>&
   // Those still waiting, by the primary key's index condition: an anti-join of the ids to
   // the queue could scan the whole primary key for each of them when the statistics said
   // the queue held no follower (409 s for 99,000 ids, helper-28).
-  static Statement waiting("SELECT m.id FROM outbox.messages m WHERE m.id = ANY ($1) AND m.ordering_seq IS NOT NULL",
-                           {INT8ARRAYOID});
+  // One still waiting is read where it is now: the claim reads a held message at the
+  // row version the lookup found, and an UPDATE since (an operator's, of its headers or
+  // payload) put a new version elsewhere; read at the old place, it would be passed at
+  // every claim and its key would wait forever (t/055). A later place is as good in a
+  // transaction that fails: it is committed.
+  static Statement waiting(
+      "SELECT m.id, m.ctid FROM outbox.messages m WHERE m.id = ANY ($1) AND m.ordering_seq IS NOT NULL",
+      {INT8ARRAYOID});
   Rows rows = waiting.run({int8_array(left)});
-  std::unordered_set<int64_t> still;
-  for (size_t r = 0; r < rows.size(); ++r) still.insert(rows.int64(r, 0));
+  std::unordered_map<int64_t, int64_t> still;  // id -> where it is now
+  for (size_t r = 0; r < rows.size(); ++r) still.emplace(rows.int64(r, 0), rows.int64(r, 1));
   for (int64_t id : left)
     if (still.count(id) == 0) leaving_now.insert(id);
+  for (auto& [endpoint, held] : ready_by_endpoint)
+    for (Held& h : held)
+      if (auto now = still.find(h.id); now != still.end()) h.tid = now->second;
 }
 
 uint64_t settle_stale(const std::function<bool(const std::string&)>& served) {

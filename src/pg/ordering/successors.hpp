@@ -16,12 +16,14 @@ namespace pg_outbox::pg::successors {
 // the table instead (the claim index knows when it comes due). SPI connected.
 void find(const std::vector<std::string>& endpoints, const std::vector<std::string>& keys);
 
-// Messages the worker holds to claim, each with its endpoint (store::claim's next_in_line)
-// and the number it waited with: one the claim finds with another number (or none) was
-// moved meanwhile, and is not its key's next any more.
+// Messages the worker holds to claim, each with its endpoint (store::claim's next_in_line),
+// the number it waited with (one the claim finds with another number, or none, was moved
+// meanwhile, and is not its key's next any more) and where its row version was last
+// seen (tid_number): the claim reads it there, not through the primary key.
 struct Ready {
   std::vector<int64_t> ids;
   std::vector<int64_t> seqs;
+  std::vector<int64_t> tids;
   std::vector<std::string> endpoints;
 };
 

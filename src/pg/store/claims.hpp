@@ -28,9 +28,9 @@ struct ClaimedMessage {
   // before the message leaves the queue (ordering/ordering.hpp), in sorted order with the
   // others: the trigger that promotes the key's next message takes it too.
   std::optional<int32_t> ordering_lock;
-  // Its number behind its key's head (0: a head): a key's next message the worker held
-  // is claimed only with the number it was found with (worker/claim.cpp).
-  int64_t ordering_seq = 0;
+  // Its number behind its key's head (none: a head): a key's next message the worker
+  // held is claimed only with the number it was found with (worker/claim.cpp).
+  std::optional<int64_t> ordering_seq;
 };
 
 // What a claim reads besides the payload. kPayloadWithTime: created_unix_us too (a

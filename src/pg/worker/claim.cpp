@@ -86,27 +86,30 @@ std::vector<store::ClaimedMessage> claim_messages(const WorkerState& state, cons
     // An endpoint changed meanwhile (alter_endpoint(ordered => ...) numbers its queue
     // again): the held messages this claim took may no longer be next. They stay in the
     // queue, unsent, and the next claim writes the ones still next into the table first.
-    std::unordered_set<int64_t> held(next_in_line.ids.begin(), next_in_line.ids.end());
+    // (Every waiting message the claim read: one not held was read where a held one had
+    // been, below.)
     claimed.erase(std::remove_if(claimed.begin(), claimed.end(),
-                                 [&](const store::ClaimedMessage& m) { return held.count(m.id) != 0; }),
+                                 [](const store::ClaimedMessage& m) { return m.ordering_seq.has_value(); }),
                   claimed.end());
     return claimed;
   }
   // A held message found waiting with another number than it waited with was moved (an
   // UPDATE of its key or endpoint placed it behind another key's messages at its commit):
   // it is not its key's next message any more. It stays in the queue, unsent, and is
-  // forgotten as if taken. (One found as a head, number 0, heads its key: it goes.)
+  // forgotten as if taken. (One found as a head, with no number, heads its key: it goes.)
+  // A waiting message that is not held was read where a held one had been (the place
+  // reused since): it stays in the queue, unsent, and the held one is looked for again.
   std::unordered_map<int64_t, int64_t> waited_with;
   for (size_t i = 0; i < next_in_line.ids.size(); ++i) waited_with.emplace(next_in_line.ids[i], next_in_line.seqs[i]);
   std::vector<int64_t> taken;
-  for (const store::ClaimedMessage& m : claimed) taken.push_back(m.id);
-  claimed.erase(std::remove_if(claimed.begin(), claimed.end(),
-                               [&](const store::ClaimedMessage& m) {
-                                 auto held = waited_with.find(m.id);
-                                 return held != waited_with.end() && m.ordering_seq != 0 &&
-                                        held->second != m.ordering_seq;
-                               }),
-                claimed.end());
+  const auto not_next = [&](const store::ClaimedMessage& m) {
+    if (!m.ordering_seq) return false;
+    auto held = waited_with.find(m.id);
+    return held == waited_with.end() || held->second != *m.ordering_seq;
+  };
+  for (const store::ClaimedMessage& m : claimed)
+    if (waited_with.count(m.id) != 0 || !m.ordering_seq) taken.push_back(m.id);
+  claimed.erase(std::remove_if(claimed.begin(), claimed.end(), not_next), claimed.end());
   successors::after_claim(next_in_line.ids, taken);
   return claimed;
 }
