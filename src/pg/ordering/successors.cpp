@@ -6,8 +6,9 @@
 // which made an ordered drain cost 40 % more than an unordered one. The worker delivers
 // it itself, so it keeps it instead: the settle finds each key's first message under the
 // key's lock and, once that transaction commits, the claim takes those messages where
-// their rows are (by ctid; store::claim's next_in_line) beside the claim index's heads. In the table such a
-// message still waits behind a head that is gone; what keeps the order is that:
+// their rows are (by ctid; store::claim's next_in_line) beside the claim index's heads.
+// In the table such a message still waits behind a head that is gone; what keeps the
+// order is that:
 // - a producer's commit makes its message follow whenever its key has any message at all
 //   (ordering.cpp, key_has_messages), not only a head;
 // - what the worker holds in memory is written into the table whenever the worker may
@@ -56,12 +57,12 @@ namespace pg_outbox::pg {
 
 namespace {
 
-// Each key's lookup walks its messages that left since (dead index entries) and reads a
-// heap page per message it returns: with 8 at a time the lookups of an ordered drain of
-// 1,000 keys cost 7.2-9.8 µs a message, with 32 5.0-6.9 (pg_stat_statements, alternating
-// builds). A line is a deque of one 512-byte block either way up to 21 messages, two
-// beyond: draining 100,000 keys of 3 messages and 20,000 of 20 left the worker's private
-// memory at 9.3 and 10.9 MB, as with 8.
+// Each key's lookup descends the ordering index, walks the entries of its messages that
+// left since, and reads a heap page per message it returns: with 8 at a time the lookups
+// of an ordered drain of 1,000 keys cost 7.2-9.8 µs a message, with 32 5.0-6.9
+// (pg_stat_statements, alternating builds); the heap pages are most of what is left. A line is a deque of one 512-byte
+// block either way up to 21 messages, two beyond: draining 100,000 keys of 3 messages and 20,000 of 20 left the
+// worker's private memory at 9.3 and 10.9 MB, as with 8.
 constexpr int kLookAhead = 32;
 
 // The versions a key's messages were found under: the endpoints', and its endpoint's

@@ -101,7 +101,7 @@ std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int
   // Generic plans: with the held messages' arrays the plan cache kept planning each claim
   // for its values (2.1-2.4 µs a message of an ordered drain, pg_stat_statements with
   // track_planning), to the same plan: each endpoint's index probe, the held messages by
-  // the primary key, the rows again by ctid.
+  // ctid, the rows again by ctid.
   static Statement with_next(with_next_sql.c_str(), types, Statement::Plan::kGeneric),
       heads_only(heads_only_sql.c_str(), types, Statement::Plan::kGeneric);
   Statement& statement = next_in_line.ids.empty() ? heads_only : with_next;
