@@ -46,8 +46,8 @@ extern "C" {
 
 #include <algorithm>
 #include <array>
-#include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -60,9 +60,12 @@ namespace {
 // Each key's lookup descends the ordering index, walks the entries of its messages that
 // left since, and reads a heap page per message it returns: with 8 at a time the lookups
 // of an ordered drain of 1,000 keys cost 7.2-9.8 µs a message, with 32 5.0-6.9
-// (pg_stat_statements, alternating builds); the heap pages are most of what is left. A line is a deque of one 512-byte
-// block either way up to 21 messages, two beyond: draining 100,000 keys of 3 messages and 20,000 of 20 left the
-// worker's private memory at 9.3 and 10.9 MB, as with 8.
+// (pg_stat_statements, alternating builds); the heap pages are most of what is left. A
+// line holds at most 31 messages of 32 bytes, and one lookup returns at most 32 rows for
+// each key of a settle (kSettleBatch keys at most): the worker's private memory peaked
+// at 14.1 MB draining 1,000 keys of 100 messages (9.7 with 8 at a time), 11.5 for
+// 20,000 keys of 20 (9.9), 8.9 for 100,000 keys of 3 (RssAnon, as
+// bench/worker_memory.sh reads it).
 constexpr int kLookAhead = 32;
 
 // The versions a key's messages were found under: the endpoints', and its endpoint's
@@ -94,11 +97,16 @@ struct Held {
   Versions found;
 };
 
-// A key's messages after the one the worker claims next, in order.
+// A key's messages after the one the worker claims next, in order: those of one lookup
+// from `next` on. Shared, not copied, by the committed line and this transaction's
+// (taking a message copied the whole line: about 2 % of the main thread's samples in an
+// ordered drain, perf --call-graph dwarf).
 struct Line {
-  std::deque<Waiting> rest;
+  std::shared_ptr<const std::vector<Waiting>> messages;
+  size_t next = 0;
   Versions found;
   int group;  // of its endpoint
+  bool empty() const { return messages == nullptr || next >= messages->size(); }
 };
 
 using KeyId = std::pair<std::string, std::string>;  // endpoint, ordering key
@@ -172,7 +180,7 @@ void commit() {
   for (auto& [endpoint, held] : found_now) ready_by_endpoint[endpoint].push_back(held);
   held_judged_at = std::max(held_judged_at, held_judged_now);
   for (auto& [key, line] : lines_now) {
-    if (line && !line->rest.empty()) {
+    if (line && !line->empty()) {
       lines[key] = std::move(*line);
     } else {
       lines.erase(key);
@@ -283,8 +291,7 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
       continue;
     }
     Line next = *line;
-    const Waiting first = next.rest.front();
-    next.rest.pop_front();
+    const Waiting first = (*next.messages)[next.next++];
     take(key.first, first);
     lines_now[key] = first.due <= now ? std::optional<Line>(std::move(next)) : std::nullopt;
   }
@@ -309,13 +316,15 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
     for (size_t r = 0; r < found.size();) {
       const size_t k = found[r].key;
       KeyId key{look_endpoints[k], look_keys[k]};
-      Line line{{}, versions.at(key.first), group_of(key.first)};
       // A head in the table first: the claim index has it, and this key needs no line.
       const bool head = found[r].head;
       const bool due = found[r].message.due <= now;
       if (!head) take(key.first, found[r].message);
-      for (++r; r < found.size() && found[r].key == k; ++r) line.rest.push_back(found[r].message);
-      lines_now[key] = !head && due ? std::optional<Line>(std::move(line)) : std::nullopt;
+      auto rest = std::make_shared<std::vector<Waiting>>();
+      for (++r; r < found.size() && found[r].key == k; ++r) rest->push_back(found[r].message);
+      lines_now[key] = !head && due
+                           ? std::optional<Line>(Line{std::move(rest), 0, versions.at(key.first), group_of(key.first)})
+                           : std::nullopt;
     }
   }
   if (!not_due.empty()) write_heads(not_due, false);
