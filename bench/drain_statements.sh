@@ -37,6 +37,7 @@ for endpoint in ${ENDPOINTS:-http ordered}; do
     threads=$(join "$work/ticks0" "$work/ticks1" | awk -v n="$BACKLOG" -v hz="$(getconf CLK_TCK)" \
       '{printf "%s%s %.1f", (NR > 1 ? ", " : ""), $1, ($3 - $2) * 1e6 / hz / n}')
     echo "== $endpoint, drain $drain_number: ${r% *} msg/s, ${r#* } ms of worker CPU per 1,000; µs a message by thread: $threads"
+    echo "calls | plans | planning µs a message | execution µs a message | rows | statement"
     bench_sql -F ' | ' -c "
       SELECT calls, plans, round((total_plan_time * 1000 / $BACKLOG)::numeric, 2) AS plan_us,
              round((total_exec_time * 1000 / $BACKLOG)::numeric, 2) AS exec_us, rows,
