@@ -352,17 +352,16 @@ void after_claim(const std::vector<int64_t>& passed, const std::vector<int64_t>&
   for (int64_t id : passed)
     if (leaving_now.count(id) == 0) left.push_back(id);
   if (left.empty()) return;
-  // Not taken: over the claim's limit or budget, or locked by someone (kept), or no
-  // longer waiting in the queue (forgotten: whoever took it out or made it a head in the
-  // table bumped its endpoint's group's version, so its key's line is not used again).
-  // Those still waiting, by the primary key's index condition: an anti-join of the ids to
+  // Not taken: over the claim's limit or budget, locked by someone, or moved by an UPDATE
+  // (an operator's, of its headers or payload: the claim reads a held message where the
+  // lookup saw its row) are kept, each at the place it is now (read at the old one, it
+  // would be passed at every claim and its key would wait forever: t/055 f; the place is
+  // committed, so it holds even if this transaction fails). No longer waiting in the
+  // queue: forgotten (whoever took it out or made it a head in the table bumped its
+  // endpoint's group's version, so its key's line is not used again). Those still
+  // waiting are found by the primary key's index condition: an anti-join of the ids to
   // the queue could scan the whole primary key for each of them when the statistics said
   // the queue held no follower (409 s for 99,000 ids, helper-28).
-  // One still waiting is read where it is now: the claim reads a held message at the
-  // row version the lookup found, and an UPDATE since (an operator's, of its headers or
-  // payload) put a new version elsewhere; read at the old place, it would be passed at
-  // every claim and its key would wait forever (t/055). A later place is as good in a
-  // transaction that fails: it is committed.
   static Statement waiting(
       "SELECT m.id, m.ctid FROM outbox.messages m WHERE m.id = ANY ($1) AND m.ordering_seq IS NOT NULL",
       {INT8ARRAYOID});
