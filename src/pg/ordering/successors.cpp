@@ -133,7 +133,8 @@ using KeyId = std::pair<std::string, std::string>;  // endpoint, ordering key
 struct KeyIdHash {
   size_t operator()(const KeyId& key) const {
     const size_t endpoint = std::hash<std::string>{}(key.first);
-    return endpoint ^ (std::hash<std::string>{}(key.second) + 0x9e3779b97f4a7c15ULL + (endpoint << 6) + (endpoint >> 2));
+    return endpoint ^
+           (std::hash<std::string>{}(key.second) + 0x9e3779b97f4a7c15ULL + (endpoint << 6) + (endpoint >> 2));
   }
 };
 
@@ -331,8 +332,8 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
     lines_now[key] = first.due <= now ? std::optional<Line>(std::move(next)) : std::nullopt;
   }
   if (!look_keys.empty()) {
-    Rows rows = lookup.run({text_array(look_endpoints), text_array(look_keys), Int32GetDatum(kLookAhead),
-                            int8_array(look_after)});
+    Rows rows = lookup.run(
+        {text_array(look_endpoints), text_array(look_keys), Int32GetDatum(kLookAhead), int8_array(look_after)});
     // Each key's messages together, its head in the table (no number) first.
     struct Found {
       size_t key;
