@@ -115,7 +115,9 @@ struct Held {
 // of the key still waiting that is not a head in the table has a larger number: numbers
 // are drawn under the key's lock, which the lookup holds, in commit order, and a move
 // renumbers only with a new version, which drops the line. A head in the table is looked
-// for apart, as the lookup from the first entry found it (NULLS FIRST).
+// for apart, as the lookup from the first entry found it (NULLS FIRST); that part walks
+// the first versions of the key's numbered messages, dead (each was inserted without a
+// number and numbered by its commit's UPDATE), at the heap once each: marked dead then.
 struct Line {
   std::shared_ptr<const std::vector<Waiting>> messages;
   size_t next = 0;
