@@ -143,21 +143,6 @@ case_4() {
     -f "$work/latency.sql" bench >/dev/null 2>&1
   sleep 2
   R[latency]=$(python3 "$BENCH/latency.py" "$work/receiver.jsonl")
-  # Which side a tail is on, from pg_outbox's own records of the window's messages: from
-  # the enqueue to the request's start (the producer's commit, the wake, the claim: the
-  # attempt log's attempted_at, to the millisecond), and the request (its duration, the
-  # receiver's answer included). p99, max, and how many took over 10 ms, for each.
-  R[latency_split]=$(bench_sql -F ' ' -c "
-    WITH x AS (
-      SELECT (extract(epoch FROM a.attempted_at) - (h.payload->>'t')::float8) * 1000 AS to_request,
-             a.duration_ms AS request
-        FROM outbox.attempts a JOIN outbox.history h ON h.id = a.message_id
-       WHERE a.endpoint = 'latency' AND h.endpoint = 'latency')
-    SELECT round(percentile_disc(0.99) WITHIN GROUP (ORDER BY to_request)::numeric, 2),
-           round(max(to_request)::numeric, 1), count(*) FILTER (WHERE to_request > 10),
-           round(percentile_disc(0.99) WITHIN GROUP (ORDER BY request)::numeric, 2),
-           round(max(request)::numeric, 1), count(*) FILTER (WHERE request > 10)
-      FROM x")
   # What else the server did in the window (checkpoints, autovacuum, lock waits: the
   # cluster logs them, bench/setup.sh), to read beside the second that held most of the
   # slow samples (the row's "worst second").
@@ -501,9 +486,6 @@ if want 4; then
   read -r lat_n lat_p50 lat_p95 lat_p99 lat_max lat_slow lat_slow_s lat_worst <<<"${R[latency]}"
   row "4. latency at 1,000 msg/s, 30 s" "p50 $lat_p50 ms, p95 $lat_p95 ms, p99 $lat_p99 ms" \
     "max $lat_max ms, $lat_n samples; over 10 ms: $lat_slow in $lat_slow_s s (worst $lat_worst)"
-  read -r to_p99 to_max to_slow req_p99 req_max req_slow <<<"${R[latency_split]}"
-  row "4. the same: enqueue -> request start / the request" "p99 $to_p99 / $req_p99 ms, max $to_max / $req_max ms" \
-    "over 10 ms: $to_slow / $req_slow (attempt log)"
 fi
 want 5 && row "5. HTTP drain with 1M sent + 100k DLQ" "${R[backlog]% *} msg/s, ${R[backlog]#* } ms CPU/1k" \
   "ratio $(ratio "${R[backlog]% *}" "$http_rate") to case 2"
