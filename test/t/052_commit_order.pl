@@ -348,6 +348,34 @@ is( $node->safe_psql('postgres', q{SELECT string_agg(format('%s:%s:%s', ordering
 	               array_agg(id ORDER BY ordering_seq NULLS FIRST) = array_agg(id ORDER BY id) AS ordered
 	          FROM outbox.messages WHERE endpoint = 's11' GROUP BY ordering_key) k}),
 	join(' ', map { "m$_:1:t" } 1 .. 6), "6. one DELETE of six keys' heads: each key's next message heads it");
+# A DELETE's keys are promoted by its statement's trigger. A user's AFTER DELETE row
+# trigger that deletes a queue row of another key in a block that fails (a
+# subtransaction, rolled back) fires before it: the inner DELETE's promotion goes with
+# the rollback, and the outer DELETE's key is still promoted, by its own trigger (had the
+# inner one taken the outer's keys, their promotion would go with the rollback too).
+$node->safe_psql('postgres', sprintf(q{SELECT outbox.create_endpoint('s19', url => '%s', ordered => true);
+	SELECT outbox.pause_endpoint('s19')}, $recv->url('/hooks/s19')));
+$node->safe_psql('postgres', enqueue_sql('s19', "$_", $_ < 3 ? 'outer' : 'inner')) for 1 .. 4;
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION test_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF OLD.ordering_key = 'outer' THEN
+			BEGIN
+				DELETE FROM outbox.messages WHERE endpoint = 's19' AND ordering_key = 'inner' AND ordering_seq IS NULL;
+				RAISE EXCEPTION 'audit failed';
+			EXCEPTION WHEN raise_exception THEN NULL;
+			END;
+		END IF;
+		RETURN NULL;
+	END $$;
+	CREATE TRIGGER zz_test_audit AFTER DELETE ON outbox.messages FOR EACH ROW EXECUTE FUNCTION test_audit()});
+$node->safe_psql('postgres', q{DELETE FROM outbox.messages WHERE endpoint = 's19' AND ordering_key = 'outer' AND ordering_seq IS NULL});
+$node->safe_psql('postgres', q{DROP TRIGGER zz_test_audit ON outbox.messages; DROP FUNCTION test_audit()});
+is( $node->safe_psql('postgres', q{SELECT string_agg(format('%s:%s/%s', ordering_key, heads, n), ' ' ORDER BY ordering_key)
+	  FROM (SELECT ordering_key, count(*) FILTER (WHERE ordering_seq IS NULL) AS heads, count(*) AS n
+	          FROM outbox.messages WHERE endpoint = 's19' GROUP BY ordering_key) k}),
+	'inner:1/2 outer:1/1',
+	"6. a user's trigger deleting in a block rolled back: the outer DELETE's key still gets a head, the inner key keeps its own");
 
 # A transaction that deletes a head and enqueues to its key: one head, the promoted one.
 my $promoted = $sp[2];
