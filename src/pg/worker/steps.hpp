@@ -60,8 +60,9 @@ std::vector<core::EndpointView> claim_views(const WorkerState& state, int64_t no
 // result, a commit, or when something of theirs comes due).
 bool claim_worth_running(WorkerState& state);
 // requests.cpp: the claimed HTTP messages to the delivery thread (claimed -> queued), or
-// to the DLQ when they cannot be sent as they stand.
-void start_http(WorkerState& state, const std::vector<store::ClaimedMessage>& claimed, int64_t claim_id);
+// to the DLQ when they cannot be sent as they stand. Their payloads are moved into the
+// requests.
+void start_http(WorkerState& state, std::vector<store::ClaimedMessage>& claimed, int64_t claim_id);
 // A claimed message that goes to the DLQ without a request: this attempt was never made,
 // so the attempts recorded stay those before it.
 void dead_letter_unsent(WorkerState& state, const store::ClaimedMessage& m, core::DeadReason reason, std::string error);
