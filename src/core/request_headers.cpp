@@ -30,8 +30,8 @@ bool is_reserved(std::string_view name) {
 }
 
 std::string line(std::string_view name, std::string_view value) {
-  // Sized at once: built from the name and grown, a line was two allocations (a quarter
-  // of the allocations of an HTTP drain's main thread went to building header lines).
+  // Sized at once: built from the name and grown, a line was two allocations (a third of
+  // the time an HTTP drain's main thread spent in malloc and free went to header lines).
   std::string out;
   out.reserve(name.size() + 2 + value.size());
   out.append(name);
@@ -114,7 +114,7 @@ std::string webhook_id_for(std::string_view idempotency_key, int64_t message_id,
   if (!idempotency_key.empty()) return std::string(idempotency_key);
   if (source.instance.empty() || message_id < source.legacy_below) return "msg_" + std::to_string(message_id);
   std::string id;
-  id.reserve(4 + source.instance.size() + 1 + 20);
+  id.reserve(4 + source.instance.size() + 1 + 20);  // "msg_", the instance, '_', an int64
   id += "msg_";
   id += source.instance;
   id += '_';
