@@ -92,15 +92,15 @@ def main():
                         sock, _ = listener.accept()
                     except BlockingIOError:
                         continue
-                    sock.setblocking(False)
+                    # Blocking: the loop reads only what select() said is there, and a
+                    # response is sent whole however the socket's buffer stands.
+                    sock.setblocking(True)
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     selector.register(sock, selectors.EVENT_READ, Connection(sock))
                     continue
                 conn = key.data
                 try:
                     data = conn.sock.recv(65536)
-                except (BlockingIOError, InterruptedError):
-                    continue
                 except OSError:
                     data = b""
                 if not data:
