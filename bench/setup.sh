@@ -87,15 +87,18 @@ for _ in $(seq 300); do [ -n "$(worker_pid)" ] && break; sleep 0.1; done
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 now() { date +%s.%N; }
 
-# fill ENDPOINT N [KEYS]: a paused backlog of N ~200-byte JSON messages.
+# fill ENDPOINT N [KEYS]: a paused backlog of N ~200-byte JSON messages, in one
+# transaction; with KEYS, spread over that many ordering keys and enqueued with
+# outbox.enqueue, which writes an ordered endpoint's followers as producers' messages are
+# written (ordering.hpp, kProvisionalSeq: a plain INSERT's rows come without a number, and
+# each follower's first version then lies in the claim index until the commit numbers it).
+# A plain INSERT otherwise, the same rows 1.4 times as fast.
 fill() {
-  local keys=${3:-0}
-  bench_sql -c "SELECT outbox.pause_endpoint('$1')" \
-    -c "INSERT INTO outbox.messages (endpoint, event_type, payload, ordering_key)
-        SELECT '$1', 'order.created',
-               jsonb_build_object('order_id', g, 'customer', 'c' || g, 'note', repeat('x', 120)),
-               CASE WHEN $keys > 0 THEN 'k' || (g % $keys) END
-          FROM generate_series(1, $2) g" >/dev/null
+  local keys=${3:-0} payload="jsonb_build_object('order_id', g, 'customer', 'c' || g, 'note', repeat('x', 120))"
+  local rows="INSERT INTO outbox.messages (endpoint, event_type, payload) SELECT '$1', 'order.created', $payload"
+  [ "$keys" -gt 0 ] &&
+    rows="SELECT count(outbox.enqueue('$1', $payload, 'order.created', ordering_key => 'k' || (g % $keys)))"
+  bench_sql -c "SELECT outbox.pause_endpoint('$1')" -c "$rows FROM generate_series(1, $2) g" >/dev/null
 }
 # How many messages of ENDPOINT the worker has sent or dead-lettered since it started
 # (its counters in shared memory: reading them costs nothing).

@@ -31,8 +31,9 @@
 // idempotency key among them); a row is noted once (notes.cpp keeps the notes, and what a
 // rolled-back savepoint takes back of them). The first commit-time call places them all,
 // after taking all their locks: rows of the same transaction never take each other for
-// a head. Until then a row of its own has no number and would look like a head to the
-// transaction's promotions: those place the rows of their keys first.
+// a head. Until then a row of its own has no number (or a provisional one:
+// kProvisionalSeq) and would look like a head (or a follower) to the transaction's
+// promotions: those place the rows of their keys first.
 #include "pg/ordering/ordering.hpp"
 
 #include "core/ordering_lock.hpp"
@@ -209,9 +210,11 @@ void place(const std::vector<Note>& notes) {
       // In a key, the messages moved into it come first (they committed before this
       // transaction: a key's head, then its followers in their order), then those this
       // transaction inserted.
-      std::sort(batch.begin(), batch.end(), [](const Note& a, const Note& b) {
-        return std::tie(a.endpoint, a.key, b.moved, a.preset, a.id) <
-               std::tie(b.endpoint, b.key, a.moved, b.preset, b.id);
+      // A provisional number (kProvisionalSeq) orders like none: by the row's id.
+      const auto number = [](const Note& e) { return e.preset == kProvisionalSeq ? std::nullopt : e.preset; };
+      std::sort(batch.begin(), batch.end(), [&](const Note& a, const Note& b) {
+        return std::forward_as_tuple(a.endpoint, a.key, b.moved, number(a), a.id) <
+               std::forward_as_tuple(b.endpoint, b.key, a.moved, number(b), b.id);
       });
       place_sorted(batch);
     });

@@ -325,8 +325,11 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
 
   int64 id = 0;
   int64 inserted = 0;  // 0 when the message with the idempotency key was already in
+  bool provisional = false;
   if (key == nullptr) {
-    id = inserted = insert_row(fcinfo, next_attempt_at, owner, facts.ordered);
+    const Inserted row = insert_row(fcinfo, next_attempt_at, owner, facts.ordered);
+    id = inserted = row.id;
+    provisional = row.provisional;
   } else {
     const KeyedInsert keyed =
         insert_or_find_with_key(fcinfo, {kEventType, kPayload, kHeaders, kOrderingKey, kIdempotencyKey}, endpoint,
@@ -343,7 +346,8 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
   if (inserted != 0 && key == nullptr && facts.ordered && !PG_ARGISNULL(kOrderingKey)) {
     const char* ordering_key =
         pg_call([&] { return static_cast<const char*>(TextDatumGetCString(PG_GETARG_DATUM(kOrderingKey))); });
-    pg_outbox::pg::order_at_commit(inserted, name, ordering_key);
+    pg_outbox::pg::order_at_commit(inserted, name, ordering_key,
+                                   provisional ? std::optional<int64_t>(pg_outbox::pg::kProvisionalSeq) : std::nullopt);
   }
   // With the constraints immediate, its commit-time trigger has fired already and left
   // it to be placed now.

@@ -4,8 +4,10 @@
 #include "pg/producer/enqueue_row.hpp"
 
 #include "pg/boundary/spi.hpp"
+#include "pg/ordering/ordering.hpp"
 
 extern "C" {
+#include "access/genam.h"
 #include "access/table.h"
 #include "catalog/dependency.h"
 #include "catalog/namespace.h"
@@ -18,9 +20,11 @@ extern "C" {
 #include "parser/parse_relation.h"
 #include "rewrite/rewriteHandler.h"
 #include "utils/datum.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 }
 
 #include <cstring>
@@ -37,7 +41,8 @@ struct MessagesTable {
   Oid relid = InvalidOid;
   Oid sequence = InvalidOid;  // of the id identity
   AttrNumber id, endpoint, event_type, payload, headers, ordering_key, idempotency_key, attempts, next_attempt_at,
-      created_at;
+      created_at, ordering_seq;
+  Oid ordering_index = InvalidOid;  // messages_ordering_idx (endpoint, ordering_key, ordering_seq)
   bool as_installed = false;
 };
 
@@ -146,6 +151,14 @@ const MessagesTable& messages_table(Relation rel) {
   fresh.attempts = column("attempts");
   fresh.next_attempt_at = column("next_attempt_at");
   fresh.created_at = column("created_at");
+  fresh.ordering_seq = column("ordering_seq");
+  List* indexes = RelationGetIndexList(rel);
+  ListCell* cell;
+  foreach (cell, indexes) {
+    const char* name = get_rel_name(lfirst_oid(cell));
+    if (name != nullptr && strcmp(name, "messages_ordering_idx") == 0) fresh.ordering_index = lfirst_oid(cell);
+  }
+  list_free(indexes);
   fresh.sequence = getIdentitySequence(RelationGetRelid(rel), fresh.id, false);
   fresh.as_installed = table_as_installed(rel);
   if (!fresh.as_installed)
@@ -162,6 +175,7 @@ struct Insert {
   EState* estate = nullptr;
   ResultRelInfo* result = nullptr;
   TupleTableSlot* slot = nullptr;
+  TupleTableSlot* found = nullptr;  // a row of the queue, read by key_has_messages
   const MessagesTable* table = nullptr;
   int64 id = 0;
 };
@@ -216,7 +230,54 @@ void build(Insert& in, RowValues& row, TimestampTz next_attempt_at) {
   set(table.attempts, Int32GetDatum(0));
   set(table.next_attempt_at, TimestampTzGetDatum(next_attempt_at));
   set(table.created_at, TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()));
+  if (row.provisional) set(table.ordering_seq, Int64GetDatum(kProvisionalSeq));
   ExecStoreVirtualTuple(slot);
+}
+
+// Whether the commit order's trigger fires for this session's rows: not when it is
+// disabled, nor under session_replication_role = replica unless it is made to. A row it
+// does not place must not wait with a provisional number.
+bool commit_order_fires(Relation rel) {
+  const TriggerDesc* triggers = rel->trigdesc;
+  if (triggers == nullptr) return false;
+  for (int i = 0; i < triggers->numtriggers; ++i) {
+    const Trigger& t = triggers->triggers[i];
+    if (strcmp(t.tgname, kOrderTrigger) != 0) continue;
+    if (SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA)
+      return t.tgenabled == TRIGGER_FIRES_ON_REPLICA || t.tgenabled == TRIGGER_FIRES_ALWAYS;
+    return t.tgenabled == TRIGGER_FIRES_ON_ORIGIN || t.tgenabled == TRIGGER_FIRES_ALWAYS;
+  }
+  return false;
+}
+
+// Whether the row's key has a message this transaction sees now, committed or its own
+// (SnapshotSelf: no snapshot taken, and the rows of this statement's earlier calls count):
+// then the row will most likely follow at commit, and goes in with a provisional number
+// (ordering.hpp, kProvisionalSeq). A guess only: the commit decides, under the key's lock.
+// One descent of the ordering index, which stops at the key's first live entry.
+bool key_has_messages(Insert& in, const RowValues& row) {
+  Relation index = nullptr;
+  for (int i = 0; i < in.result->ri_NumIndices && index == nullptr; ++i)
+    if (RelationGetRelid(in.result->ri_IndexRelationDescs[i]) == in.table->ordering_index)
+      index = in.result->ri_IndexRelationDescs[i];
+  // Its first two columns as installed, or no guess (the index is looked for by name).
+  const Form_pg_index form = index == nullptr ? nullptr : index->rd_index;
+  if (form == nullptr || form->indnkeyatts < 2 || form->indkey.values[0] != in.table->endpoint ||
+      form->indkey.values[1] != in.table->ordering_key)
+    return false;
+  // The index's own collations: the search compares with them.
+  ScanKeyData keys[2];
+  ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid, index->rd_indcollation[0], F_TEXTEQ,
+                         row.endpoint.value);
+  ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid, index->rd_indcollation[1], F_TEXTEQ,
+                         row.ordering_key.value);
+  if (in.found == nullptr) in.found = table_slot_create(in.rel, &in.estate->es_tupleTable);
+  IndexScanDesc scan = index_beginscan(in.rel, index, SnapshotSelf, 2, 0);
+  index_rescan(scan, keys, 2, nullptr, 0);
+  const bool found = index_getnext_slot(scan, ForwardScanDirection, in.found);
+  index_endscan(scan);
+  ExecClearTuple(in.found);
+  return found;
 }
 
 // The table as installed: its CHECK constraints test what enqueue has just checked, and
@@ -275,9 +336,11 @@ void insert_rows(std::vector<RowValues>& rows, TimestampTz next_attempt_at, Oid 
   Insert in;
   pg_call([&] { open(in); });
   for (RowValues& row : rows) {
+    const bool keyed_in_order = row.ordered && !row.ordering_key.isnull;
+    if (keyed_in_order && in.table->as_installed)
+      pg_call([&] { row.provisional = commit_order_fires(in.rel) && key_has_messages(in, row); });
     pg_call([&] { build(in, row, next_attempt_at); });
     if (in.table->as_installed) {
-      const bool keyed_in_order = row.ordered && !row.ordering_key.isnull;
       pg_call([&] { insert_directly(in, keyed_in_order); });
     } else {
       as_owner(owner, [&] { pg_call([&] { insert_with_checks(in); }); });
@@ -286,7 +349,7 @@ void insert_rows(std::vector<RowValues>& rows, TimestampTz next_attempt_at, Oid 
   pg_call([&] { close(in); });
 }
 
-int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner, bool ordered) {
+Inserted insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner, bool ordered) {
   auto argument = [&](int n) {
     NullableDatum value;
     value.isnull = PG_ARGISNULL(n);
@@ -304,7 +367,7 @@ int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner
   row.idempotency_key.value = Datum(0);
   row.ordered = ordered;
   insert_rows(rows, next_attempt_at, owner);
-  return row.id;
+  return {row.id, row.provisional};
 }
 
 int64 next_message_id() {

@@ -15,10 +15,15 @@ namespace pg_outbox::pg::enqueue {
 // outbox.enqueue's arguments, in order.
 enum Argument { kEndpoint, kPayload, kEventType, kHeaders, kOrderingKey, kIdempotencyKey, kDeliverAt };
 
-// One row into outbox.messages with the function's arguments; returns its id. `ordered`:
-// the endpoint is ordered (its keyed message is placed in commit order at commit).
-// `owner`: the extension's owner, whom the executor's checks of a changed table run as.
-int64 insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner, bool ordered);
+// A row inserted: its id, and whether it went in with a provisional number (RowValues).
+struct Inserted {
+  int64 id;
+  bool provisional;
+};
+// One row into outbox.messages with the function's arguments. `ordered`: the endpoint is
+// ordered (its keyed message is placed in commit order at commit). `owner`: the
+// extension's owner, whom the executor's checks of a changed table run as.
+Inserted insert_row(FunctionCallInfo fcinfo, TimestampTz next_attempt_at, Oid owner, bool ordered);
 
 // A row's values (outbox.publish's rows: one per subscriber). `id`: taken from the
 // identity sequence before the insert when not 0 (publish needs its first row's id to
@@ -27,6 +32,9 @@ struct RowValues {
   int64 id = 0;
   NullableDatum endpoint, event_type, payload, headers, ordering_key, idempotency_key;
   bool ordered = false;  // the endpoint is ordered
+  // Set by the insert: the row went in with a provisional number (ordering.hpp,
+  // kProvisionalSeq), which its note (order_at_commit) must carry.
+  bool provisional = false;
 };
 // The next id of the queue's identity sequence.
 int64 next_message_id();

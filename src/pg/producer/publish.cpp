@@ -246,7 +246,9 @@ PG_OUTBOX_FUNCTION(pg_outbox_publish) {
       const std::string ordering_key =
           pg_call([&] { return static_cast<const char*>(TextDatumGetCString(PG_GETARG_DATUM(kOrderingKey))); });
       for (size_t i = 0; i < rows.size(); ++i)
-        if (rows[i].ordered) order_at_commit(rows[i].id, subscribers[i].name, ordering_key);
+        if (rows[i].ordered)
+          order_at_commit(rows[i].id, subscribers[i].name, ordering_key,
+                          rows[i].provisional ? std::optional<int64_t>(kProvisionalSeq) : std::nullopt);
     }
     place_noted_if_asked(owner);
   }
