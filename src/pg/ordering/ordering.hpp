@@ -17,12 +17,13 @@ namespace pg_outbox::pg {
 // (NULL). Inserted without a number, the message entered the claim index and the head's
 // range of the ordering index until its commit numbered it, and that first version, dead
 // from then on, cost a heap page to the first scan of each that met it (the worker's claim,
-// its lookup of the key's next messages). With this number its entry lies before every
-// real number (drawn from outbox.commit_order: 1 and up), where the lookup, which reads
-// numbers above the last one it found, never goes. Only the inserting transaction ever
+// its lookup of the key's next messages, a promotion). With this number its entry lies
+// after every real number (drawn from outbox.commit_order), where a scan from the key's
+// first entry stops before it (at the key's first message still there), and the worker's
+// lookup never goes (it reads below this number). Only the inserting transaction ever
 // sees a row with it; placing it at commit treats it as no number (the row's id orders it
 // among the transaction's rows).
-constexpr int64_t kProvisionalSeq = INT64_MIN;
+constexpr int64_t kProvisionalSeq = INT64_MAX;
 
 // This transaction inserted message `id` under an ordering key (outbox.enqueue, for an
 // ordered endpoint, or a plain INSERT, with the ordering_seq it came with), or moved it

@@ -38,6 +38,7 @@
 
 #include "core/ordering_lock.hpp"
 #include "pg/boundary/spi.hpp"
+#include "pg/ordering/ordering.hpp"
 #include "pg/runtime/shared_state.hpp"
 #include "pg/runtime/transaction_events.hpp"
 
@@ -286,6 +287,9 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
   // The rows come back unsorted and are put in order here: an ORDER BY over the whole
   // result sorted thousands of rows the index had already read in order, and extract()
   // is numeric arithmetic; date_part is float8, exact to the microsecond for any delay.
+  // Below the provisional number ($5): the first versions of the key's followers lie
+  // there, dead since their commits, and a lookup that found fewer than $3 messages went on
+  // to walk them all.
   static Statement lookup(R"sql(
     SELECT k.i, f.id, f.ordering_seq, (date_part('epoch', f.next_attempt_at - now()) * 1000000)::bigint, f.ctid
       FROM unnest($1::text[], $2::text[], $4::bigint[]) WITH ORDINALITY AS k(endpoint, ordering_key, after, i)
@@ -295,9 +299,10 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
         UNION ALL
         (SELECT f.id, f.ordering_seq, f.next_attempt_at, f.ctid FROM outbox.messages f
           WHERE f.endpoint = k.endpoint AND f.ordering_key = k.ordering_key AND f.ordering_seq > k.after
+            AND f.ordering_seq < $5
           ORDER BY f.ordering_seq NULLS FIRST LIMIT $3)) f
   )sql",
-                          {TEXTARRAYOID, TEXTARRAYOID, INT4OID, INT8ARRAYOID}, Statement::Plan::kGeneric);
+                          {TEXTARRAYOID, TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID}, Statement::Plan::kGeneric);
   // Read after the keys' locks were taken (by the settle, before it moved the heads) and
   // before the lookup: a change that reordered these keys committed before, or counts as
   // after.
@@ -334,8 +339,8 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
     lines_now[key] = first.due <= now ? std::optional<Line>(std::move(next)) : std::nullopt;
   }
   if (!look_keys.empty()) {
-    Rows rows = lookup.run(
-        {text_array(look_endpoints), text_array(look_keys), Int32GetDatum(kLookAhead), int8_array(look_after)});
+    Rows rows = lookup.run({text_array(look_endpoints), text_array(look_keys), Int32GetDatum(kLookAhead),
+                            int8_array(look_after), Int64GetDatum(kProvisionalSeq)});
     // Each key's messages together, its head in the table (no number) first.
     struct Found {
       size_t key;
