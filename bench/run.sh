@@ -245,32 +245,39 @@ case_6c() {
   R[ordered_beside_pull]="$(printf '%s\n' "${rates[@]}" | median) $(printf '%s\n' "${cpus[@]}" | median)"
 }
 
+# With them, an enqueue to an ordered endpoint whose 1,000 keys have messages waiting (the
+# endpoint paused): each commit takes its key's lock, finds the key's messages and numbers
+# the new one (ordering.cpp, place), which is what ordering costs a producer.
 case_8() {
-  log "8. publish to 1 and to 5 subscribers beside enqueue (pgbench, 4 clients, $ROUNDS interleaved rounds of $ROUND_SECONDS s, endpoints paused)"
+  log "8. publish to 1 and to 5 subscribers, and enqueue to an ordered endpoint, beside enqueue (pgbench, 4 clients, $ROUNDS interleaved rounds of $ROUND_SECONDS s, endpoints paused)"
   bench_sql -c "SELECT outbox.create_endpoint('parked' || i, url => 'http://127.0.0.1:$NGINX_PORT/parked')
                   FROM generate_series(2, 5) i" -c "SELECT outbox.pause_endpoint('parked' || i) FROM generate_series(2, 5) i" \
     -c "SELECT outbox.subscribe('parked', ARRAY['order.one', 'order.five'])" \
-    -c "SELECT outbox.subscribe('parked' || i, ARRAY['order.five']) FROM generate_series(2, 5) i" >/dev/null
+    -c "SELECT outbox.subscribe('parked' || i, ARRAY['order.five']) FROM generate_series(2, 5) i" \
+    -c "SELECT outbox.pause_endpoint('ordered')" >/dev/null
   for v in enqueue:"outbox.enqueue('parked', jsonb_build_object('customer', :c, 'amount', 10), event_type => 'order.one')" \
     pub1:"outbox.publish('order.one', jsonb_build_object('customer', :c, 'amount', 10))" \
-    pub5:"outbox.publish('order.five', jsonb_build_object('customer', :c, 'amount', 10))"; do
+    pub5:"outbox.publish('order.five', jsonb_build_object('customer', :c, 'amount', 10))" \
+    ordered:"outbox.enqueue('ordered', jsonb_build_object('customer', :c, 'amount', 10), event_type => 'order.one', ordering_key => 'k' || (:c % 1000))"; do
     printf '\\set c random(1, 100000)\nSELECT %s;\n' "${v#*:}" >"$work/${v%%:*}.sql"
   done
   chmod 644 "$work"/*.sql
   declare -A T t
-  r_pub1=() r_pub5=()
+  r_pub1=() r_pub5=() r_ordered=()
   for round in $(seq "$ROUNDS"); do
-    order=(enqueue pub1 pub5)
-    ((round % 2)) || order=(pub5 pub1 enqueue)
+    order=(enqueue pub1 pub5 ordered)
+    ((round % 2)) || order=(ordered pub5 pub1 enqueue)
     t=()
     for v in "${order[@]}"; do t[$v]=$(tps "$v"); T[$v]+="${t[$v]} "; done
     r_pub1+=("$(ratio "${t[pub1]}" "${t[enqueue]}")")
     r_pub5+=("$(ratio "${t[pub5]}" "${t[enqueue]}")")
-    echo "round $round: enqueue ${t[enqueue]}, publish to 1 ${t[pub1]}, to 5 ${t[pub5]} TPS"
+    r_ordered+=("$(ratio "${t[ordered]}" "${t[enqueue]}")")
+    echo "round $round: enqueue ${t[enqueue]}, publish to 1 ${t[pub1]}, to 5 ${t[pub5]}, enqueue to an ordered endpoint ${t[ordered]} TPS"
   done
-  for v in enqueue pub1 pub5; do R[tps_$v]=$(tr ' ' '\n' <<<"${T[$v]}" | grep . | median | xargs printf '%.0f'); done
+  for v in enqueue pub1 pub5 ordered; do R[tps_$v]=$(tr ' ' '\n' <<<"${T[$v]}" | grep . | median | xargs printf '%.0f'); done
   R[r_pub1]=$(printf '%s\n' "${r_pub1[@]}" | spread)
   R[r_pub5]=$(printf '%s\n' "${r_pub5[@]}" | spread)
+  R[r_ordered]=$(printf '%s\n' "${r_ordered[@]}" | spread)
   bench_sql -c "DELETE FROM outbox.messages" -c "SELECT outbox.unsubscribe(name) FROM outbox.endpoints" \
     -c "SELECT outbox.drop_endpoint('parked' || i) FROM generate_series(2, 5) i" -c "VACUUM outbox.messages" >/dev/null
 }
@@ -512,6 +519,7 @@ want 7c && row "7c. HTTP drain, signed with two secrets (rotation)" "${R[signed_
 if want 8; then
   row "8. publish to 1 subscriber" "${R[tps_pub1]} TPS" "enqueue ${R[tps_enqueue]} TPS, ratio $(sp r_pub1)"
   row "8. publish to 5 subscribers" "${R[tps_pub5]} TPS" "ratio $(sp r_pub5) to enqueue"
+  row "8. enqueue to an ordered endpoint, 1,000 keys waiting" "${R[tps_ordered]} TPS" "ratio $(sp r_ordered) to enqueue"
 fi
 if want 9; then
   rate() { awk -v s="$1" 'BEGIN {printf "%.0f", 100000 / s}'; }
