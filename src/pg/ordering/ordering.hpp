@@ -24,6 +24,10 @@ namespace pg_outbox::pg {
 // sees a row with it; placing it at commit treats it as no number (the row's id orders it
 // among the transaction's rows).
 constexpr int64_t kProvisionalSeq = INT64_MAX;
+// The number a row was inserted with, as order_at_commit takes it: provisional, or none.
+inline std::optional<int64_t> inserted_seq(bool provisional) {
+  return provisional ? std::optional<int64_t>(kProvisionalSeq) : std::nullopt;
+}
 
 // This transaction inserted message `id` under an ordering key (outbox.enqueue, for an
 // ordered endpoint, or a plain INSERT, with the ordering_seq it came with), or moved it

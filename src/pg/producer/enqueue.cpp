@@ -346,8 +346,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_enqueue) {
   if (inserted != 0 && key == nullptr && facts.ordered && !PG_ARGISNULL(kOrderingKey)) {
     const char* ordering_key =
         pg_call([&] { return static_cast<const char*>(TextDatumGetCString(PG_GETARG_DATUM(kOrderingKey))); });
-    pg_outbox::pg::order_at_commit(inserted, name, ordering_key,
-                                   provisional ? std::optional<int64_t>(pg_outbox::pg::kProvisionalSeq) : std::nullopt);
+    pg_outbox::pg::order_at_commit(inserted, name, ordering_key, pg_outbox::pg::inserted_seq(provisional));
   }
   // With the constraints immediate, its commit-time trigger has fired already and left
   // it to be placed now.

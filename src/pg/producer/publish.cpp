@@ -247,8 +247,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_publish) {
           pg_call([&] { return static_cast<const char*>(TextDatumGetCString(PG_GETARG_DATUM(kOrderingKey))); });
       for (size_t i = 0; i < rows.size(); ++i)
         if (rows[i].ordered)
-          order_at_commit(rows[i].id, subscribers[i].name, ordering_key,
-                          rows[i].provisional ? std::optional<int64_t>(kProvisionalSeq) : std::nullopt);
+          order_at_commit(rows[i].id, subscribers[i].name, ordering_key, inserted_seq(rows[i].provisional));
     }
     place_noted_if_asked(owner);
   }
