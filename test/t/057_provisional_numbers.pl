@@ -18,6 +18,8 @@
 #  5. Where the commit will not place a row (session_replication_role = replica, the
 #     commit order's trigger disabled), no row goes in with a provisional number: it
 #     would wait forever.
+#  6. Provisional messages moved to another key by their own transaction: placed in the
+#     key they are in at the commit.
 use strict;
 use warnings;
 
@@ -125,12 +127,24 @@ sql($node, enqueue('f', 3));
 sql($node, 'ALTER TABLE outbox.messages ENABLE TRIGGER messages_order_at_commit');
 is( sql($node, q{SELECT count(*) FROM outbox.messages WHERE ordering_seq = 9223372036854775807}),
 	'0', 'the commit order trigger disabled: none either; nothing is left provisional');
-# The two unplaced rows of f are heads (no order kept without the trigger): delivered.
+# f's rows were not placed (heads all: no order is kept without the trigger): out of the way.
 sql($node, q{DELETE FROM outbox.messages WHERE ordering_key = 'f'});
+
+# 6. Provisional messages that their own transaction moves to another key: placed in the
+#    key they are in at the commit, the head of an empty one, a follower of a busy one.
+sql($node, join(";\n",
+		'BEGIN',
+		q{SELECT outbox.enqueue('p', '{"key": "g", "n": 1}', ordering_key => 'a')},
+		q{SELECT outbox.enqueue('p', '{"key": "b", "n": 4}', ordering_key => 'e')},
+		q{UPDATE outbox.messages SET ordering_key = payload->>'key'
+		   WHERE ordering_seq = 9223372036854775807 AND ordering_key <> payload->>'key'},
+		'COMMIT'));
+is(places('g'), 'head', 'moved into an empty key: its head');
+is(places('b'), 'head,n,n,n', 'moved into a busy key: numbered behind it');
 
 # Every message is delivered, each key in its order.
 my $total = sql($node, q{SELECT count(*) FROM outbox.messages WHERE endpoint = 'p'});
-is($total, 13, 'thirteen messages wait');
+is($total, 15, 'fifteen messages wait');
 sql($node, q{SELECT outbox.resume_endpoint('p')});
 ok(wait_sql($node, qq{SELECT count(*) = $total FROM outbox.history WHERE endpoint = 'p'}), 'all of them delivered');
 my %order;
@@ -140,10 +154,11 @@ for my $r (sort { $a->{seq} <=> $b->{seq} } @{ $recv->requests(path => '/hooks/p
 	push @{ $order{ $p->{key} } }, $p->{n};
 }
 is(join(',', @{ $order{a} }), '1,2,3,4,5', 'a in commit order');
-is(join(',', @{ $order{b} }), '1,2,3',     'b in its order');
+is(join(',', @{ $order{b} }), '1,2,3,4',   'b in its order, the message moved into it last');
 is(join(',', @{ $order{c} }), '2',         'c: the message that became the head');
 is(join(',', @{ $order{d} }), '1,2',       'd in its order');
 is(join(',', @{ $order{e} }), '1,2',       'e in its order');
+is(join(',', @{ $order{g} }), '1',         'g: the message moved into it');
 
 $producer->quit;
 $node->stop;
