@@ -348,10 +348,10 @@ Rows promote_next_in_order(const std::vector<std::string>& endpoints, const std:
 void lock_orderings(std::vector<int32_t> locks) {
   std::sort(locks.begin(), locks.end());
   locks.erase(std::unique(locks.begin(), locks.end()), locks.end());
-  for (int32_t lock : locks)
-    pg_call([&] {
+  pg_call([&] {
+    for (int32_t lock : locks)
       DirectFunctionCall2(pg_advisory_xact_lock_int4, Int32GetDatum(core::kOrderingLockSpace), Int32GetDatum(lock));
-    });
+  });
 }
 
 }  // namespace pg_outbox::pg

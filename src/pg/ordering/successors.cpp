@@ -50,7 +50,6 @@ extern "C" {
 #include <array>
 #include <functional>
 #include <limits>
-#include <map>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -144,9 +143,16 @@ struct KeyIdHash {
 // Committed: what the claim takes, and the keys' lines.
 std::unordered_map<std::string, std::vector<Held>> ready_by_endpoint;
 std::unordered_map<KeyId, Line, KeyIdHash> lines;
-// This transaction's: found ready, lines replaced (nullopt: dropped), ids forgotten.
-std::vector<std::pair<std::string, Held>> found_now;
-std::unordered_map<KeyId, std::optional<Line>, KeyIdHash> lines_now;
+// This transaction's: found ready (by endpoint), lines replaced (nullopt: dropped, and
+// the find() call that replaced each), ids forgotten. Per endpoint, not per message: each
+// held message copied its endpoint's name, and the commit looked the endpoint up again.
+struct LineChange {
+  std::optional<Line> line;
+  uint64_t call = 0;  // of find(): a key that reaches one call twice moves on once
+};
+std::unordered_map<std::string, std::vector<Held>> found_now;
+std::unordered_map<KeyId, LineChange, KeyIdHash> lines_now;
+uint64_t find_calls = 0;
 std::unordered_set<int64_t> leaving_now;
 // The groups of the endpoints whose keyed messages this transaction (not the worker's)
 // reordered, one bit each.
@@ -207,11 +213,14 @@ void commit() {
       it = held.empty() ? ready_by_endpoint.erase(it) : std::next(it);
     }
   }
-  for (auto& [endpoint, held] : found_now) ready_by_endpoint[endpoint].push_back(held);
+  for (auto& [endpoint, held] : found_now) {
+    std::vector<Held>& ready = ready_by_endpoint[endpoint];
+    ready.insert(ready.end(), held.begin(), held.end());
+  }
   held_judged_at = std::max(held_judged_at, held_judged_now);
-  for (auto& [key, line] : lines_now) {
-    if (line) {
-      lines[key] = std::move(*line);
+  for (auto& [key, change] : lines_now) {
+    if (change.line) {
+      lines.insert_or_assign(key, std::move(*change.line));
     } else {
       lines.erase(key);
     }
@@ -230,14 +239,6 @@ void write_heads(const std::vector<int64_t>& ids, bool only_if_first) {
                          {INT8ARRAYOID});
   static Statement any("UPDATE outbox.messages m SET ordering_seq = NULL WHERE m.id = ANY ($1)", {INT8ARRAYOID});
   (only_if_first ? first : any).run({int8_array(ids)});
-}
-
-// The committed line of a key, with this transaction's change to it.
-const Line* line_of(const KeyId& key) {
-  auto now = lines_now.find(key);
-  if (now != lines_now.end()) return now->second ? &*now->second : nullptr;
-  auto it = lines.find(key);
-  return it == lines.end() ? nullptr : &it->second;
 }
 
 }  // namespace
@@ -305,38 +306,66 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
                           {TEXTARRAYOID, TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID}, Statement::Plan::kGeneric);
   // Read after the keys' locks were taken (by the settle, before it moved the heads) and
   // before the lookup: a change that reordered these keys committed before, or counts as
-  // after.
-  std::map<std::string, Versions> versions;
-  for (const std::string& endpoint : endpoints)
-    if (versions.count(endpoint) == 0) versions.emplace(endpoint, versions_of(endpoint));
+  // after. Once for each endpoint of the settle (a few), with its group and where what is
+  // found for it goes.
+  struct Endpoint {
+    Versions versions;
+    int group;
+    std::vector<Held>* found;
+  };
+  std::unordered_map<std::string, Endpoint> by_endpoint;
+  // The keys of one endpoint mostly come one after another: its name is compared, not hashed.
+  const std::string* last_name = nullptr;
+  const Endpoint* last_endpoint = nullptr;
+  auto endpoint_of = [&](const std::string& name) -> const Endpoint& {
+    if (last_name == nullptr || *last_name != name) {
+      auto [it, fresh] = by_endpoint.try_emplace(name);
+      if (fresh) it->second = {versions_of(name), group_of(name), &found_now[name]};
+      last_name = &it->first;
+      last_endpoint = &it->second;
+    }
+    return *last_endpoint;
+  };
   const TimestampTz now = pg_call([] { return GetCurrentTransactionStartTimestamp(); });
   std::vector<int64_t> not_due;
-  auto take = [&](const std::string& endpoint, const Waiting& next) {
+  auto take = [&](const Endpoint& endpoint, const Waiting& next) {
     if (next.due <= now) {
-      found_now.push_back({endpoint, {next.id, next.seq, next.tid, versions.at(endpoint)}});
+      endpoint.found->push_back({next.id, next.seq, next.tid, endpoint.versions});
     } else {
       not_due.push_back(next.id);  // a head in the table: the claim index knows when it comes due
     }
   };
+  // The keys to look up: each one's change (in lines_now) and endpoint.
   std::vector<std::string> look_endpoints, look_keys;
   std::vector<int64_t> look_after;
-  std::unordered_set<KeyId, KeyIdHash> seen;  // a key whose head left twice in one settle (sent and dead) moves on once
+  std::vector<std::pair<LineChange*, const Endpoint*>> looked;
+  const uint64_t call = ++find_calls;
   for (size_t i = 0; i < keys.size(); ++i) {
-    KeyId key{endpoints[i], keys[i]};
-    if (!seen.insert(key).second) continue;
-    const Line* line = line_of(key);
-    const bool current = line != nullptr && line->found == versions.at(key.first);
+    const Endpoint& endpoint = endpoint_of(endpoints[i]);
+    // The key's change in this transaction, if any, else its committed line: one hash
+    // of the key for both.
+    auto [change, fresh] = lines_now.try_emplace(KeyId{endpoints[i], keys[i]});
+    if (!fresh && change->second.call == call) continue;  // its head left twice (sent and dead): moves on once
+    change->second.call = call;
+    const Line* line = nullptr;
+    if (!fresh) {
+      line = change->second.line ? &*change->second.line : nullptr;
+    } else if (auto it = lines.find(change->first); it != lines.end()) {
+      line = &it->second;
+    }
+    const bool current = line != nullptr && line->found == endpoint.versions;
     if (!current || line->empty()) {
-      look_endpoints.push_back(key.first);
-      look_keys.push_back(key.second);
+      look_endpoints.push_back(endpoints[i]);
+      look_keys.push_back(keys[i]);
       look_after.push_back(current ? line->last_seq : std::numeric_limits<int64_t>::min());
-      lines_now[key] = std::nullopt;  // unless the lookup finds its next messages
+      change->second.line = std::nullopt;  // unless the lookup finds its next messages
+      looked.emplace_back(&change->second, &endpoint);
       continue;
     }
     Line next = *line;
     const Waiting first = (*next.messages)[next.next++];
-    take(key.first, first);
-    lines_now[key] = first.due <= now ? std::optional<Line>(std::move(next)) : std::nullopt;
+    take(endpoint, first);
+    change->second.line = first.due <= now ? std::optional<Line>(std::move(next)) : std::nullopt;
   }
   if (!look_keys.empty()) {
     Rows rows = lookup.run({text_array(look_endpoints), text_array(look_keys), Int32GetDatum(kLookAhead),
@@ -358,20 +387,19 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
       return a.message.seq < b.message.seq;
     });
     for (size_t r = 0; r < found.size();) {
-      const size_t k = found[r].key;
-      KeyId key{look_endpoints[k], look_keys[k]};
+      const auto [change, endpoint] = looked[found[r].key];
       // A head in the table first: the claim index has it, and this key needs no line.
       const bool head = found[r].head;
       const bool due = found[r].message.due <= now;
-      if (!head) take(key.first, found[r].message);
+      if (!head) take(*endpoint, found[r].message);
       int64_t last_seq = found[r].message.seq;
       auto rest = std::make_shared<std::vector<Waiting>>();
+      const size_t k = found[r].key;
       for (++r; r < found.size() && found[r].key == k; ++r) {
         rest->push_back(found[r].message);
         last_seq = found[r].message.seq;
       }
-      if (!head && due)
-        lines_now[key] = Line{std::move(rest), 0, versions.at(key.first), group_of(key.first), last_seq};
+      if (!head && due) change->line = Line{std::move(rest), 0, endpoint->versions, endpoint->group, last_seq};
     }
   }
   if (!not_due.empty()) write_heads(not_due, false);
