@@ -5,9 +5,9 @@
 # drains (default 2) of a BACKLOG-message backlog (1,000 keys for "ordered", ORDERED_KEYS
 # to change it), each printed with the worker's CPU per message, thread by thread (from
 # /proc/<pid>/task/*/stat: the main thread runs the SQL, the other one delivers), and the
-# statements that took the most time, in µs per message delivered, with the buffers each
-# read per row it returned (a lookup of an ordered drain reads 1.34, a heap page a row and
-# its share of index pages). Not a test; run by hand:
+# statements that took the most time, in µs and in buffers read per message delivered (an
+# ordered drain's lookups read 1.33, a heap page for each message found and their share of
+# index pages; in some drains 1.92, at three times the µs). Not a test; run by hand:
 #   bash bench/drain_statements.sh
 set -euo pipefail
 source "$(dirname "$0")/setup.sh"
@@ -39,11 +39,11 @@ for endpoint in ${ENDPOINTS:-http ordered}; do
     threads=$(join "$work/ticks0" "$work/ticks1" | awk -v n="$BACKLOG" -v hz="$(getconf CLK_TCK)" \
       '{printf "%s%s %.1f", (NR > 1 ? ", " : ""), $1, ($3 - $2) * 1e6 / hz / n}')
     echo "== $endpoint, drain $drain_number: ${r% *} msg/s, ${r#* } ms of worker CPU per 1,000; µs a message by thread: $threads"
-    echo "calls | plans | planning µs a message | execution µs a message | rows | buffers a row | statement"
+    echo "calls | plans | planning µs a message | execution µs a message | rows | buffers a message | statement"
     bench_sql -F ' | ' -c "
       SELECT calls, plans, round((total_plan_time * 1000 / $BACKLOG)::numeric, 2) AS plan_us,
              round((total_exec_time * 1000 / $BACKLOG)::numeric, 2) AS exec_us, rows,
-             round((shared_blks_hit + shared_blks_read)::numeric / greatest(rows, 1), 2) AS buffers_a_row,
+             round((shared_blks_hit + shared_blks_read)::numeric / $BACKLOG, 2) AS buffers_a_message,
              left(regexp_replace(query, '\s+', ' ', 'g'), 100)
         FROM pg_stat_statements
        WHERE dbid = (SELECT oid FROM pg_database WHERE datname = 'bench')
