@@ -214,6 +214,7 @@ void commit() {
     }
   }
   for (auto& [endpoint, held] : found_now) {
+    if (held.empty()) continue;  // an endpoint with nothing ready has no entry (settle_stale looks only when some do)
     std::vector<Held>& ready = ready_by_endpoint[endpoint];
     ready.insert(ready.end(), held.begin(), held.end());
   }
