@@ -7,6 +7,7 @@
 #pragma once
 
 #include "pg/boundary/boundary.hpp"
+#include "pg/boundary/hidden_index.hpp"
 #include "pg/boundary/postgres.hpp"
 
 extern "C" {
@@ -76,6 +77,9 @@ class Statement {
   };
   Statement(const char* sql, std::vector<Oid> argument_types, Plan plan = Plan::kChosen)
       : sql_(sql), argument_types_(std::move(argument_types)), generic_(plan == Plan::kGeneric) {}
+  // hidden: an index its plans never use (hidden_index.hpp), where another must answer.
+  Statement(const char* sql, std::vector<Oid> argument_types, Plan plan, IndexName hidden)
+      : sql_(sql), argument_types_(std::move(argument_types)), generic_(plan == Plan::kGeneric), hidden_(hidden) {}
   // nulls: one char per argument, 'n' for NULL (or empty: none is NULL); max_rows 0: all.
   Rows run(const std::vector<Datum>& arguments, Visibility visibility = Visibility::kStatement,
            const std::string& nulls = {}, long max_rows = 0);
@@ -85,6 +89,7 @@ class Statement {
   const char* sql_;
   std::vector<Oid> argument_types_;
   bool generic_;
+  std::optional<IndexName> hidden_;
   SPIPlanPtr plan_ = nullptr;
 };
 

@@ -1,8 +1,10 @@
 // _PG_init: the GUCs, the commit-time wake, the commit order's and max_pending's
-// bookkeeping (every backend), and — only when loaded through shared_preload_libraries — shared memory,
-// the statement hook that keeps the launcher informed, and the launcher, which starts
-// one delivery worker per database.
+// bookkeeping, the planner hook that hides an index from a statement (every backend),
+// and — only when loaded through shared_preload_libraries — shared memory, the
+// statement hook that keeps the launcher informed, and the launcher, which starts one
+// delivery worker per database.
 #include "pg/boundary/boundary.hpp"
+#include "pg/boundary/hidden_index.hpp"
 #include "pg/runtime/commit_wake.hpp"
 #include "pg/launcher/database_hold.hpp"
 #include "pg/ordering/ordering.hpp"
@@ -44,6 +46,7 @@ void register_launcher() {
 void _PG_init(void) {
   pg_outbox::pg::define_settings();
   pg_outbox::pg::register_transaction_events();
+  pg_outbox::pg::register_hidden_index_hook();
   if (!process_shared_preload_libraries_in_progress) {
     // SQL functions work; delivery needs the worker, which only the postmaster can start.
     // A WARNING: CREATE EXTENSION runs its script with client_min_messages raised to
