@@ -339,6 +339,22 @@ sleep 1;
 is_deeply([ grep { $_->{headers}{'webhook-id'} eq "$W$gone" } @{ $recv->requests(path => '/hooks/locked') } ], [],
 	'the deleted message was never sent');
 
+# 4c. The settle finds a sent message where the claim read its row (its ctid), and by its
+#     id when it is not there: an operator's UPDATE of a message whose request is in
+#     flight moves the row; the answer still takes it out of the queue into the history,
+#     once, and it is not sent again.
+
+$recv->add_rule(path => '/hooks/changed', delay_ms => 3000, times => 1);
+endpoint($node, $recv, 'changed', '/hooks/changed');
+my $changed = sql($node, q{SELECT outbox.enqueue('changed', '{"which": "changed in flight"}')});
+ok($recv->wait_requests('/hooks/changed', 1), 'the request of the message to change is at the receiver');
+sql($node, qq{UPDATE outbox.messages SET headers = '{"x-changed": "yes"}' WHERE id = $changed});
+ok(wait_sql($node, "SELECT status = 'sent' AND attempts = 1 FROM outbox.message($changed)", 30),
+	'the message changed while in flight is sent after one attempt');
+is(sql($node, "SELECT count(*) FROM outbox.messages WHERE id = $changed"), '0', '... its row left the queue');
+sleep 2;
+is(scalar @{ $recv->requests(path => '/hooks/changed') }, 1, '... and it was not sent again');
+
 # ---------------------------------------------------------------------------
 # End of section 1: the first request of the lease message ends (the receiver closes
 # it after 15 s, the endpoint's 20 s timeout not reached), unanswered: a retryable

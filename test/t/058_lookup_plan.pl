@@ -1,6 +1,6 @@
 #!/usr/bin/perl
-# The plan of the worker's lookup of an ordered key's next messages
-# (src/pg/ordering/successors.cpp) does not depend on when ANALYZE ran. Its head probe
+# The plans of the worker's lookup of an ordered key's next messages
+# (src/pg/ordering/successors.cpp), and of its settle, do not depend on when ANALYZE ran. Its head probe
 # (endpoint, key, no number) is answered by messages_ordering_idx; messages_claim_idx
 # (endpoint, next_attempt_at, for messages with no number) also qualifies, and an ANALYZE
 # that finds no committed row in a table with pages in use (a drained queue, or one a
@@ -64,6 +64,17 @@ my $by_claim = () = $log =~ /Index Scan using messages_claim_idx on messages h\b
 note("the lookup's head probe: $by_ordering plans by the ordering index, $by_claim by the claim index");
 cmp_ok($by_ordering, '>', 0, 'the lookups ran, their head probe on the ordering index');
 is($by_claim, 0, 'no lookup probed a head through the claim index');
+
+# The settle finds the sent rows where the claim read them, by a TID scan for each: never
+# through the primary key (after the same ANALYZE, its join to the places was planned as
+# a walk of the whole primary key, each row filtered by place).
+my @settles = grep { /USING unnest\(\$4::tid\[\]/ } split /\n(?=\S[^\n]*LOG:  duration:)/, $log;
+my @by_place = grep { /Tid Scan on messages m\b/ } @settles;
+my @by_key = grep { /messages_pkey on messages m\b/ } @settles;
+note(scalar(@settles) . ' settles by place: ' . scalar(@by_place) . ' by TID scans, ' . scalar(@by_key) . ' through the primary key');
+cmp_ok(scalar(@settles), '>', 0, 'the settles found the rows by place');
+is(scalar(@by_place), scalar(@settles), 'each by a TID scan');
+is(scalar(@by_key), 0, 'none through the primary key');
 
 # And each key arrived in order, once.
 my %seen;

@@ -5,9 +5,11 @@
 // counted no committed row in a table with pages in use (a drained queue, or one a
 // producer's open transaction is filling) leaves little in those estimates but each
 // index's size: the smaller index wins, even when it can use only part of the probe's
-// conditions. A generic plan made after such an ANALYZE keeps that choice until the
-// next invalidation. A statement that must use one index gets the other hidden from the
-// planner while it is planned (Statement, spi.hpp, plans inside its run).
+// conditions, or a whole index read in order beats a join's cheaper inner scans. A
+// generic plan made after such an ANALYZE keeps that choice until the next
+// invalidation. A statement that must not use an index has it hidden from the planner
+// while its own text is planned (Statement, spi.hpp, plans inside its run); statements
+// planned meanwhile inside it (a trigger's) see every index.
 #pragma once
 
 namespace pg_outbox::pg {
@@ -17,22 +19,23 @@ struct IndexName {
   const char* name;
 };
 
-// Installs the planner hook that hides the index (get_relation_info_hook, after any hook
-// loaded before). From _PG_init, in every backend: a statement hiding an index may run
-// in any of them.
-void register_hidden_index_hook();
+// Installs the planner hooks that hide the index (planner_hook and
+// get_relation_info_hook, after any loaded before). From _PG_init, in every backend: a
+// statement hiding an index may run in any of them.
+void register_hidden_index_hooks();
 
-// While it lives, plans made in this process leave the index out; the index hidden
-// before (if any) comes back when it ends.
+// While it lives, a plan made in this process for the statement text `sql` leaves the
+// index out; what was hidden before comes back when it ends.
 class HiddenIndex {
  public:
-  explicit HiddenIndex(const IndexName* index);
+  HiddenIndex(const char* sql, const IndexName* index);
   ~HiddenIndex();
   HiddenIndex(const HiddenIndex&) = delete;
   HiddenIndex& operator=(const HiddenIndex&) = delete;
 
  private:
-  const IndexName* previous_;
+  const char* previous_sql_;
+  const IndexName* previous_index_;
 };
 
 }  // namespace pg_outbox::pg

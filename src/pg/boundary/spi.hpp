@@ -78,7 +78,7 @@ class Statement {
   Statement(const char* sql, std::vector<Oid> argument_types, Plan plan = Plan::kChosen)
       : sql_(sql), argument_types_(std::move(argument_types)), generic_(plan == Plan::kGeneric) {}
   // hidden: an index its plans never use (hidden_index.hpp), where another must answer.
-  Statement(const char* sql, std::vector<Oid> argument_types, Plan plan, IndexName hidden)
+  Statement(const char* sql, std::vector<Oid> argument_types, Plan plan, std::optional<IndexName> hidden)
       : sql_(sql), argument_types_(std::move(argument_types)), generic_(plan == Plan::kGeneric), hidden_(hidden) {}
   // nulls: one char per argument, 'n' for NULL (or empty: none is NULL); max_rows 0: all.
   Rows run(const std::vector<Datum>& arguments, Visibility visibility = Visibility::kStatement,

@@ -46,7 +46,7 @@ void register_launcher() {
 void _PG_init(void) {
   pg_outbox::pg::define_settings();
   pg_outbox::pg::register_transaction_events();
-  pg_outbox::pg::register_hidden_index_hook();
+  pg_outbox::pg::register_hidden_index_hooks();
   if (!process_shared_preload_libraries_in_progress) {
     // SQL functions work; delivery needs the worker, which only the postmaster can start.
     // A WARNING: CREATE EXTENSION runs its script with client_min_messages raised to

@@ -84,7 +84,7 @@ std::string claim_sql(bool next_in_line) {
            CASE WHEN s.size <= $5 THEN m.payload::text END,
            m.headers::text, m.idempotency_key, m.attempts + 1, s.size,
            CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END,
-           CASE WHEN $6 THEN (extract(epoch FROM m.created_at) * 1000000)::bigint END, m.ordering_seq
+           CASE WHEN $6 THEN (extract(epoch FROM m.created_at) * 1000000)::bigint END, m.ordering_seq, m.ctid
       FROM outbox.messages m CROSS JOIN LATERAL (SELECT outbox._payload_size(m.payload) AS size) s
      WHERE m.ctid = ANY (ARRAY(SELECT ctid FROM budgeted))
   )sql";
@@ -125,6 +125,7 @@ std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int
     if (auto lock = rows.optional_int64(r, 8)) m.ordering_lock = static_cast<int32_t>(*lock);
     m.created_unix_us = rows.int64(r, 9);
     m.ordering_seq = rows.optional_int64(r, 10);
+    m.tid = rows.int64(r, 11);
   }
   std::sort(claimed.begin(), claimed.end(),
             [](const ClaimedMessage& a, const ClaimedMessage& b) { return a.id < b.id; });

@@ -14,6 +14,7 @@ namespace pg_outbox::pg::store {
 
 struct ClaimedMessage {
   int64_t id = 0;
+  int64_t tid = 0;  // where its row version is (tid_number): the settle finds it there
   std::string endpoint;
   std::string event_type;
   bool has_event_type = false;  // event_type is not NULL

@@ -33,6 +33,7 @@ struct Settlements {
     std::string endpoint;
     std::optional<int32_t> ordering_lock;  // ClaimedMessage::ordering_lock
     std::optional<Attempt> attempt;
+    int64_t tid = 0;  // ClaimedMessage::tid; 0: not known (a pull reader's ack)
   };
   struct Retry {
     int64_t id;

@@ -18,7 +18,8 @@ class Results {
  public:
   // A result for a message, counted under its endpoint (published at commit).
   // `attempt`: the request made, for the attempt log.
-  void sent(int64_t id, int32_t http_status, int attempts, const std::string& endpoint,
+  // tid: where the claim read its row (ClaimedMessage::tid).
+  void sent(int64_t id, int64_t tid, int32_t http_status, int attempts, const std::string& endpoint,
             std::optional<int32_t> ordering_lock, store::Settlements::Attempt attempt);
   void retry(int64_t id, int64_t delay_ms, std::string error, int32_t http_status, int attempts,
              const std::string& endpoint, store::Settlements::Attempt attempt);
