@@ -26,7 +26,8 @@ void move_all(std::vector<T>& to, std::vector<T>& from) {
 }
 
 // Every statement here runs its generic plan (Statement::Plan::kGeneric): each finds its
-// rows by the primary key's index condition whatever the arrays hold, and the plan cache
+// rows by the primary key's index condition, or by place (Find below), whatever the
+// arrays hold, and the plan cache
 // would otherwise keep planning them for every call while its estimates favoured custom
 // plans, which depends on when the queue was analyzed. With a queue analyzed while it held
 // 300,000 pull messages, a pull reader's ack of one message spent 126 µs planning the move
