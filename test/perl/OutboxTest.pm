@@ -135,6 +135,12 @@ C<status/attempts>, comma-separated, in id order; C<''> for no ids.
 
 How many messages of C<$endpoint> are in C<outbox.history> (delivered).
 
+=item keys_out_of_order($recv, $path)
+
+How many requests the receiver got at C<$path> (in the order they arrived) carried a
+payload C<{"key": ..., "seq": n}> whose C<seq> is not above the one before of its key:
+0 when every key arrived in its order, once.
+
 =item breaker_state($node, $endpoint)
 
 C<outbox.endpoint_stats.breaker_state> of C<$endpoint>.
@@ -234,6 +240,7 @@ use warnings;
 use Carp;
 use Cwd qw(abs_path);
 use Digest::SHA qw(hmac_sha256);
+use Encode ();
 use Exporter 'import';
 use File::Basename qw(dirname);
 use File::Copy ();
@@ -252,7 +259,7 @@ use PostgreSQL::Test::Utils ();
 our @EXPORT = qw(start_receiver wait_until verify_webhook_signature
   new_outbox_node worker_pid wait_for_worker wait_sql reload_conf create_endpoint
   listen_for_notifications webhook_prefix sql endpoint states count_sent
-  breaker_state log_since log_count poll_notifications describe_schema run_node);
+  keys_out_of_order breaker_state log_since log_count poll_notifications describe_schema run_node);
 
 # test/perl/OutboxTest.pm -> test/webhook_receiver.py
 our $RECEIVER_SCRIPT =
@@ -492,6 +499,23 @@ sub count_sent
 	my ($node, $endpoint) = @_;
 	_check_args('count_sent', $node, $endpoint);
 	return sql($node, "SELECT count(*) FROM outbox.history WHERE endpoint = '$endpoint'");
+}
+
+sub keys_out_of_order
+{
+	my ($recv, $path) = @_;
+	croak 'keys_out_of_order: the first argument must be a receiver'
+	  unless Scalar::Util::blessed($recv) && $recv->can('requests');
+	my $json = JSON::PP->new->utf8;
+	my %seen;
+	my $out_of_order = 0;
+	for my $r (sort { $a->{seq} <=> $b->{seq} } @{ $recv->requests(path => $path) })
+	{
+		my $p = $json->decode(Encode::encode('UTF-8', $r->{body}));
+		$out_of_order++ if defined $seen{ $p->{key} } && $seen{ $p->{key} } >= $p->{seq};
+		$seen{ $p->{key} } = $p->{seq};
+	}
+	return $out_of_order;
 }
 
 sub breaker_state

@@ -14,8 +14,6 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use OutboxTest;
-use Encode ();
-use JSON::PP;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -27,7 +25,6 @@ sql($node, 'CREATE EXTENSION pg_outbox');
 sql($node, 'CREATE EXTENSION pg_stat_statements');
 wait_for_worker($node);
 my $recv = start_receiver();
-my $json = JSON::PP->new->utf8;
 
 # The versions of the keys' order are kept per group of endpoints (64 groups, by an
 # FNV-1a hash of the name and a unit separator, as core/ordering_lock.hpp): the two
@@ -97,15 +94,7 @@ cmp_ok($rows, '>=', $total - $keys, 'the lookups counted found every message beh
 cmp_ok($per_message, '<', 2, 'the look-ahead holds: fewer than 2 rows looked up per message delivered');
 
 # And each key arrived in order, once.
-my %seen;
-my $out_of_order = 0;
-for my $r (sort { $a->{seq} <=> $b->{seq} } @{ $recv->requests(path => '/hooks/line') })
-{
-	my $p = $json->decode(Encode::encode('UTF-8', $r->{body}));
-	$out_of_order++ if defined $seen{ $p->{key} } && $seen{ $p->{key} } >= $p->{seq};
-	$seen{ $p->{key} } = $p->{seq};
-}
-is($out_of_order, 0, 'every key arrived in its order');
+is(keys_out_of_order($recv, '/hooks/line'), 0, 'every key arrived in its order');
 
 $node->stop;
 $recv->stop;

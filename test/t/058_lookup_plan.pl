@@ -14,8 +14,6 @@ use warnings;
 use FindBin;
 use lib "$FindBin::RealBin/../perl";
 use OutboxTest;
-use Encode ();
-use JSON::PP;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -30,7 +28,6 @@ my $node = new_outbox_node(
 sql($node, 'CREATE EXTENSION pg_outbox');
 wait_for_worker($node);
 my $recv = start_receiver();
-my $json = JSON::PP->new->utf8;
 
 my ($keys, $per_key) = (200, 10);
 my $total = $keys * $per_key;
@@ -77,15 +74,7 @@ is(scalar(@by_place), scalar(@settles), 'each by a TID scan');
 is(scalar(@by_key), 0, 'none through the primary key');
 
 # And each key arrived in order, once.
-my %seen;
-my $out_of_order = 0;
-for my $r (sort { $a->{seq} <=> $b->{seq} } @{ $recv->requests(path => '/hooks/line') })
-{
-	my $p = $json->decode(Encode::encode('UTF-8', $r->{body}));
-	$out_of_order++ if defined $seen{ $p->{key} } && $seen{ $p->{key} } >= $p->{seq};
-	$seen{ $p->{key} } = $p->{seq};
-}
-is($out_of_order, 0, 'every key arrived in its order');
+is(keys_out_of_order($recv, '/hooks/line'), 0, 'every key arrived in its order');
 
 $node->stop;
 $recv->stop;
