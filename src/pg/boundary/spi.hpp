@@ -75,10 +75,9 @@ class Statement {
                // running it (next_due_in_ms: 2.3 s of planning against 0.5 s of execution in
                // 20 s at 1,000 messages a second)
   };
-  Statement(const char* sql, std::vector<Oid> argument_types, Plan plan = Plan::kChosen)
-      : sql_(sql), argument_types_(std::move(argument_types)), generic_(plan == Plan::kGeneric) {}
   // hidden: an index its plans never use (hidden_index.hpp), where another must answer.
-  Statement(const char* sql, std::vector<Oid> argument_types, Plan plan, std::optional<IndexName> hidden)
+  Statement(const char* sql, std::vector<Oid> argument_types, Plan plan = Plan::kChosen,
+            std::optional<IndexName> hidden = std::nullopt)
       : sql_(sql), argument_types_(std::move(argument_types)), generic_(plan == Plan::kGeneric), hidden_(hidden) {}
   // nulls: one char per argument, 'n' for NULL (or empty: none is NULL); max_rows 0: all.
   Rows run(const std::vector<Datum>& arguments, Visibility visibility = Visibility::kStatement,

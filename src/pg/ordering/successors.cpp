@@ -321,17 +321,10 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
     std::vector<Held>* found;
   };
   std::unordered_map<std::string, Endpoint> by_endpoint;
-  // The keys of one endpoint mostly come one after another: its name is compared, not hashed.
-  const std::string* last_name = nullptr;
-  const Endpoint* last_endpoint = nullptr;
   auto endpoint_of = [&](const std::string& name) -> const Endpoint& {
-    if (last_name == nullptr || *last_name != name) {
-      auto [it, fresh] = by_endpoint.try_emplace(name);
-      if (fresh) it->second = {versions_of(name), group_of(name), &found_now[name]};
-      last_name = &it->first;
-      last_endpoint = &it->second;
-    }
-    return *last_endpoint;
+    auto [it, fresh] = by_endpoint.try_emplace(name);
+    if (fresh) it->second = {versions_of(name), group_of(name), &found_now[name]};
+    return it->second;
   };
   const TimestampTz now = pg_call([] { return GetCurrentTransactionStartTimestamp(); });
   std::vector<int64_t> not_due;

@@ -152,18 +152,19 @@ void settle_sent(const std::vector<Settlements::Sent>& sent, bool keep_history, 
   // attempts, a NOTIFY round, a pull reader's ack of one read) passes them as two values:
   // joining the rows to their results cost a third of the statement (1.2 µs a message,
   // docs/performance-history.md, seventeenth step).
-  bool uniform = true;
-  for (size_t k = 1; k < ids.size() && uniform; ++k) uniform = statuses[k] == statuses[0] && attempts[k] == attempts[0];
-  // [keep_history][uniform][find]
-  static SentStatement statements[2][2][2] = {
-      {{SentStatement(false, false, Find::kById), SentStatement(false, false, Find::kByPlace)},
-       {SentStatement(false, true, Find::kById), SentStatement(false, true, Find::kByPlace)}},
-      {{SentStatement(true, false, Find::kById), SentStatement(true, false, Find::kByPlace)},
-       {SentStatement(true, true, Find::kById), SentStatement(true, true, Find::kByPlace)}}};
+  // Without the history the results are not written: one statement for each way of finding.
+  bool shared = keep_history;
+  for (size_t k = 1; k < ids.size() && shared; ++k) shared = statuses[k] == statuses[0] && attempts[k] == attempts[0];
+  static SentStatement unkept[2] = {SentStatement(false, false, Find::kById),
+                                    SentStatement(false, false, Find::kByPlace)};
+  static SentStatement kept[2][2] = {
+      {SentStatement(true, false, Find::kById), SentStatement(true, false, Find::kByPlace)},
+      {SentStatement(true, true, Find::kById), SentStatement(true, true, Find::kByPlace)}};
   const auto run = [&](Find find) {
-    Statement& statement = statements[keep_history][uniform][find == Find::kByPlace].statement;
-    return statement.run({int8_array(ids), uniform ? Int32GetDatum(statuses[0]) : int4_array(statuses),
-                          uniform ? Int32GetDatum(attempts[0]) : int4_array(attempts), tid_array(tids)});
+    const bool by_place = find == Find::kByPlace;
+    Statement& statement = (keep_history ? kept[shared][by_place] : unkept[by_place]).statement;
+    return statement.run({int8_array(ids), shared ? Int32GetDatum(statuses[0]) : int4_array(statuses),
+                          shared ? Int32GetDatum(attempts[0]) : int4_array(attempts), tid_array(tids)});
   };
   if (placed) {
     Rows rows = run(Find::kByPlace);
