@@ -200,20 +200,35 @@ case_5b() {
   bench_sql -c "$clear_history" >/dev/null
 }
 
-# ordered_beside KEYS -> "msgs/s cpu_ms_per_1000 ratio lo hi": RUNS drains of an ordered
-# backlog spread over KEYS keys, each right after an unordered drain (case 2's), and the
-# ratio of each pair (median, lowest, highest). The ratio to case 2 alone compared drains
-# minutes apart, and the shared machine's speed moves within minutes: one run gave 0.44
-# for case 6b where the run before, on the same engine, gave 0.71.
+# ordered_beside KEYS -> "msgs/s cpu_ms_per_1000 ratio lo hi": ORDERED_RUNS (default 5)
+# drains of an ordered backlog spread over KEYS keys, each beside an unordered drain (case
+# 2's), and the ratio of each pair (median, lowest, highest). The ratio to case 2 alone
+# compared drains minutes apart, and the shared machine's speed moves within minutes: one
+# run gave 0.44 for case 6b where the run before, on the same engine, gave 0.71. Within
+# one run the pairs' ratios still ranged 0.51-1.01 (three pairs, the unordered drain
+# always first): five pairs, the unordered drain first in every other one, so that a
+# machine that slows or speeds up through a pair favours neither side.
+ORDERED_RUNS=${ORDERED_RUNS:-5}
 ordered_beside() {
-  local rates=() cpus=() ratios=() r u
-  for _ in $(seq "$RUNS"); do
+  local rates=() cpus=() ratios=() r u pair
+  drain_unordered() {
     fill http "$BACKLOG"
     u=$(drain http "$BACKLOG")
     bench_sql -c "DELETE FROM outbox.messages WHERE endpoint = 'http'" -c "VACUUM outbox.messages" >/dev/null
+  }
+  drain_ordered() {
     fill ordered "$BACKLOG" "$1"
     r=$(drain ordered "$BACKLOG")
     bench_sql -c "DELETE FROM outbox.messages WHERE endpoint = 'ordered'" -c "VACUUM outbox.messages" >/dev/null
+  }
+  for pair in $(seq "$ORDERED_RUNS"); do
+    if ((pair % 2)); then
+      drain_unordered
+      drain_ordered "$1"
+    else
+      drain_ordered "$1"
+      drain_unordered
+    fi
     rates+=("${r% *}")
     cpus+=("${r#* }")
     ratios+=("$(ratio "${r% *}" "${u% *}")")
@@ -223,13 +238,13 @@ ordered_beside() {
 }
 
 case_6() {
-  log "6. ordered endpoint, 1,000 keys (each drain right after an unordered one)"
+  log "6. ordered endpoint, 1,000 keys (each drain beside an unordered one: $ORDERED_RUNS pairs, the unordered first in every other)"
   R[ordered]=$(ordered_beside 1000)
 }
 
 # The other shape of an ordered backlog: many keys with short queues behind their heads.
 case_6b() {
-  log "6b. ordered endpoint, 30 messages per key ($((BACKLOG / 30)) keys; each drain right after an unordered one)"
+  log "6b. ordered endpoint, 30 messages per key ($((BACKLOG / 30)) keys; each drain beside an unordered one, as in case 6)"
   R[ordered30]=$(ordered_beside $((BACKLOG / 30)))
 }
 
@@ -496,7 +511,7 @@ sp() { read -r m lo hi <<<"${R[$1]}"; echo "$m ($lo-$hi)"; }  # median (min-max)
 row() { printf '| %-56s | %-48s | %-44s |\n' "$@"; }
 echo
 echo "pg_outbox benchmark — $(nproc) cores, $(awk -F: '/model name/ {print $2; exit}' /proc/cpuinfo | sed 's/^ *//'), PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}')"
-echo "drains: median of $RUNS runs; case 1: $ROUNDS interleaved rounds of $ROUND_SECONDS s, TPS medians, ratios as median (min-max) of the rounds' ratios"
+echo "drains: median of $RUNS runs (cases 6 and 6b: of $ORDERED_RUNS pairs); case 1: $ROUNDS interleaved rounds of $ROUND_SECONDS s, TPS medians, ratios as median (min-max) of the rounds' ratios"
 row case result "reference / ratio"
 row "$(printf -- '-%.0s' {1..56})" "$(printf -- '-%.0s' {1..48})" "$(printf -- '-%.0s' {1..44})"
 if want 1; then

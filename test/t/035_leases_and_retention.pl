@@ -355,6 +355,45 @@ is(sql($node, "SELECT count(*) FROM outbox.messages WHERE id = $changed"), '0', 
 sleep 2;
 is(scalar @{ $recv->requests(path => '/hooks/changed') }, 1, '... and it was not sent again');
 
+# 4d. The settle passes each key whose head it took out of the queue to the worker's
+#     succession as the claim read it (a message being delivered keeps its key: t/052),
+#     the keys of the rows it found where the claim read them as well as those of the
+#     rows it then found by id. Two keyed messages of an ordered endpoint are answered
+#     while the worker is busy settling a third message (a trigger on the history makes
+#     that take 2 s), so that one settle moves both; one of the two was changed while in
+#     flight. Each key's next message, enqueued meanwhile, must be sent next.
+
+$recv->add_rule(path => '/hooks/keyed', delay_ms => 3000, times => 2);
+$recv->add_rule(path => '/hooks/slow', delay_ms => 2000, times => 1);
+endpoint($node, $recv, 'keyed', '/hooks/keyed', ordered => 'true');
+endpoint($node, $recv, 'slow', '/hooks/slow');
+sql($node, q{
+	CREATE FUNCTION slow_history() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+	    IF NEW.endpoint = 'slow' THEN PERFORM pg_sleep(2); END IF;
+	    RETURN NULL;
+	END $$;
+	CREATE TRIGGER slow_history AFTER INSERT ON outbox.history FOR EACH ROW EXECUTE FUNCTION slow_history()});
+my ($stays, $changes) = split /\|/, sql($node, q{
+	WITH a AS (SELECT outbox.enqueue('keyed', '{"which": "stays"}', ordering_key => 'a') AS id),
+	     b AS (SELECT outbox.enqueue('keyed', '{"which": "changed"}', ordering_key => 'b') AS id)
+	SELECT a.id || '|' || b.id FROM a, b});
+ok($recv->wait_requests('/hooks/keyed', 2), 'the requests of both keys are at the receiver');
+sql($node, q{SELECT outbox.enqueue('slow', '{"which": "settled slowly"}')});
+my $next_a = sql($node, q{SELECT outbox.enqueue('keyed', '{"which": "next of a"}', ordering_key => 'a')});
+my $next_b = sql($node, q{SELECT outbox.enqueue('keyed', '{"which": "next of b"}', ordering_key => 'b')});
+sql($node, qq{UPDATE outbox.messages SET headers = '{"x-changed": "yes"}' WHERE id = $changes});
+ok(wait_sql($node, "SELECT s.status = 'sent' AND c.status = 'sent' FROM outbox.message($stays) s, outbox.message($changes) c", 30),
+	'both messages are sent');
+is(sql($node, "SELECT count(DISTINCT sent_at) FROM outbox.history WHERE id IN ($stays, $changes)"), '1',
+	'... by one settle');
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($next_a)", 30),
+	"... the next message of the key whose row was where the claim read it is sent");
+ok(wait_sql($node, "SELECT status = 'sent' FROM outbox.message($next_b)", 30),
+	'... and that of the key whose row was changed in flight');
+is(scalar @{ $recv->requests(path => '/hooks/keyed') }, 4, '... one request each');
+sql($node, 'DROP TRIGGER slow_history ON outbox.history; DROP FUNCTION slow_history()');
+
 # ---------------------------------------------------------------------------
 # End of section 1: the first request of the lease message ends (the receiver closes
 # it after 15 s, the endpoint's 20 s timeout not reached), unanswered: a retryable

@@ -133,7 +133,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_ack) {
     const std::string endpoint = text_argument(fcinfo, 0);
     store::Settlements settlements;
     for (const Held& m : take_held(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), endpoint))
-      settlements.sent.push_back({m.id, 0, m.attempts, endpoint, m.ordering_lock, answered()});
+      settlements.sent.push_back({m.id, 0, m.attempts, endpoint, m.ordering_lock, {}, answered()});
     count = static_cast<int64_t>(settlements.sent.size());
     if (count > 0) {
       store::settle(settlements, store::kept());

@@ -499,8 +499,9 @@ PG_OUTBOX_FUNCTION(pg_outbox_trigger_promotes) {
   return BoolGetDatum(!pg_outbox::pg::is_delivery_worker());
 }
 
-// outbox._ordering_lock(endpoint, ordering_key): the claim returns it with each keyed
-// message, for the locks the worker takes before it settles.
+// outbox._ordering_lock(endpoint, ordering_key): the lock of a key for SQL that takes the
+// keys' locks itself: alter_endpoint's renumbering (outbox._order_queued), the dead
+// letters of messages whose endpoint is gone (store/housekeeping.cpp).
 PG_OUTBOX_FUNCTION(pg_outbox_ordering_lock) {
   using namespace pg_outbox::pg;
   char* endpoint = nullptr;

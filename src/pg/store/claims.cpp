@@ -1,5 +1,6 @@
 #include "pg/store/claims.hpp"
 
+#include "core/ordering_lock.hpp"
 #include "pg/boundary/spi.hpp"
 
 extern "C" {
@@ -83,8 +84,8 @@ std::string claim_sql(bool next_in_line) {
     SELECT m.id, m.endpoint, m.event_type,
            CASE WHEN s.size <= $5 THEN m.payload::text END,
            m.headers::text, m.idempotency_key, m.attempts + 1, s.size,
-           CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END,
-           CASE WHEN $6 THEN (extract(epoch FROM m.created_at) * 1000000)::bigint END, m.ordering_seq, m.ctid
+           m.ordering_key, CASE WHEN $6 THEN (extract(epoch FROM m.created_at) * 1000000)::bigint END,
+           m.ordering_seq, m.ctid
       FROM outbox.messages m CROSS JOIN LATERAL (SELECT outbox._payload_size(m.payload) AS size) s
      WHERE m.ctid = ANY (ARRAY(SELECT ctid FROM budgeted))
   )sql";
@@ -122,7 +123,10 @@ std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int
     m.idempotency_key = rows.text(r, 5);
     m.attempts = static_cast<int>(rows.int64(r, 6));
     m.payload_size = rows.int64(r, 7);
-    if (auto lock = rows.optional_int64(r, 8)) m.ordering_lock = static_cast<int32_t>(*lock);
+    if (!rows.is_null(r, 8)) {
+      m.ordering_key = rows.text(r, 8);
+      m.ordering_lock = core::ordering_lock(m.endpoint, m.ordering_key);
+    }
     m.created_unix_us = rows.int64(r, 9);
     m.ordering_seq = rows.optional_int64(r, 10);
     m.tid = rows.int64(r, 11);

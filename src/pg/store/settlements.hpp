@@ -32,6 +32,7 @@ struct Settlements {
     int attempts;
     std::string endpoint;
     std::optional<int32_t> ordering_lock;  // ClaimedMessage::ordering_lock
+    std::string ordering_key;              // ClaimedMessage::ordering_key, when ordering_lock
     std::optional<Attempt> attempt;
     int64_t tid = 0;  // ClaimedMessage::tid; 0: not known (a pull reader's ack)
   };

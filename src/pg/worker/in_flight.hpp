@@ -21,6 +21,7 @@ struct Delivery {
   int64_t claimed_ms = 0;
   bool probe = false;                    // sent as its endpoint's half-open probe
   std::optional<int32_t> ordering_lock;  // store::ClaimedMessage::ordering_lock
+  std::string ordering_key;              // store::ClaimedMessage::ordering_key
   int64_t tid = 0;                       // store::ClaimedMessage::tid
 };
 

@@ -50,6 +50,7 @@ Delivery delivery_of(const WorkerState& state, const Endpoint& endpoint, const s
   delivery.claimed_ms = now_ms;
   delivery.probe = probe;
   delivery.ordering_lock = m.ordering_lock;
+  delivery.ordering_key = m.ordering_key;
   delivery.tid = m.tid;
   return delivery;
 }

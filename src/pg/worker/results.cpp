@@ -3,8 +3,9 @@
 namespace pg_outbox::pg::worker {
 
 void Results::sent(int64_t id, int64_t tid, int32_t http_status, int attempts, const std::string& endpoint,
-                   std::optional<int32_t> ordering_lock, store::Settlements::Attempt attempt) {
-  pending_.sent.push_back({id, http_status, attempts, endpoint, ordering_lock, std::move(attempt), tid});
+                   std::optional<int32_t> ordering_lock, const std::string& ordering_key,
+                   store::Settlements::Attempt attempt) {
+  pending_.sent.push_back({id, http_status, attempts, endpoint, ordering_lock, ordering_key, std::move(attempt), tid});
   count(endpoint, core::Verdict::Sent);
 }
 

@@ -18,9 +18,9 @@ class Results {
  public:
   // A result for a message, counted under its endpoint (published at commit).
   // `attempt`: the request made, for the attempt log.
-  // tid: where the claim read its row (ClaimedMessage::tid).
+  // tid: where the claim read its row; a keyed message's lock and key (ClaimedMessage's).
   void sent(int64_t id, int64_t tid, int32_t http_status, int attempts, const std::string& endpoint,
-            std::optional<int32_t> ordering_lock, store::Settlements::Attempt attempt);
+            std::optional<int32_t> ordering_lock, const std::string& ordering_key, store::Settlements::Attempt attempt);
   void retry(int64_t id, int64_t delay_ms, std::string error, int32_t http_status, int attempts,
              const std::string& endpoint, store::Settlements::Attempt attempt);
   void dead(store::Settlements::Dead dead);
