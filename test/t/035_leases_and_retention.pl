@@ -359,18 +359,19 @@ is(scalar @{ $recv->requests(path => '/hooks/changed') }, 1, '... and it was not
 #     succession as the claim read it (a message being delivered keeps its key: t/052),
 #     the keys of the rows it found where the claim read them as well as those of the
 #     rows it then found by id. Two keyed messages of an ordered endpoint are answered
-#     while the worker is busy settling a third message (a trigger on the history makes
-#     that take 2 s), so that one settle moves both; one of the two was changed while in
-#     flight. Each key's next message, enqueued meanwhile, must be sent next.
+#     while the worker is busy settling a third message (answered 2 s before them, its
+#     settle made to take 3 s by a trigger on the history), so that one settle moves
+#     both; one of the two was changed while in flight. Each key's next message, enqueued
+#     meanwhile, must be sent next.
 
-$recv->add_rule(path => '/hooks/keyed', delay_ms => 3000, times => 2);
+$recv->add_rule(path => '/hooks/keyed', delay_ms => 4000, times => 2);
 $recv->add_rule(path => '/hooks/slow', delay_ms => 2000, times => 1);
 endpoint($node, $recv, 'keyed', '/hooks/keyed', ordered => 'true');
 endpoint($node, $recv, 'slow', '/hooks/slow');
 sql($node, q{
 	CREATE FUNCTION slow_history() RETURNS trigger LANGUAGE plpgsql AS $$
 	BEGIN
-	    IF NEW.endpoint = 'slow' THEN PERFORM pg_sleep(2); END IF;
+	    IF NEW.endpoint = 'slow' THEN PERFORM pg_sleep(3); END IF;
 	    RETURN NULL;
 	END $$;
 	CREATE TRIGGER slow_history AFTER INSERT ON outbox.history FOR EACH ROW EXECUTE FUNCTION slow_history()});
