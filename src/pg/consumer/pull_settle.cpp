@@ -12,7 +12,6 @@
 // nack that comes later finds nothing.
 #include "core/clock.hpp"
 #include "core/delivery_policy.hpp"
-#include "core/ordering_lock.hpp"
 #include "pg/boundary/boundary.hpp"
 #include "pg/boundary/spi.hpp"
 #include "pg/runtime/commit_wake.hpp"
@@ -35,15 +34,15 @@ namespace {
 struct Held {
   int64_t id;
   int attempts;  // with the read's attempt
-  std::optional<int32_t> ordering_lock;
+  std::optional<std::string> ordering_key;
   int64_t lapsed_at_ms;  // unix ms when the read's visibility passed (take_lapsed only)
 };
 
-std::vector<Held> held_messages(const Rows& rows, const std::string& endpoint) {
+std::vector<Held> held_messages(const Rows& rows) {
   std::vector<Held> found(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     found[r] = {rows.int64(r, 0), static_cast<int>(rows.int64(r, 1)) + 1, std::nullopt, rows.int64(r, 3)};
-    if (!rows.is_null(r, 2)) found[r].ordering_lock = core::ordering_lock(endpoint, rows.text(r, 2));
+    if (!rows.is_null(r, 2)) found[r].ordering_key = rows.text(r, 2);
   }
   return found;
 }
@@ -56,7 +55,7 @@ std::vector<Held> held_messages(const Rows& rows, const std::string& endpoint) {
 // so that an ack and a nack of the same message, or an answer and the count of a lapsed
 // read, never both take it. Both statements run their generic plans, as the settle's do
 // (store/settlements.cpp): the same index probes whatever the endpoint and the ids.
-std::vector<Held> take_held(Datum endpoint, Datum ids, const std::string& name) {
+std::vector<Held> take_held(Datum endpoint, Datum ids) {
   static Statement statement(R"sql(
     WITH h AS (SELECT h.id, h.message_ids FROM outbox.holds h
                 WHERE h.endpoint = $1 AND h.held_until > clock_timestamp() AND h.message_ids && $2
@@ -69,12 +68,12 @@ std::vector<Held> take_held(Datum endpoint, Datum ids, const std::string& name) 
      WHERE m.id = ANY (ARRAY(SELECT u.id FROM h CROSS JOIN unnest(h.message_ids) AS u(id) WHERE u.id = ANY ($2)))
   )sql",
                              {TEXTOID, INT8ARRAYOID}, Statement::Plan::kGeneric);
-  return held_messages(statement.run({endpoint, ids}), name);
+  return held_messages(statement.run({endpoint, ids}));
 }
 
 // The messages of the endpoint's reads whose visibility has passed, taken out of them
 // (the hold rows are deleted; those another read is counting now are left to it).
-std::vector<Held> take_lapsed(Datum endpoint, const std::string& name) {
+std::vector<Held> take_lapsed(Datum endpoint) {
   static Statement statement(R"sql(
     WITH l AS (DELETE FROM outbox.holds h
                 WHERE h.id IN (SELECT o.id FROM outbox.holds o
@@ -88,7 +87,7 @@ std::vector<Held> take_lapsed(Datum endpoint, const std::string& name) {
       FROM found f JOIN lapsed x ON x.id = f.id
   )sql",
                              {TEXTOID}, Statement::Plan::kGeneric);
-  return held_messages(statement.run({endpoint}), name);
+  return held_messages(statement.run({endpoint}));
 }
 
 std::string text_argument(FunctionCallInfo fcinfo, int n) {
@@ -113,7 +112,7 @@ store::Settlements::Dead dead(const Held& m, const std::string& endpoint, core::
   d.error = std::move(error);
   d.attempts = m.attempts;
   d.endpoint = endpoint;
-  d.ordering_lock = m.ordering_lock;
+  d.ordering_key = m.ordering_key;
   d.attempt = std::move(attempt);
   return d;
 }
@@ -132,8 +131,8 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_ack) {
   with_spi([&] {
     const std::string endpoint = text_argument(fcinfo, 0);
     store::Settlements settlements;
-    for (const Held& m : take_held(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), endpoint))
-      settlements.sent.push_back({m.id, 0, m.attempts, endpoint, m.ordering_lock, {}, answered()});
+    for (const Held& m : take_held(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1)))
+      settlements.sent.push_back({m.id, 0, m.attempts, endpoint, m.ordering_key, answered()});
     count = static_cast<int64_t>(settlements.sent.size());
     if (count > 0) {
       store::settle(settlements, store::kept());
@@ -154,7 +153,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_nack) {
   with_spi([&] {
     const std::string endpoint = text_argument(fcinfo, 0);
     const Datum ids = int8_array({PG_GETARG_INT64(1)});
-    std::vector<Held> held = take_held(PG_GETARG_DATUM(0), ids, endpoint);
+    std::vector<Held> held = take_held(PG_GETARG_DATUM(0), ids);
     if (held.empty()) return;
     found = true;
     const Held& m = held.front();
@@ -196,7 +195,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_pull_lapsed) {
     const int max_attempts = PG_GETARG_INT32(1);
     static const std::string kLapsed = "not acknowledged within its visibility timeout";
     store::Settlements settlements;
-    for (const Held& m : take_lapsed(PG_GETARG_DATUM(0), endpoint)) {
+    for (const Held& m : take_lapsed(PG_GETARG_DATUM(0))) {
       if (m.attempts >= max_attempts)
         settlements.dead.push_back(
             dead(m, endpoint, core::DeadReason::RetryExhausted, kLapsed, answered(m.lapsed_at_ms)));

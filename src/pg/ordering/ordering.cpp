@@ -500,8 +500,7 @@ PG_OUTBOX_FUNCTION(pg_outbox_trigger_promotes) {
 }
 
 // outbox._ordering_lock(endpoint, ordering_key): the lock of a key for SQL that takes the
-// keys' locks itself: alter_endpoint's renumbering (outbox._order_queued), the dead
-// letters of messages whose endpoint is gone (store/housekeeping.cpp).
+// keys' locks itself (alter_endpoint's renumbering, outbox._order_queued).
 PG_OUTBOX_FUNCTION(pg_outbox_ordering_lock) {
   using namespace pg_outbox::pg;
   char* endpoint = nullptr;

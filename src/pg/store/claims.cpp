@@ -1,6 +1,5 @@
 #include "pg/store/claims.hpp"
 
-#include "core/ordering_lock.hpp"
 #include "pg/boundary/spi.hpp"
 
 extern "C" {
@@ -123,10 +122,7 @@ std::vector<ClaimedMessage> claim(const std::vector<std::string>& endpoints, int
     m.idempotency_key = rows.text(r, 5);
     m.attempts = static_cast<int>(rows.int64(r, 6));
     m.payload_size = rows.int64(r, 7);
-    if (!rows.is_null(r, 8)) {
-      m.ordering_key = rows.text(r, 8);
-      m.ordering_lock = core::ordering_lock(m.endpoint, m.ordering_key);
-    }
+    if (!rows.is_null(r, 8)) m.ordering_key = rows.text(r, 8);
     m.created_unix_us = rows.int64(r, 9);
     m.ordering_seq = rows.optional_int64(r, 10);
     m.tid = rows.int64(r, 11);

@@ -25,13 +25,11 @@ struct ClaimedMessage {
   int attempts = 0;             // including this one
   int64_t payload_size = 0;     // as stored, uncompressed (outbox._payload_size)
   bool too_large = false;       // over pg_outbox.max_payload_size: not read, never sent
-  // A keyed message: the lock its key's order is decided under, which the settle takes
-  // before the message leaves the queue (ordering/ordering.hpp), in sorted order with the
-  // others: the trigger that promotes the key's next message takes it too. And its key,
-  // whose next message the worker claims once the settle moved it (successors.hpp): a
-  // message being delivered keeps its key (ordering/moves.cpp refuses to move it).
-  std::optional<int32_t> ordering_lock;
-  std::string ordering_key;  // when ordering_lock
+  // A keyed message's key: the settle takes its lock before the message leaves the queue
+  // (store::settle), and the worker claims the key's next message once it left
+  // (successors.hpp). A message being delivered keeps its key (ordering/moves.cpp refuses
+  // to move it).
+  std::optional<std::string> ordering_key;
   // Its number behind its key's head (none: a head): a key's next message the worker
   // held is claimed only with the number it was found with (worker/claim.cpp).
   std::optional<int64_t> ordering_seq;

@@ -58,10 +58,8 @@ std::vector<Orphan> find_orphans(const std::vector<int64_t>& excluded, int limit
       SELECT (SELECT m.endpoint FROM outbox.messages m WHERE m.endpoint > n.endpoint AND m.ordering_seq IS NULL
                ORDER BY m.endpoint LIMIT 1)
         FROM names n WHERE n.endpoint IS NOT NULL)
-    SELECT o.id, o.attempts, n.endpoint, o.ordering_lock FROM names n CROSS JOIN LATERAL (
-       SELECT m.id, m.attempts,
-              CASE WHEN m.ordering_key IS NOT NULL THEN outbox._ordering_lock(m.endpoint, m.ordering_key) END
-                AS ordering_lock
+    SELECT o.id, o.attempts, n.endpoint, o.ordering_key FROM names n CROSS JOIN LATERAL (
+       SELECT m.id, m.attempts, m.ordering_key
          FROM outbox.messages m
         WHERE m.endpoint = n.endpoint AND m.ordering_seq IS NULL AND m.id NOT IN (SELECT unnest($1::bigint[]))
         ORDER BY m.endpoint, m.next_attempt_at LIMIT $2) o
@@ -74,7 +72,7 @@ std::vector<Orphan> find_orphans(const std::vector<int64_t>& excluded, int limit
   std::vector<Orphan> orphans(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     orphans[r] = {rows.int64(r, 0), static_cast<int>(rows.int64(r, 1)), rows.text(r, 2), std::nullopt};
-    if (auto lock = rows.optional_int64(r, 3)) orphans[r].ordering_lock = static_cast<int32_t>(*lock);
+    if (!rows.is_null(r, 3)) orphans[r].ordering_key = rows.text(r, 3);
   }
   return orphans;
 }

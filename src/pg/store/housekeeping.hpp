@@ -27,7 +27,7 @@ struct Orphan {
   int64_t id;
   int attempts;
   std::string endpoint;
-  std::optional<int32_t> ordering_lock;  // a keyed message: its key's lock (ordering/)
+  std::optional<std::string> ordering_key;  // a keyed message's key
 };
 std::vector<Orphan> find_orphans(const std::vector<int64_t>& excluded, int limit);
 

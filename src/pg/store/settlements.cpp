@@ -1,5 +1,6 @@
 #include "pg/store/settlements.hpp"
 
+#include "core/ordering_lock.hpp"
 #include "pg/boundary/spi.hpp"
 #include "pg/ordering/ordering.hpp"
 #include "pg/ordering/successors.hpp"
@@ -49,9 +50,9 @@ struct Keys {
   }
   void add_claimed(const std::vector<Settlements::Sent>& sent) {
     for (const auto& s : sent) {
-      if (!s.ordering_lock) continue;
+      if (!s.ordering_key) continue;
       endpoints.push_back(s.endpoint);
-      keys.push_back(s.ordering_key);
+      keys.push_back(*s.ordering_key);
     }
   }
 };
@@ -369,9 +370,9 @@ void settle(const Settlements& s, Keep keep, Succession succession) {
   // Before any head leaves: the keys' locks, under which its next message is promoted.
   std::vector<int32_t> locks;
   for (const auto& sent : s.sent)
-    if (sent.ordering_lock) locks.push_back(*sent.ordering_lock);
+    if (sent.ordering_key) locks.push_back(core::ordering_lock(sent.endpoint, *sent.ordering_key));
   for (const auto& dead : s.dead)
-    if (dead.ordering_lock) locks.push_back(*dead.ordering_lock);
+    if (dead.ordering_key) locks.push_back(core::ordering_lock(dead.endpoint, *dead.ordering_key));
   if (!locks.empty()) lock_orderings(std::move(locks));
   Keys left;  // keys whose head left the queue
   if (!s.sent.empty()) settle_sent(s.sent, keep.history, left);

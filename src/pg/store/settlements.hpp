@@ -31,8 +31,7 @@ struct Settlements {
     int32_t http_status;  // 0: none (NOTIFY)
     int attempts;
     std::string endpoint;
-    std::optional<int32_t> ordering_lock;  // ClaimedMessage::ordering_lock
-    std::string ordering_key;              // ClaimedMessage::ordering_key, when ordering_lock
+    std::optional<std::string> ordering_key;  // ClaimedMessage::ordering_key
     std::optional<Attempt> attempt;
     int64_t tid = 0;  // ClaimedMessage::tid; 0: not known (a pull reader's ack)
   };
@@ -53,7 +52,7 @@ struct Settlements {
     std::string body;         // the head of the receiver's answer, if any
     int attempts = 0;
     std::string endpoint;
-    std::optional<int32_t> ordering_lock;
+    std::optional<std::string> ordering_key;
     std::optional<Attempt> attempt;
   };
   std::vector<Sent> sent;

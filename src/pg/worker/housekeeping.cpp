@@ -48,7 +48,7 @@ void dead_letter_orphans(WorkerState& state) {
     dead.error = "endpoint does not exist";
     dead.attempts = orphan.attempts;
     dead.endpoint = std::move(orphan.endpoint);
-    dead.ordering_lock = orphan.ordering_lock;  // its key's next message is promoted under the lock
+    dead.ordering_key = orphan.ordering_key;  // its key's next message is promoted under its lock
     state.results.dead(std::move(dead));
   }
 }

@@ -19,10 +19,9 @@ struct Delivery {
   int64_t claim_id = 0;       // its row in outbox.claims
   int64_t payload_bytes = 0;  // counted in held_bytes()
   int64_t claimed_ms = 0;
-  bool probe = false;                    // sent as its endpoint's half-open probe
-  std::optional<int32_t> ordering_lock;  // store::ClaimedMessage::ordering_lock
-  std::string ordering_key;              // store::ClaimedMessage::ordering_key
-  int64_t tid = 0;                       // store::ClaimedMessage::tid
+  bool probe = false;                       // sent as its endpoint's half-open probe
+  std::optional<std::string> ordering_key;  // store::ClaimedMessage::ordering_key
+  int64_t tid = 0;                          // store::ClaimedMessage::tid
 };
 
 class InFlight {

@@ -43,7 +43,7 @@ void notify_claimed(WorkerState& state, const std::vector<store::ClaimedMessage>
     store::notify(state.endpoints.at(m.endpoint).row.channel, envelope);
     store::Settlements::Attempt attempt;
     attempt.started_ms = state.now_ms();  // the notification itself leaves at commit: not timed
-    state.results.sent(m.id, m.tid, 0, m.attempts, m.endpoint, m.ordering_lock, m.ordering_key, std::move(attempt));
+    state.results.sent(m.id, m.tid, 0, m.attempts, m.endpoint, m.ordering_key, std::move(attempt));
   }
 }
 

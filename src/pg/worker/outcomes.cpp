@@ -154,7 +154,7 @@ void answered(WorkerState& state, const http::Response& response) {
     switch (judged.settlement.verdict) {
       case core::Verdict::Sent:
         state.results.sent(id, delivery->tid, judged.http_status, delivery->attempts, delivery->endpoint,
-                           delivery->ordering_lock, delivery->ordering_key, std::move(attempt));
+                           delivery->ordering_key, std::move(attempt));
         break;
       case core::Verdict::Retry:
         state.results.retry(id, judged.settlement.retry_delay_ms, std::move(judged.error), judged.http_status,

@@ -49,7 +49,6 @@ Delivery delivery_of(const WorkerState& state, const Endpoint& endpoint, const s
   delivery.payload_bytes = m.payload_size;
   delivery.claimed_ms = now_ms;
   delivery.probe = probe;
-  delivery.ordering_lock = m.ordering_lock;
   delivery.ordering_key = m.ordering_key;
   delivery.tid = m.tid;
   return delivery;
@@ -125,7 +124,7 @@ void dead_letter_unsent(WorkerState& state, const store::ClaimedMessage& m, core
   dead.error = std::move(error);
   dead.attempts = m.attempts - 1;
   dead.endpoint = m.endpoint;
-  dead.ordering_lock = m.ordering_lock;
+  dead.ordering_key = m.ordering_key;
   state.results.dead(std::move(dead));
 }
 

@@ -3,9 +3,8 @@
 namespace pg_outbox::pg::worker {
 
 void Results::sent(int64_t id, int64_t tid, int32_t http_status, int attempts, const std::string& endpoint,
-                   std::optional<int32_t> ordering_lock, const std::string& ordering_key,
-                   store::Settlements::Attempt attempt) {
-  pending_.sent.push_back({id, http_status, attempts, endpoint, ordering_lock, ordering_key, std::move(attempt), tid});
+                   const std::optional<std::string>& ordering_key, store::Settlements::Attempt attempt) {
+  pending_.sent.push_back({id, http_status, attempts, endpoint, ordering_key, std::move(attempt), tid});
   count(endpoint, core::Verdict::Sent);
 }
 
@@ -30,7 +29,7 @@ void Results::dead(int64_t id, const Delivery& delivery, core::DeadReason reason
   d.body = std::move(body);
   d.attempts = delivery.attempts;
   d.endpoint = delivery.endpoint;
-  d.ordering_lock = delivery.ordering_lock;
+  d.ordering_key = delivery.ordering_key;
   d.attempt = std::move(attempt);
   dead(std::move(d));
 }

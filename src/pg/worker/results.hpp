@@ -18,13 +18,13 @@ class Results {
  public:
   // A result for a message, counted under its endpoint (published at commit).
   // `attempt`: the request made, for the attempt log.
-  // tid: where the claim read its row; a keyed message's lock and key (ClaimedMessage's).
+  // tid: where the claim read its row (ClaimedMessage::tid).
   void sent(int64_t id, int64_t tid, int32_t http_status, int attempts, const std::string& endpoint,
-            std::optional<int32_t> ordering_lock, const std::string& ordering_key, store::Settlements::Attempt attempt);
+            const std::optional<std::string>& ordering_key, store::Settlements::Attempt attempt);
   void retry(int64_t id, int64_t delay_ms, std::string error, int32_t http_status, int attempts,
              const std::string& endpoint, store::Settlements::Attempt attempt);
   void dead(store::Settlements::Dead dead);
-  // A delivery's dead letter: its message, attempts, endpoint and lock, with the reason
+  // A delivery's dead letter: its message, attempts, endpoint and key, with the reason
   // and the attempt that ended it.
   void dead(int64_t id, const Delivery& delivery, core::DeadReason reason, std::string error, int32_t http_status,
             std::string body, store::Settlements::Attempt attempt);

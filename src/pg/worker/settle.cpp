@@ -118,7 +118,7 @@ int64_t results_due_at(const WorkerState& state) {
   // it is written with the next results, or at the next round (its row may be locked,
   // and writing it must not become a busy loop).
   bool urgent = !pending.retry.empty() || !pending.dead.empty() || !pending.given_back.empty() || pending.sent.empty();
-  for (size_t i = 0; !urgent && i < pending.sent.size(); ++i) urgent = pending.sent[i].ordering_lock.has_value();
+  for (size_t i = 0; !urgent && i < pending.sent.size(); ++i) urgent = pending.sent[i].ordering_key.has_value();
   return core::settle_at_ms(pending.sent.size(), urgent, state.schedule.last_settle, state.now_ms());
 }
 
@@ -181,7 +181,7 @@ void written(WorkerState& state, const store::Settlements& results) {
   // found nothing in a quarter of the worker's rounds (the claim before had taken
   // everything due), each a transaction and two statements.
   const bool left = !removed.empty() || !results.retry.empty() || !results.finished_claims.empty();
-  const auto keyed = [](const auto& result) { return result.ordering_lock.has_value(); };
+  const auto keyed = [](const auto& result) { return result.ordering_key.has_value(); };
   const bool head_left = std::any_of(results.sent.begin(), results.sent.end(), keyed) ||
                          std::any_of(results.dead.begin(), results.dead.end(), keyed);
   const bool commit_waits = pg_atomic_read_u32(&state.slot.wake_requested) != 0;
