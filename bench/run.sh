@@ -211,23 +211,13 @@ case_5b() {
 ORDERED_RUNS=${ORDERED_RUNS:-5}
 ordered_beside() {
   local rates=() cpus=() ratios=() r u pair
-  drain_unordered() {
-    fill http "$BACKLOG"
-    u=$(drain http "$BACKLOG")
-    bench_sql -c "DELETE FROM outbox.messages WHERE endpoint = 'http'" -c "VACUUM outbox.messages" >/dev/null
-  }
-  drain_ordered() {
-    fill ordered "$BACKLOG" "$1"
-    r=$(drain ordered "$BACKLOG")
-    bench_sql -c "DELETE FROM outbox.messages WHERE endpoint = 'ordered'" -c "VACUUM outbox.messages" >/dev/null
-  }
   for pair in $(seq "$ORDERED_RUNS"); do
     if ((pair % 2)); then
-      drain_unordered
-      drain_ordered "$1"
+      u=$(drain_once http 0)
+      r=$(drain_once ordered "$1")
     else
-      drain_ordered "$1"
-      drain_unordered
+      r=$(drain_once ordered "$1")
+      u=$(drain_once http 0)
     fi
     rates+=("${r% *}")
     cpus+=("${r#* }")

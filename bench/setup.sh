@@ -126,14 +126,19 @@ drain() {
   awk -v n="$2" -v t="$(echo "$t1 - $t0" | bc -l)" -v c="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" \
     'BEGIN {printf "%.0f %.1f\n", n / t, c * 1000.0 / hz / (n / 1000.0)}'
 }
+drain_once() {  # ENDPOINT KEYS -> "msgs/s cpu_ms_per_1000" of one drain of a fresh backlog, emptied after
+  local r
+  fill "$1" "$BACKLOG" "$2"
+  r=$(drain "$1" "$BACKLOG")
+  bench_sql -c "DELETE FROM outbox.messages WHERE endpoint = '$1'" -c "VACUUM outbox.messages" >/dev/null
+  echo "$r"
+}
 drain_case() {  # ENDPOINT KEYS -> "msgs/s cpu_ms_per_1000" medians over RUNS
   local rates=() cpus=() r
   for _ in $(seq "$RUNS"); do
-    fill "$1" "$BACKLOG" "$2"
-    r=$(drain "$1" "$BACKLOG")
+    r=$(drain_once "$1" "$2")
     rates+=("${r% *}")
     cpus+=("${r#* }")
-    bench_sql -c "DELETE FROM outbox.messages WHERE endpoint = '$1'" -c "VACUUM outbox.messages" >/dev/null
   done
   echo "$(printf '%s\n' "${rates[@]}" | median) $(printf '%s\n' "${cpus[@]}" | median)"
 }
