@@ -17,14 +17,14 @@ struct Line {
 Line read_line(std::string_view line) {
   Line l;
   const auto colon = line.find(':');
-  const auto semicolon = line.find(';');
-  if (colon == std::string_view::npos && semicolon != std::string_view::npos) {
-    // "Name;" (and "Name;   "): the header with an empty value.
-    l.name = ascii_trim(line.substr(0, semicolon), kHeaderSpace);
-    return l;
-  }
   if (colon == std::string_view::npos) {
-    l.sent = false;  // not a header line at all: libcurl skips it
+    const auto semicolon = line.find(';');
+    // "Name;" (and "Name;   "): the header with an empty value. Neither: not a header
+    // line at all, which libcurl skips.
+    if (semicolon != std::string_view::npos)
+      l.name = ascii_trim(line.substr(0, semicolon), kHeaderSpace);
+    else
+      l.sent = false;
     return l;
   }
   l.name = ascii_trim(line.substr(0, colon), kHeaderSpace);
@@ -42,14 +42,14 @@ void append_header(std::string& out, std::string_view name, std::string_view val
 
 }  // namespace
 
-std::string http_post_head(std::string_view target, std::string_view host, const std::vector<std::string>& lines,
+std::string http_post_head(std::string_view target, std::string_view host, const HeaderLines& lines,
                            std::size_t body_size) {
   // What the caller's lines say about the client's own headers: replaced or removed.
   bool own_host = true;
   bool own_accept = true;
   bool own_content_type = true;
   std::size_t size = target.size() + host.size() + 96;
-  for (const std::string& raw : lines) {
+  for (std::string_view raw : lines) {
     const Line l = read_line(raw);
     size += raw.size() + 2;
     if (iequals(l.name, "Host"))
@@ -67,7 +67,7 @@ std::string http_post_head(std::string_view target, std::string_view host, const
   out.append(" HTTP/1.1\r\n");
   if (own_host) append_header(out, "Host", host);
   if (own_accept) append_header(out, "Accept", "*/*");
-  for (const std::string& raw : lines) {
+  for (std::string_view raw : lines) {
     const Line l = read_line(raw);
     // Framing is the client's: a body of exactly body_size bytes, no "100 Continue".
     if (!l.sent || iequals(l.name, "Content-Length") || iequals(l.name, "Expect") ||

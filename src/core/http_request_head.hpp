@@ -13,12 +13,13 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
-#include <vector>
+
+#include "core/header_lines.hpp"
 
 namespace pg_outbox::core {
 
 // target: the request target (path and query); host: the Host header's value.
-std::string http_post_head(std::string_view target, std::string_view host, const std::vector<std::string>& lines,
+std::string http_post_head(std::string_view target, std::string_view host, const HeaderLines& lines,
                            std::size_t body_size);
 
 }  // namespace pg_outbox::core

@@ -29,28 +29,13 @@ bool is_reserved(std::string_view name) {
   return false;
 }
 
-std::string line(std::string_view name, std::string_view value) {
-  // Sized at once: built from the name and grown, a line was two allocations (a third of
-  // the time an HTTP drain's main thread spent in malloc and free went to header lines).
-  std::string out;
-  out.reserve(name.size() + 2 + value.size());
-  out.append(name);
-  if (value.empty()) {
-    out += ';';
-  } else {
-    out += ": ";
-    out += value;
-  }
-  return out;
-}
-
 void require_valid(std::string_view name, std::string_view value) {
   if (auto err = check_header(name, value)) throw std::invalid_argument(*err);
 }
 
 }  // namespace
 
-std::vector<std::string> build_request_headers(const DeliveryHeaders& h, std::string_view body) {
+HeaderLines build_request_headers(const DeliveryHeaders& h, std::string_view body) {
   // Endpoint headers then message headers, as one list in precedence order.
   std::vector<const std::pair<std::string, std::string>*> user;
   user.reserve(h.endpoint_headers.size() + h.message_headers.size());
@@ -70,8 +55,13 @@ std::vector<std::string> build_request_headers(const DeliveryHeaders& h, std::st
     return false;
   };
   const size_t from_endpoint = h.endpoint_headers.size();
-  std::vector<std::string> lines;
-  lines.reserve(user.size() + 8);
+  // Sized at once, for every line but the signatures' (HeaderLines: one allocation).
+  std::size_t bytes = 192 + h.webhook_id.size() + h.event_type.size() + h.user_agent.size() + h.content_type.size() +
+                      h.keys.size() * 96;
+  for (const auto* kv : user) bytes += kv->first.size() + kv->second.size() + 3;
+  for (const std::string& ce : h.cloudevent_lines) bytes += ce.size() + 1;
+  HeaderLines lines;
+  lines.reserve(bytes);
   for (size_t i = 0; i < user.size(); ++i) {
     const auto& name = user[i]->first;
     if (is_reserved(name)) continue;
@@ -81,33 +71,31 @@ std::vector<std::string> build_request_headers(const DeliveryHeaders& h, std::st
     size_t list_end = i < from_endpoint ? from_endpoint : user.size();
     bool overridden = false;
     for (size_t j = i + 1; j < list_end && !overridden; ++j) overridden = iequals(name, user[j]->first);
-    if (!overridden) lines.push_back(line(name, user[i]->second));
+    if (!overridden) lines.add(name, user[i]->second);
   }
 
-  lines.push_back(line("Content-Type", h.content_type));
-  for (const std::string& ce : h.cloudevent_lines) lines.push_back(ce);
-  if (!h.user_agent.empty()) lines.push_back(line("User-Agent", h.user_agent));
-  lines.push_back(line("webhook-id", h.webhook_id));
-  lines.push_back(line("webhook-timestamp", std::to_string(h.timestamp_unix_s)));
-  if (!h.event_type.empty()) lines.push_back(line("outbox-event-type", h.event_type));
-  lines.push_back(line("outbox-attempt", std::to_string(h.attempt)));
+  lines.add("Content-Type", h.content_type);
+  for (const std::string& ce : h.cloudevent_lines) lines.add(ce);
+  if (!h.user_agent.empty()) lines.add("User-Agent", h.user_agent);
+  lines.add("webhook-id", h.webhook_id);
+  lines.add("webhook-timestamp", std::to_string(h.timestamp_unix_s));
+  if (!h.event_type.empty()) lines.add("outbox-event-type", h.event_type);
+  lines.add("outbox-attempt", std::to_string(h.attempt));
   if (!h.keys.empty())
-    lines.push_back(line("webhook-signature", webhook_signatures(h.keys, h.webhook_id, h.timestamp_unix_s, body)));
-  lines.push_back("Expect:");
+    lines.add("webhook-signature", webhook_signatures(h.keys, h.webhook_id, h.timestamp_unix_s, body));
+  lines.add("Expect:");
   return lines;
 }
 
-void restamp_request_headers(std::vector<std::string>& lines, int64_t now_unix_s, std::string_view webhook_id,
+void restamp_request_headers(HeaderLines& lines, int64_t now_unix_s, std::string_view webhook_id,
                              const SigningKeys& keys, std::string_view body) {
-  // User headers cannot carry these names (reserved), so the first match is ours.
+  // User headers cannot carry these names (reserved), so the first match is ours. Both
+  // values are never empty.
   constexpr std::string_view kTimestamp = "webhook-timestamp: ";
   constexpr std::string_view kSignature = "webhook-signature: ";
-  for (std::string& l : lines) {
-    if (l.compare(0, kTimestamp.size(), kTimestamp) == 0)
-      l = line("webhook-timestamp", std::to_string(now_unix_s));
-    else if (!keys.empty() && l.compare(0, kSignature.size(), kSignature) == 0)
-      l = line("webhook-signature", webhook_signatures(keys, webhook_id, now_unix_s, body));
-  }
+  lines.replace_first(kTimestamp, std::string(kTimestamp) + std::to_string(now_unix_s));
+  if (!keys.empty())
+    lines.replace_first(kSignature, std::string(kSignature) + webhook_signatures(keys, webhook_id, now_unix_s, body));
 }
 
 std::string webhook_id_for(std::string_view idempotency_key, int64_t message_id, const WebhookIdSource& source) {

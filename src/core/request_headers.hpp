@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/header_lines.hpp"
 #include "core/signing_key.hpp"
 
 namespace pg_outbox::core {
@@ -53,14 +54,14 @@ struct DeliveryHeaders {
 // otherwise std::invalid_argument is thrown with a message that names the header
 // but never quotes its value (the worker dead-letters such a message as
 // INVALID_MESSAGE).
-std::vector<std::string> build_request_headers(const DeliveryHeaders& headers, std::string_view body);
+HeaderLines build_request_headers(const DeliveryHeaders& headers, std::string_view body);
 
 // Lines built by build_request_headers, stamped again for the moment the request is
 // really sent: webhook-timestamp becomes now_unix_s and webhook-signature (if any) is
 // made again over it with the same keys, in place; every other line stays as it was. A
 // request that waited in the worker (a slow or rate-limited endpoint) is not stale to a
 // verifier.
-void restamp_request_headers(std::vector<std::string>& lines, int64_t now_unix_s, std::string_view webhook_id,
+void restamp_request_headers(HeaderLines& lines, int64_t now_unix_s, std::string_view webhook_id,
                              const SigningKeys& keys, std::string_view body);
 
 // Where a message's webhook-id comes from when it has no idempotency key: the

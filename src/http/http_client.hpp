@@ -13,6 +13,7 @@
 #pragma once
 
 #include "core/egress_policy.hpp"
+#include "core/header_lines.hpp"
 #include "core/signing_key.hpp"
 
 #include <cstddef>
@@ -36,11 +37,11 @@ struct Request {
   uint64_t tag = 0;   // the caller's id (message id), returned in the Response
   std::string group;  // the caller's grouping (endpoint), returned in the Response
   std::string url;
-  std::vector<std::string> headers;  // complete "Name: value" lines, already validated
-  std::string body;                  // POSTed as is (any bytes)
-  long timeout_ms = 0;               // whole-transfer timeout (connect included); <= 0 is taken as 1
-  int concurrency = 0;               // most of its group in flight (DeliveryThread); 0: no cap of its own
-  int rate_limit = 0;                // most of its group started per second (DeliveryThread); 0: none
+  core::HeaderLines headers;  // complete "Name: value" lines, already validated
+  std::string body;           // POSTed as is (any bytes)
+  long timeout_ms = 0;        // whole-transfer timeout (connect included); <= 0 is taken as 1
+  int concurrency = 0;        // most of its group in flight (DeliveryThread); 0: no cap of its own
+  int rate_limit = 0;         // most of its group started per second (DeliveryThread); 0: none
   // When set, the headers carry webhook-timestamp (and webhook-signature) made at
   // stamped_s: the delivery thread stamps them again if the request starts later.
   struct Stamp {

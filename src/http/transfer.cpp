@@ -18,11 +18,11 @@ constexpr const char* kAllowedProtocols = "http,https";
 // reads header lists, never writes to them.
 char kNoExpect[] = "Expect:";
 
-bool has_header(const std::vector<std::string>& headers, std::string_view name) {
-  for (const auto& line : headers) {
+bool has_header(const core::HeaderLines& headers, std::string_view name) {
+  for (std::string_view line : headers) {
     const auto colon = line.find(':');
-    if (colon != std::string::npos &&
-        core::iequals(core::ascii_trim(std::string_view(line).substr(0, colon), core::kHeaderSpace), name))
+    if (colon != std::string_view::npos &&
+        core::iequals(core::ascii_trim(line.substr(0, colon), core::kHeaderSpace), name))
       return true;
   }
   return false;
@@ -104,7 +104,8 @@ CURLcode Transfer::configure() {
   // "100 Continue" before sending bodies over 1 KiB (a round trip, or a 1 s stall against
   // receivers that ignore Expect).
   header_nodes.clear();
-  for (auto& line : request.headers) header_nodes.push_back({line.data(), nullptr});
+  // Each line is NUL-terminated where it lies (core::HeaderLines).
+  for (std::string_view line : request.headers) header_nodes.push_back({const_cast<char*>(line.data()), nullptr});
   if (!has_header(request.headers, "Expect")) header_nodes.push_back({kNoExpect, nullptr});
   for (std::size_t i = 1; i < header_nodes.size(); ++i) header_nodes[i - 1].next = &header_nodes[i];
 

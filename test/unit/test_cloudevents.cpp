@@ -9,6 +9,12 @@
 
 using namespace pg_outbox::core;
 
+namespace {
+
+std::vector<std::string> as_vector(const HeaderLines& lines) { return {lines.begin(), lines.end()}; }
+
+}  // namespace
+
 TEST(CloudEvents, Formats) {
   EXPECT_EQ(parse_format("standard-webhooks"), Format::StandardWebhooks);
   EXPECT_EQ(parse_format("cloudevents-binary"), Format::CloudEventsBinary);
@@ -67,7 +73,7 @@ TEST(CloudEvents, RequestHeadersCarryTheFormat) {
   h.cloudevents = true;
   h.content_type = "application/cloudevents+json";
   h.cloudevent_lines = {"ce-id: msg_1"};
-  auto lines = build_request_headers(h, "{}");
+  auto lines = as_vector(build_request_headers(h, "{}"));
   EXPECT_EQ(lines[0], "X-A: 1");  // the user's ce-* headers are dropped
   EXPECT_EQ(lines[1], "Content-Type: application/cloudevents+json");
   EXPECT_EQ(lines[2], "ce-id: msg_1");
@@ -75,7 +81,7 @@ TEST(CloudEvents, RequestHeadersCarryTheFormat) {
   h.cloudevents = false;
   h.cloudevent_lines.clear();
   h.content_type = "application/json";
-  lines = build_request_headers(h, "{}");
+  lines = as_vector(build_request_headers(h, "{}"));
   EXPECT_EQ(lines[0], "ce-type: forged");
   EXPECT_EQ(lines[2], "CE-Source: forged");
 }

@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/webhook_signature.hpp"
@@ -27,6 +28,10 @@ DeliveryHeaders basic() {
 const char* kSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const char* kEd25519Secret = "whsk_nWGxne/9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A=";  // RFC 8032, test 1
 
+Lines as_vector(const HeaderLines& lines) { return Lines(lines.begin(), lines.end()); }
+
+Lines built(const DeliveryHeaders& h, std::string_view body) { return as_vector(build_request_headers(h, body)); }
+
 SigningKeys keys(std::initializer_list<const char*> secrets) {
   SigningKeys out;
   for (const char* s : secrets) out.push_back(SigningKey::parse(s));
@@ -48,16 +53,15 @@ TEST(WebhookIdFor, KeyOrInstanceAndMessageId) {
 }
 
 TEST(RequestHeaders, OwnHeadersInOrderWithoutSecret) {
-  EXPECT_EQ(
-      build_request_headers(basic(), "{}"),
-      (Lines{"Content-Type: application/json", "User-Agent: pg_outbox/1.0", "webhook-id: msg_42",
-             "webhook-timestamp: 1700000000", "outbox-event-type: order.created", "outbox-attempt: 3", "Expect:"}));
+  EXPECT_EQ(built(basic(), "{}"), (Lines{"Content-Type: application/json", "User-Agent: pg_outbox/1.0",
+                                         "webhook-id: msg_42", "webhook-timestamp: 1700000000",
+                                         "outbox-event-type: order.created", "outbox-attempt: 3", "Expect:"}));
 }
 
 TEST(RequestHeaders, SignatureOnlyWithSecretAndOverTheBody) {
   DeliveryHeaders h = basic();
   h.keys = keys({kSecret});
-  Lines lines = build_request_headers(h, R"({"a":1})");
+  Lines lines = built(h, R"({"a":1})");
   ASSERT_EQ(lines.size(), 8u);
   EXPECT_EQ(lines[6], "webhook-signature: " + webhook_signature(kSecret, "msg_42", 1700000000, R"({"a":1})"));
   EXPECT_EQ(lines[7], "Expect:");
@@ -68,7 +72,7 @@ TEST(RequestHeaders, StandardWebhooksVectorEndToEnd) {
   h.webhook_id = "msg_p5jXN8AQM9LWM0D4loKWxJek";
   h.timestamp_unix_s = 1614265330;
   h.keys = keys({kSecret});
-  Lines lines = build_request_headers(h, R"({"test": 2432232314})");
+  Lines lines = built(h, R"({"test": 2432232314})");
   EXPECT_EQ(lines, (Lines{"Content-Type: application/json", "webhook-id: msg_p5jXN8AQM9LWM0D4loKWxJek",
                           "webhook-timestamp: 1614265330", "outbox-attempt: 1",
                           "webhook-signature: v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", "Expect:"}));
@@ -81,7 +85,7 @@ TEST(RequestHeaders, RotationSignsWithEveryKeyInOneHeader) {
   h.webhook_id = "msg_p5jXN8AQM9LWM0D4loKWxJek";
   h.timestamp_unix_s = 1614265330;
   h.keys = keys({kEd25519Secret, kSecret});
-  Lines lines = build_request_headers(h, R"({"test": 2432232314})");
+  Lines lines = built(h, R"({"test": 2432232314})");
   ASSERT_EQ(lines.size(), 6u);
   EXPECT_EQ(lines[4],
             "webhook-signature: "
@@ -93,7 +97,7 @@ TEST(RequestHeaders, EmptyEventTypeAndUserAgentAreOmitted) {
   DeliveryHeaders h = basic();
   h.event_type.clear();
   h.user_agent.clear();
-  for (const auto& l : build_request_headers(h, "{}")) {
+  for (const auto& l : built(h, "{}")) {
     EXPECT_NE(l.rfind("outbox-event-type", 0), 0u) << l;
     EXPECT_NE(l.rfind("User-Agent", 0), 0u) << l;
   }
@@ -103,7 +107,7 @@ TEST(RequestHeaders, EndpointHeadersCannotBeReplacedByMessageHeaders) {
   DeliveryHeaders h = basic();
   h.endpoint_headers = {{"Authorization", "Bearer endpoint"}, {"X-Team", "billing"}, {"X-Env", "prod"}};
   h.message_headers = {{"authorization", "Bearer producer"}, {"x-team", "payments"}, {"X-Env", ""}, {"X-Trace", "abc"}};
-  Lines lines = build_request_headers(h, "{}");
+  Lines lines = built(h, "{}");
   Lines user(lines.begin(), lines.begin() + 4);
   EXPECT_EQ(user, (Lines{"Authorization: Bearer endpoint", "X-Team: billing", "X-Env: prod", "X-Trace: abc"}));
   EXPECT_EQ(lines[4], "Content-Type: application/json");
@@ -112,7 +116,7 @@ TEST(RequestHeaders, EndpointHeadersCannotBeReplacedByMessageHeaders) {
 TEST(RequestHeaders, LaterDuplicateWithinMessageHeadersWins) {
   DeliveryHeaders h = basic();
   h.message_headers = {{"X-B", "1"}, {"x-b", "2"}};
-  Lines lines = build_request_headers(h, "{}");
+  Lines lines = built(h, "{}");
   EXPECT_EQ(lines[0], "x-b: 2");
   EXPECT_EQ(lines[1], "Content-Type: application/json");
 }
@@ -120,7 +124,7 @@ TEST(RequestHeaders, LaterDuplicateWithinMessageHeadersWins) {
 TEST(RequestHeaders, LaterDuplicateWithinOneListWins) {
   DeliveryHeaders h = basic();
   h.endpoint_headers = {{"X-A", "1"}, {"x-a", "2"}};
-  Lines lines = build_request_headers(h, "{}");
+  Lines lines = built(h, "{}");
   EXPECT_EQ(lines[0], "x-a: 2");
   EXPECT_EQ(lines[1], "Content-Type: application/json");
 }
@@ -134,7 +138,7 @@ TEST(RequestHeaders, ReservedUserHeadersAreDropped) {
       {"outbox-event-type", "forged"},    {"Outbox-Attempt", "99"},   {"user-agent", "evil"},
       {"Transfer-Encoding", "chunked"},   {"Expect", "100-continue"}, {"Connection", "close"},
       {"Host", "admin.internal.example"}, {"X-Keep-Too", "2"}};
-  Lines lines = build_request_headers(h, "{}");
+  Lines lines = built(h, "{}");
   ASSERT_EQ(lines.size(), 10u);
   EXPECT_EQ(lines[0], "X-Keep: 1");
   EXPECT_EQ(lines[1], "X-Keep-Too: 2");
@@ -147,14 +151,14 @@ TEST(RequestHeaders, ReservedUserHeadersAreDropped) {
 TEST(RequestHeaders, EmptyUserValueUsesCurlsSemicolonForm) {
   DeliveryHeaders h = basic();
   h.message_headers = {{"X-Empty", ""}};
-  EXPECT_EQ(build_request_headers(h, "{}")[0], "X-Empty;");
+  EXPECT_EQ(built(h, "{}")[0], "X-Empty;");
 }
 
 TEST(RequestHeaders, InvalidHeaderThrowsNamingItButNotItsValue) {
   DeliveryHeaders h = basic();
   h.message_headers = {{"X-Token", "SECRETVALUE\r\nX-Evil: 1"}};
   try {
-    build_request_headers(h, "{}");
+    built(h, "{}");
     FAIL() << "no exception";
   } catch (const std::invalid_argument& e) {
     std::string what = e.what();
@@ -164,7 +168,7 @@ TEST(RequestHeaders, InvalidHeaderThrowsNamingItButNotItsValue) {
 }
 
 TEST(RequestHeaders, InvalidInputsThrow) {
-  auto throws = [](DeliveryHeaders h) { EXPECT_THROW(build_request_headers(h, "{}"), std::invalid_argument); };
+  auto throws = [](DeliveryHeaders h) { EXPECT_THROW(built(h, "{}"), std::invalid_argument); };
   DeliveryHeaders h = basic();
   h.endpoint_headers = {{"Bad Name", "v"}};
   throws(h);
@@ -198,11 +202,12 @@ TEST(RequestHeaders, RestampRenewsTimestampAndSignatureInPlace) {
   h.keys = keys({kEd25519Secret, kSecret});  // a rotation: both are made again
   h.user_agent = "pg_outbox/test";
   const std::string body = R"({"n":1})";
-  std::vector<std::string> lines = build_request_headers(h, body);
-  std::vector<std::string> restamped = lines;
-  restamp_request_headers(restamped, 1700000123, h.webhook_id, h.keys, body);
+  const Lines lines = built(h, body);
+  HeaderLines stamped = build_request_headers(h, body);
+  restamp_request_headers(stamped, 1700000123, h.webhook_id, h.keys, body);
+  const Lines restamped = as_vector(stamped);
   h.timestamp_unix_s = 1700000123;
-  EXPECT_EQ(restamped, build_request_headers(h, body));  // as if built at the later second
+  EXPECT_EQ(restamped, built(h, body));  // as if built at the later second
   ASSERT_EQ(restamped.size(), lines.size());
   size_t changed = 0;
   for (size_t i = 0; i < lines.size(); ++i) changed += lines[i] != restamped[i];
@@ -213,8 +218,8 @@ TEST(RequestHeaders, RestampWithoutSecretChangesOnlyTheTimestamp) {
   DeliveryHeaders h;
   h.webhook_id = "msg_8";
   h.timestamp_unix_s = 1700000000;
-  std::vector<std::string> lines = build_request_headers(h, "{}");
+  HeaderLines lines = build_request_headers(h, "{}");
   restamp_request_headers(lines, 1700000009, h.webhook_id, {}, "{}");
   h.timestamp_unix_s = 1700000009;
-  EXPECT_EQ(lines, build_request_headers(h, "{}"));
+  EXPECT_EQ(as_vector(lines), built(h, "{}"));
 }

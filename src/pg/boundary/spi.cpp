@@ -14,6 +14,7 @@ extern "C" {
 }
 
 #include <stdexcept>
+#include <string_view>
 
 namespace pg_outbox::pg {
 
@@ -65,15 +66,20 @@ int64_t number_of(Datum value, Oid type) {
 }
 
 // Copies SPI's result out of its memory (which the next statement frees): numbers as
-// numbers, the rest through their output functions. One pass under pg_call reads every
-// cell into plain storage (no allocation that could throw there); the texts become
-// strings after it.
+// numbers, text as its bytes, the rest through their output functions. One pass under
+// pg_call reads every cell into plain storage (no allocation that could throw there); the
+// texts become strings after it. A text column is read where its datum lies (detoasted
+// if it has to be): through textout it was copied twice more and measured for its
+// length, the payload of every message a claim returns among them.
 Rows copy_result(uint64 processed) {
   if (processed == 0 || SPI_tuptable == nullptr) return {};
   const size_t columns = static_cast<size_t>(SPI_tuptable->tupdesc->natts);
   std::vector<Rows::Cell> cells(processed * columns);
-  std::vector<char*> texts(processed * columns, nullptr);
+  std::vector<std::string_view> texts(processed * columns);
+  std::vector<void*> copies;  // palloc'd here (output functions, detoasted texts), freed below;
+                              // reserved for one a cell, so that pg_call never allocates
   std::vector<Oid> types(columns);
+  copies.reserve(processed * columns);
   pg_call([&] {
     SPITupleTable* table = SPI_tuptable;
     for (size_t c = 0; c < columns; ++c) types[c] = SPI_gettypeid(table->tupdesc, static_cast<int>(c) + 1);
@@ -82,23 +88,32 @@ Rows copy_result(uint64 processed) {
         Rows::Cell& cell = cells[r * columns + c];
         const int attribute = static_cast<int>(c) + 1;
         cell.number = is_number_type(types[c]);
-        if (cell.number) {
+        if (cell.number || types[c] == TEXTOID) {
           bool isnull = true;
           Datum value = SPI_getbinval(table->vals[r], table->tupdesc, attribute, &isnull);
           cell.null = isnull;
-          if (!isnull) cell.value = number_of(value, types[c]);
+          if (isnull) continue;
+          if (cell.number) {
+            cell.value = number_of(value, types[c]);
+          } else {
+            text* t = DatumGetTextPP(value);
+            if (PointerGetDatum(t) != value) copies.push_back(t);
+            texts[r * columns + c] = std::string_view(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+          }
         } else {
-          texts[r * columns + c] = SPI_getvalue(table->vals[r], table->tupdesc, attribute);
-          cell.null = texts[r * columns + c] == nullptr;
+          char* out = SPI_getvalue(table->vals[r], table->tupdesc, attribute);
+          cell.null = out == nullptr;
+          if (out == nullptr) continue;
+          copies.push_back(out);
+          texts[r * columns + c] = out;
         }
       }
     }
   });
   for (size_t i = 0; i < texts.size(); ++i)
-    if (texts[i] != nullptr) cells[i].text = texts[i];
+    if (!cells[i].null && !cells[i].number) cells[i].text = texts[i];
   pg_call([&] {
-    for (char* text : texts)
-      if (text != nullptr) pfree(text);
+    for (void* copy : copies) pfree(copy);
     SPI_freetuptable(SPI_tuptable);
   });
   return Rows(columns, std::move(cells));

@@ -45,7 +45,7 @@ void send_batch(WorkerState& state, Endpoint& endpoint, const std::vector<const 
   // A secret past its rotation's grace no longer signs (requests.cpp, header_lines).
   headers.keys = core::keys_in_force(endpoint.keys, now_ms);
   headers.user_agent = kUserAgent;
-  std::vector<std::string> lines;
+  core::HeaderLines lines;
   if (!endpoint.keys_error.empty()) {
     for (const store::ClaimedMessage* m : members)
       refuse_unsent(state, *m, claim_id, probe,

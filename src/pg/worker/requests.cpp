@@ -75,8 +75,8 @@ std::string body_of(const Endpoint& endpoint, store::ClaimedMessage& m, const st
 }
 
 // The request's header lines, for `body`; `invalid` says why there are none.
-std::vector<std::string> header_lines(const Endpoint& endpoint, const store::ClaimedMessage& m, std::string_view body,
-                                      int64_t now_ms, core::DeliveryHeaders& headers, std::string& invalid) {
+core::HeaderLines header_lines(const Endpoint& endpoint, const store::ClaimedMessage& m, std::string_view body,
+                               int64_t now_ms, core::DeliveryHeaders& headers, std::string& invalid) {
   if (!endpoint.headers) {
     invalid = "endpoint headers: " + endpoint.headers_error;
     return {};
@@ -146,7 +146,7 @@ void start_http(WorkerState& state, std::vector<store::ClaimedMessage>& claimed,
     }
     core::DeliveryHeaders headers;
     std::string invalid;
-    std::vector<std::string> lines;
+    core::HeaderLines lines;
     std::string body;
     if (!refused) {
       headers.webhook_id = core::webhook_id_for(m.idempotency_key, m.id, state.webhook_ids);
