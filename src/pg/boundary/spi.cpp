@@ -13,6 +13,7 @@ extern "C" {
 #include "utils/syscache.h"
 }
 
+#include <memory>
 #include <stdexcept>
 #include <string_view>
 
@@ -79,20 +80,24 @@ Rows copy_result(uint64 processed) {
   std::vector<void*> copies;  // palloc'd here (output functions, detoasted texts), freed below;
                               // reserved for one a cell, so that pg_call never allocates
   std::vector<Oid> types(columns);
+  std::vector<Datum> values(columns);
+  std::unique_ptr<bool[]> nulls(new bool[columns]);
   copies.reserve(processed * columns);
   pg_call([&] {
     SPITupleTable* table = SPI_tuptable;
     for (size_t c = 0; c < columns; ++c) types[c] = SPI_gettypeid(table->tupdesc, static_cast<int>(c) + 1);
     for (uint64 r = 0; r < processed; ++r) {
+      // The row's columns in one walk: read one at a time, each column after a text one
+      // walked the row from its start again (nocachegetattr, 1.3 % of an HTTP drain).
+      heap_deform_tuple(table->vals[r], table->tupdesc, values.data(), nulls.get());
       for (size_t c = 0; c < columns; ++c) {
         Rows::Cell& cell = cells[r * columns + c];
         const int attribute = static_cast<int>(c) + 1;
         cell.number = is_number_type(types[c]);
         if (cell.number || types[c] == TEXTOID) {
-          bool isnull = true;
-          Datum value = SPI_getbinval(table->vals[r], table->tupdesc, attribute, &isnull);
-          cell.null = isnull;
-          if (isnull) continue;
+          const Datum value = values[c];
+          cell.null = nulls[c];
+          if (cell.null) continue;
           if (cell.number) {
             cell.value = number_of(value, types[c]);
           } else {
