@@ -4,7 +4,8 @@
 // handed each line where it lies (http/transfer.cpp) and the plain client can read them
 // in order (core/http_request_head.hpp). A request's lines are one allocation: as a
 // vector of strings they were one each, made by the worker's main thread and freed by
-// the delivery thread, a tenth of the CPU an HTTP drain spent on them.
+// the delivery thread (perf of an HTTP drain: the requests' making 8.1 -> 6.6 % of the
+// main thread, the freeing of a finished exchange 7.3 -> 4.2 % of the delivery thread).
 #pragma once
 
 #include <cstddef>
