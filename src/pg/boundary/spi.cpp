@@ -130,7 +130,7 @@ Rows Statement::run(const std::vector<Datum>& arguments, Visibility visibility, 
                     long max_rows) {
   // PostgreSQL plans at the run (SPI_prepare_cursor only parses): on first use, and again
   // after an invalidation (an ANALYZE, a DDL).
-  const HiddenIndex hiding(sql_, hidden_ ? &*hidden_ : nullptr);
+  const LimitedPlans limited(sql_, limits_ ? &*limits_ : nullptr);
   if (plan_ == nullptr) {
     plan_ = pg_call([&] {
       SPIPlanPtr plan =

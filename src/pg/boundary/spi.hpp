@@ -7,7 +7,7 @@
 #pragma once
 
 #include "pg/boundary/boundary.hpp"
-#include "pg/boundary/hidden_index.hpp"
+#include "pg/boundary/plan_limits.hpp"
 #include "pg/boundary/postgres.hpp"
 
 extern "C" {
@@ -75,10 +75,10 @@ class Statement {
                // running it (next_due_in_ms: 2.3 s of planning against 0.5 s of execution in
                // 20 s at 1,000 messages a second)
   };
-  // hidden: an index its plans never use (hidden_index.hpp), where another must answer.
+  // limits: what its plans must not use (plan_limits.hpp), whatever the statistics say.
   Statement(const char* sql, std::vector<Oid> argument_types, Plan plan = Plan::kChosen,
-            std::optional<IndexName> hidden = std::nullopt)
-      : sql_(sql), argument_types_(std::move(argument_types)), generic_(plan == Plan::kGeneric), hidden_(hidden) {}
+            std::optional<PlanLimits> limits = std::nullopt)
+      : sql_(sql), argument_types_(std::move(argument_types)), generic_(plan == Plan::kGeneric), limits_(limits) {}
   // nulls: one char per argument, 'n' for NULL (or empty: none is NULL); max_rows 0: all.
   Rows run(const std::vector<Datum>& arguments, Visibility visibility = Visibility::kStatement,
            const std::string& nulls = {}, long max_rows = 0);
@@ -88,7 +88,7 @@ class Statement {
   const char* sql_;
   std::vector<Oid> argument_types_;
   bool generic_;
-  std::optional<IndexName> hidden_;
+  std::optional<PlanLimits> limits_;
   SPIPlanPtr plan_ = nullptr;
 };
 

@@ -310,7 +310,7 @@ void find(const std::vector<std::string>& endpoints, const std::vector<std::stri
           ORDER BY f.ordering_seq NULLS FIRST LIMIT $3)) f
   )sql",
                           {TEXTARRAYOID, TEXTARRAYOID, INT4OID, INT8ARRAYOID, INT8OID}, Statement::Plan::kGeneric,
-                          IndexName{"outbox", "messages_claim_idx"});
+                          PlanLimits{IndexName{"outbox", "messages_claim_idx"}});
   // Read after the keys' locks were taken (by the settle, before it moved the heads) and
   // before the lookup: a change that reordered these keys committed before, or counts as
   // after. Once for each endpoint of the settle (a few), with its group and where what is

@@ -4,7 +4,7 @@
 // statement hook that keeps the launcher informed, and the launcher, which starts one
 // delivery worker per database.
 #include "pg/boundary/boundary.hpp"
-#include "pg/boundary/hidden_index.hpp"
+#include "pg/boundary/plan_limits.hpp"
 #include "pg/runtime/commit_wake.hpp"
 #include "pg/launcher/database_hold.hpp"
 #include "pg/ordering/ordering.hpp"
@@ -46,7 +46,7 @@ void register_launcher() {
 void _PG_init(void) {
   pg_outbox::pg::define_settings();
   pg_outbox::pg::register_transaction_events();
-  pg_outbox::pg::register_hidden_index_hooks();
+  pg_outbox::pg::register_plan_limits_hooks();
   if (!process_shared_preload_libraries_in_progress) {
     // SQL functions work; delivery needs the worker, which only the postmaster can start.
     // A WARNING: CREATE EXTENSION runs its script with client_min_messages raised to
