@@ -31,6 +31,7 @@ class HeaderLines {
   bool replace_first(std::string_view prefix, std::string_view line);
 
   std::size_t size() const { return count_; }
+  std::size_t bytes() const { return buffer_.size(); }  // the lines' characters and their NULs
   bool empty() const { return count_ == 0; }
   bool operator==(const HeaderLines& other) const { return buffer_ == other.buffer_; }
   bool operator!=(const HeaderLines& other) const { return buffer_ != other.buffer_; }
