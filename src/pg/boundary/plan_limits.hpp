@@ -19,7 +19,9 @@
 //    sequential scans (the last also priced out of all the worker's plans,
 //    worker.cpp): one TID scan, joined by hash.
 // The limits apply while the statement's own text is planned (Statement, spi.hpp, plans
-// inside its run); statements planned meanwhile inside it (a trigger's) have none.
+// inside its run); statements planned meanwhile inside it (a trigger's, at its execution)
+// have none. The settings are restored when its planning ends, so only a statement
+// planned within that planning (a function folded at plan time) would plan under them.
 #pragma once
 
 #include <optional>
