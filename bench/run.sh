@@ -77,7 +77,10 @@ case_1() {
 
 case_2() {
   log "2. HTTP drain of a $BACKLOG-message backlog to nginx, and wrk against the same nginx"
-  R[http]=$(drain_case http 0)
+  local runs
+  runs=$(drain_runs http 0)
+  R[http]=$(drain_medians <<<"$runs")
+  R[http_span]=$(drain_span <<<"$runs")
   R[wrk]=$(wrk -t1 -c64 -d5s -s "$BENCH/post.lua" "http://127.0.0.1:$NGINX_PORT/hook" | awk '/Requests\/sec/ {printf "%.0f", $2}')
 }
 
@@ -106,9 +109,14 @@ case_2c() {
 case_3() {
   log "3. NOTIFY drain with a listener connected, then the same with nothing kept"
   start_listener
-  R[notify]=$(drain_case notify 0)
+  local runs
+  runs=$(drain_runs notify 0)
+  R[notify]=$(drain_medians <<<"$runs")
+  R[notify_span]=$(drain_span <<<"$runs")
   keep_nothing
-  R[notify_bare]=$(drain_case notify 0)
+  runs=$(drain_runs notify 0)
+  R[notify_bare]=$(drain_medians <<<"$runs")
+  R[notify_bare_span]=$(drain_span <<<"$runs")
   keep_defaults
   stop_listener
 }
@@ -511,11 +519,14 @@ if want 1; then
   row "1. enqueue overhead, 10 per transaction" "${R[tps_ten]} TPS" "ratio $(sp r_ten) to plain"
 fi
 want 2 && row "2. HTTP drain ($BACKLOG msgs)" "$http_rate msg/s, ${R[http]#* } ms CPU/1k" "wrk on the same nginx ${R[wrk]} req/s"
+want 2 && row "2. HTTP drain: its $RUNS runs, min-max" "${R[http_span]% *} msg/s, ${R[http_span]#* } ms CPU/1k" ""
 want 2b && row "2b. drain, VACUUM ANALYZE, idle, drain" "${R[flip]% *} then ${R[flip]#* } msg/s" \
   "ratio $(ratio "${R[flip]#* }" "${R[flip]% *}")"
 want 2c && row "2c. WAL per delivered message" "${R[wal]% *} records, ${R[wal]#* } bytes" "retention 1 day (history kept)"
 want 3 && row "3. NOTIFY drain ($BACKLOG msgs)" "${R[notify]% *} msg/s, ${R[notify]#* } ms CPU/1k" \
   "nothing kept: ${R[notify_bare]% *} msg/s, ${R[notify_bare]#* } ms/1k"
+want 3 && row "3. NOTIFY drain: its $RUNS runs, min-max" "${R[notify_span]% *} msg/s, ${R[notify_span]#* } ms CPU/1k" \
+  "nothing kept: ${R[notify_bare_span]% *} msg/s, ${R[notify_bare_span]#* } ms/1k"
 want 3b && row "3b. PgQ consumer, no-op ($BACKLOG events, batches of $PGQ_BATCH)" \
   "${R[pgq_drain]% *} ev/s, ${R[pgq_drain]#* } ms CPU/1k (backend + client)" \
   "case 2 / PgQ $(ratio "$http_rate" "${R[pgq_drain]% *}"), case 3 / PgQ $(ratio "${R[notify]% *}" "${R[pgq_drain]% *}")"

@@ -133,14 +133,25 @@ drain_once() {  # ENDPOINT KEYS -> "msgs/s cpu_ms_per_1000" of one drain of a fr
   bench_sql -c "DELETE FROM outbox.messages WHERE endpoint = '$1'" -c "VACUUM outbox.messages" >/dev/null
   echo "$r"
 }
+drain_runs() {  # ENDPOINT KEYS -> RUNS lines of "msgs/s cpu_ms_per_1000", a drain each
+  for _ in $(seq "$RUNS"); do drain_once "$1" "$2"; done
+}
+# Lines of "msgs/s cpu_ms_per_1000" -> their medians, "msgs/s cpu_ms_per_1000"; and the
+# span of the runs, "min-max min-max" (the machine drifts by more than most changes: a
+# median alone hides whether a target was met in some runs or in none).
+drain_medians() {
+  local runs
+  runs=$(cat)
+  echo "$(cut -d' ' -f1 <<<"$runs" | median) $(cut -d' ' -f2 <<<"$runs" | median)"
+}
+drain_span() {
+  local runs
+  runs=$(cat)
+  echo "$(cut -d' ' -f1 <<<"$runs" | sort -g | sed -n '1p;$p' | paste -sd-)" \
+    "$(cut -d' ' -f2 <<<"$runs" | sort -g | sed -n '1p;$p' | paste -sd-)"
+}
 drain_case() {  # ENDPOINT KEYS -> "msgs/s cpu_ms_per_1000" medians over RUNS
-  local rates=() cpus=() r
-  for _ in $(seq "$RUNS"); do
-    r=$(drain_once "$1" "$2")
-    rates+=("${r% *}")
-    cpus+=("${r#* }")
-  done
-  echo "$(printf '%s\n' "${rates[@]}" | median) $(printf '%s\n' "${cpus[@]}" | median)"
+  drain_runs "$1" "$2" | drain_medians
 }
 
 # PgQ, the reference queue. A batch is the events between two ticks. pgqd ticks a queue
