@@ -19,6 +19,15 @@ declare -A R
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 spread() { sort -g | awk '{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "%.2f %.2f %.2f", m, a[1], a[NR]}'; }
 
+# drain_into NAME ENDPOINT: RUNS drains of ENDPOINT's backlog; R[NAME] gets their medians
+# ("msgs/s cpu_ms_per_1000"), R[NAME_span] their span ("min-max min-max").
+drain_into() {
+  local runs
+  runs=$(drain_runs "$2" 0)
+  R[$1]=$(drain_medians <<<"$runs")
+  R[$1_span]=$(drain_span <<<"$runs")
+}
+
 # TPS of pgbench running $work/$1.sql: 4 clients, ROUND_SECONDS (cases 1 and 8).
 tps() {
   local t
@@ -77,10 +86,7 @@ case_1() {
 
 case_2() {
   log "2. HTTP drain of a $BACKLOG-message backlog to nginx, and wrk against the same nginx"
-  local runs
-  runs=$(drain_runs http 0)
-  R[http]=$(drain_medians <<<"$runs")
-  R[http_span]=$(drain_span <<<"$runs")
+  drain_into http http
   R[wrk]=$(wrk -t1 -c64 -d5s -s "$BENCH/post.lua" "http://127.0.0.1:$NGINX_PORT/hook" | awk '/Requests\/sec/ {printf "%.0f", $2}')
 }
 
@@ -109,14 +115,9 @@ case_2c() {
 case_3() {
   log "3. NOTIFY drain with a listener connected, then the same with nothing kept"
   start_listener
-  local runs
-  runs=$(drain_runs notify 0)
-  R[notify]=$(drain_medians <<<"$runs")
-  R[notify_span]=$(drain_span <<<"$runs")
+  drain_into notify notify
   keep_nothing
-  runs=$(drain_runs notify 0)
-  R[notify_bare]=$(drain_medians <<<"$runs")
-  R[notify_bare_span]=$(drain_span <<<"$runs")
+  drain_into notify_bare notify
   keep_defaults
   stop_listener
 }

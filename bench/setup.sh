@@ -144,11 +144,11 @@ drain_medians() {
   runs=$(cat)
   echo "$(cut -d' ' -f1 <<<"$runs" | median) $(cut -d' ' -f2 <<<"$runs" | median)"
 }
+span() { sort -g | sed -n '1p;$p' | paste -sd-; }  # numbers -> "min-max"
 drain_span() {
   local runs
   runs=$(cat)
-  echo "$(cut -d' ' -f1 <<<"$runs" | sort -g | sed -n '1p;$p' | paste -sd-)" \
-    "$(cut -d' ' -f2 <<<"$runs" | sort -g | sed -n '1p;$p' | paste -sd-)"
+  echo "$(cut -d' ' -f1 <<<"$runs" | span) $(cut -d' ' -f2 <<<"$runs" | span)"
 }
 drain_case() {  # ENDPOINT KEYS -> "msgs/s cpu_ms_per_1000" medians over RUNS
   drain_runs "$1" "$2" | drain_medians
